@@ -1,0 +1,1 @@
+"""Benchmarks: each `python -m bench.NAME [--quick]` prints one JSON object as its last line."""

@@ -1,0 +1,1 @@
+"""Follower side of replication: fetch state, the leader end point and the replica fetcher loops."""

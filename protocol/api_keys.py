@@ -1,0 +1,21 @@
+"""Kafka's numeric API keys, for the APIs minibroker speaks. All are at version 0 of our own schema."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    LEADER_AND_ISR = 4
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_RECORDS = 21
+    OFFSET_FOR_LEADER_EPOCH = 23
+    SASL_AUTHENTICATE = 36
+    ALTER_PARTITION = 56
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63

@@ -1,0 +1,211 @@
+"""The msgpack codec: typed dataclasses on both sides, strict validation on the way in.
+
+How this works
+--------------
+Every message is a frozen-free `@dataclass(slots=True)` whose field annotations are the schema: `int`,
+`str`, `bytes`, `bool`, `float`, `T | None`, `list[T]` and nested message dataclasses. On first use a class
+is compiled into a list of field codecs; encoding turns an instance into a msgpack map keyed by field
+name, decoding checks every field's type (bool is not an int, bytes must be msgpack `bin`), fills
+defaults for absent optional fields, ignores unknown keys (forward compatibility) and finally calls the
+class's `validate()` for value rules (no negative sizes, ...). Any failure raises `ProtocolError` with
+the path of the offending field, e.g. `FetchRequest.partitions[2].fetch_offset: expected int, got str`.
+
+A frame body is one msgpack value: `[header, body]` for requests, `[header, body]` for responses
+(docs/protocol.md has the details and example bytes). Trailing bytes after that value are an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgpack
+
+from protocol.errors import ProtocolError
+
+T = TypeVar("T")
+Decoder = Callable[[Any, str], Any]
+Encoder = Callable[[Any], Any]
+
+_MISSING = dataclasses.MISSING
+
+
+class Message:
+    """Base of every wire message. `validate` raises ProtocolError for values no sender may use."""
+
+    def validate(self) -> None:  # pragma: no cover - default has no rules
+        return None
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    return type(value).__name__
+
+
+def _scalar_decoder(expected: type, name: str) -> Decoder:
+    if expected is int:
+
+        def decode_int(value: Any, path: str) -> Any:
+            if type(value) is not int:
+                raise ProtocolError(f"{path}: expected int, got {_type_name(value)}")
+            return value
+
+        return decode_int
+
+    if expected is float:
+
+        def decode_float(value: Any, path: str) -> Any:
+            if type(value) is float or type(value) is int:
+                return float(value)
+            raise ProtocolError(f"{path}: expected float, got {_type_name(value)}")
+
+        return decode_float
+
+    def decode_exact(value: Any, path: str) -> Any:
+        if type(value) is not expected:
+            raise ProtocolError(f"{path}: expected {name}, got {_type_name(value)}")
+        return value
+
+    return decode_exact
+
+
+def _decoder_for(tp: Any) -> Decoder:
+    origin = typing.get_origin(tp)
+    if tp in (int, str, bytes, bool, float):
+        return _scalar_decoder(tp, tp.__name__)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"unsupported union {tp}")
+        inner = _decoder_for(args[0])
+
+        def decode_optional(value: Any, path: str) -> Any:
+            return None if value is None else inner(value, path)
+
+        return decode_optional
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        item = _decoder_for(item_tp)
+
+        def decode_list(value: Any, path: str) -> Any:
+            if type(value) is not list:
+                raise ProtocolError(f"{path}: expected array, got {_type_name(value)}")
+            return [item(v, f"{path}[{i}]") for i, v in enumerate(value)]
+
+        return decode_list
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        kdec, vdec = _decoder_for(key_tp), _decoder_for(value_tp)
+
+        def decode_dict(value: Any, path: str) -> Any:
+            if type(value) is not dict:
+                raise ProtocolError(f"{path}: expected map, got {_type_name(value)}")
+            return {kdec(k, f"{path}.<key>"): vdec(v, f"{path}[{k!r}]") for k, v in value.items()}
+
+        return decode_dict
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return lambda value, path: _decode_struct(tp, value, path)
+    raise TypeError(f"unsupported field type {tp!r}")
+
+
+def _encoder_for(tp: Any) -> Encoder | None:
+    """None means the value is already msgpack-ready (scalars, lists of scalars)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        inner = _encoder_for(args[0])
+        if inner is None:
+            return None
+        return lambda v: None if v is None else inner(v)
+    if origin is list:
+        inner = _encoder_for(typing.get_args(tp)[0])
+        if inner is None:
+            return None
+        return lambda v: [inner(x) for x in v]
+    if origin is dict:
+        inner = _encoder_for(typing.get_args(tp)[1])
+        if inner is None:
+            return None
+        return lambda v: {k: inner(x) for k, x in v.items()}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return to_wire
+    return None
+
+
+class _Compiled:
+    __slots__ = ("fields", "encoders")
+
+    def __init__(self, cls: type) -> None:
+        hints = typing.get_type_hints(cls)
+        self.fields: list[tuple[str, Decoder, Any, Any]] = []
+        self.encoders: list[tuple[str, Encoder | None]] = []
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            self.fields.append((f.name, _decoder_for(tp), f.default, f.default_factory))
+            self.encoders.append((f.name, _encoder_for(tp)))
+
+
+_compiled: dict[type, _Compiled] = {}
+
+
+def _compile(cls: type) -> _Compiled:
+    c = _compiled.get(cls)
+    if c is None:
+        c = _compiled[cls] = _Compiled(cls)
+    return c
+
+
+def _decode_struct(cls: type[T], value: Any, path: str) -> T:
+    if type(value) is not dict:
+        raise ProtocolError(f"{path}: expected map, got {_type_name(value)}")
+    kwargs: dict[str, Any] = {}
+    for name, decode, default, factory in _compile(cls).fields:
+        if name in value:
+            kwargs[name] = decode(value[name], f"{path}.{name}")
+        elif default is not _MISSING:
+            kwargs[name] = default
+        elif factory is not _MISSING:
+            kwargs[name] = factory()
+        else:
+            raise ProtocolError(f"{path}: missing required field {name!r}")
+    obj = cls(**kwargs)
+    if isinstance(obj, Message):
+        obj.validate()
+    return obj
+
+
+def from_wire(cls: type[T], value: Any) -> T:
+    """Build and validate a message from a decoded msgpack value."""
+    return _decode_struct(cls, value, cls.__name__)
+
+
+def to_wire(obj: Any) -> dict[str, Any]:
+    """The msgpack-ready map of a message (nested messages become maps too)."""
+    out: dict[str, Any] = {}
+    for name, enc in _compile(type(obj)).encoders:
+        v = getattr(obj, name)
+        out[name] = v if enc is None else enc(v)
+    return out
+
+
+def packb(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def unpackb(data: bytes) -> Any:
+    """Exactly one msgpack value; trailing bytes, bad bytes or non-string map keys are ProtocolErrors."""
+    try:
+        return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+    except msgpack.ExtraData as exc:
+        raise ProtocolError(f"{len(exc.extra)} trailing bytes after the message") from exc
+    except (ValueError, msgpack.UnpackException, TypeError) as exc:
+        raise ProtocolError(f"undecodable msgpack: {exc}") from exc
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ProtocolError(message)

@@ -1,0 +1,123 @@
+"""Kafka's error codes, by their published numbers, and the exceptions that carry them inside a process.
+
+The one place that knows error codes. On the wire an error is a value (`error_code` plus an optional
+`error_message`); inside a process it is a `KafkaError` subclass raised and caught at the edge.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    REPLICA_NOT_AVAILABLE = 9
+    MESSAGE_TOO_LARGE = 10
+    STALE_CONTROLLER_EPOCH = 11
+    NETWORK_EXCEPTION = 13
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    INVALID_REQUEST = 42
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    NOT_CONTROLLER = 41
+    KAFKA_STORAGE_ERROR = 56
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    STALE_BROKER_EPOCH = 77
+    OFFSET_NOT_AVAILABLE = 78
+    INVALID_UPDATE_VERSION = 95
+    INELIGIBLE_REPLICA = 107
+    NEW_LEADER_ELECTED = 108
+    BROKER_ID_NOT_REGISTERED = 102
+
+    @property
+    def retriable(self) -> bool:
+        return self in _RETRIABLE
+
+
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+    }
+)
+
+
+class KafkaError(Exception):
+    """An error that maps to one wire error code."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str = "", code: ErrorCode | None = None) -> None:
+        super().__init__(message or self.__class__.__name__)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+def _error(name: str, code: ErrorCode) -> type[KafkaError]:
+    return type(name, (KafkaError,), {"code": code})
+
+
+OffsetOutOfRangeError = _error("OffsetOutOfRangeError", ErrorCode.OFFSET_OUT_OF_RANGE)
+CorruptRecordError = _error("CorruptRecordError", ErrorCode.CORRUPT_MESSAGE)
+UnknownTopicOrPartitionError = _error("UnknownTopicOrPartitionError", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+NotLeaderOrFollowerError = _error("NotLeaderOrFollowerError", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+RequestTimedOutError = _error("RequestTimedOutError", ErrorCode.REQUEST_TIMED_OUT)
+NotEnoughReplicasError = _error("NotEnoughReplicasError", ErrorCode.NOT_ENOUGH_REPLICAS)
+FencedLeaderEpochError = _error("FencedLeaderEpochError", ErrorCode.FENCED_LEADER_EPOCH)
+UnknownLeaderEpochError = _error("UnknownLeaderEpochError", ErrorCode.UNKNOWN_LEADER_EPOCH)
+KafkaStorageError = _error("KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR)
+InvalidRequestError = _error("InvalidRequestError", ErrorCode.INVALID_REQUEST)
+MessageTooLargeError = _error("MessageTooLargeError", ErrorCode.MESSAGE_TOO_LARGE)
+
+
+class UnexpectedAppendOffsetError(KafkaError):
+    """A follower append whose first offset is not the log end offset (Kafka's UnexpectedAppendOffsetException)."""
+
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+
+
+class ProtocolError(Exception):
+    """A frame or message that does not follow docs/protocol.md. The connection that sent it is closed
+    (framing) or answered with INVALID_REQUEST (a well-framed message with bad fields)."""

@@ -1,0 +1,592 @@
+"""Typed messages for every API minibroker speaks, and the request/response envelopes.
+
+Field names are the msgpack map keys on the wire (docs/protocol.md). Partitions are listed flat, each
+carrying its `topic` and `partition`, rather than nested per topic: simpler for a client in any language.
+Every response body starts with a top-level `error_code` / `error_message`, so a request that cannot be
+decoded at all still gets a well-formed answer of the API it named.
+
+Sentinels follow Kafka: `current_leader_epoch = -1` means "no epoch check"; `replica_id = -1` is a
+consumer; LIST_OFFSETS `timestamp = -1` asks for the latest offset, `-2` for the earliest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from protocol.api_keys import ApiKey
+from protocol.codec import Message, from_wire, require
+from protocol.errors import ErrorCode, ProtocolError
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+CONSUMER_REPLICA_ID = -1
+NO_LEADER_EPOCH = -1
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+
+
+def _non_negative(path: str, value: int) -> None:
+    require(value >= 0, f"{path} must be >= 0, got {value}")
+
+
+# -- envelope -------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RequestHeader(Message):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None = None
+
+
+@dataclass(slots=True)
+class ResponseHeader(Message):
+    correlation_id: int
+
+
+@dataclass(slots=True)
+class ErrorResponse(Message):
+    """The body sent when a request could not be decoded into its API's schema."""
+
+    error_code: int
+    error_message: str | None = None
+
+
+# -- PRODUCE (0) ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ProducePartition(Message):
+    topic: str
+    partition: int
+    records: bytes
+
+
+@dataclass(slots=True)
+class ProduceRequest(Message):
+    acks: int
+    timeout_ms: int
+    partitions: list[ProducePartition]
+    transactional_id: str | None = None
+
+    def validate(self) -> None:
+        require(self.acks in (-1, 0, 1), f"ProduceRequest.acks must be -1, 0 or 1, got {self.acks}")
+        _non_negative("ProduceRequest.timeout_ms", self.timeout_ms)
+
+
+@dataclass(slots=True)
+class ProducePartitionResponse(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+    error_message: str | None = None
+    base_offset: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(slots=True)
+class ProduceResponse(Message):
+    partitions: list[ProducePartitionResponse] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+    throttle_time_ms: int = 0
+
+
+# -- FETCH (1) ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class FetchPartition(Message):
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    log_start_offset: int = -1
+    current_leader_epoch: int = NO_LEADER_EPOCH
+
+    def validate(self) -> None:
+        _non_negative("FetchPartition.partition_max_bytes", self.partition_max_bytes)
+
+
+@dataclass(slots=True)
+class ForgottenPartition(Message):
+    topic: str
+    partition: int
+
+
+@dataclass(slots=True)
+class FetchRequest(Message):
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    partitions: list[FetchPartition]
+    isolation_level: int = 0
+    session_id: int = INVALID_SESSION_ID
+    session_epoch: int = FINAL_EPOCH
+    forgotten: list[ForgottenPartition] = field(default_factory=list)
+
+    def validate(self) -> None:
+        _non_negative("FetchRequest.max_wait_ms", self.max_wait_ms)
+        _non_negative("FetchRequest.min_bytes", self.min_bytes)
+        _non_negative("FetchRequest.max_bytes", self.max_bytes)
+        require(self.isolation_level in (0, 1), "FetchRequest.isolation_level must be 0 or 1")
+
+
+@dataclass(slots=True)
+class FetchPartitionResponse(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    error_message: str | None = None
+    last_stable_offset: int = -1
+
+
+@dataclass(slots=True)
+class FetchResponse(Message):
+    partitions: list[FetchPartitionResponse] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+    session_id: int = INVALID_SESSION_ID
+    throttle_time_ms: int = 0
+
+
+# -- LIST_OFFSETS (2) -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ListOffsetsPartition(Message):
+    topic: str
+    partition: int
+    timestamp: int
+    current_leader_epoch: int = NO_LEADER_EPOCH
+
+    def validate(self) -> None:
+        require(
+            self.timestamp in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP),
+            f"ListOffsetsPartition.timestamp must be -1 (latest) or -2 (earliest), got {self.timestamp}",
+        )
+
+
+@dataclass(slots=True)
+class ListOffsetsRequest(Message):
+    replica_id: int
+    partitions: list[ListOffsetsPartition]
+    isolation_level: int = 0
+
+
+@dataclass(slots=True)
+class ListOffsetsPartitionResponse(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+    error_message: str | None = None
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = NO_LEADER_EPOCH
+
+
+@dataclass(slots=True)
+class ListOffsetsResponse(Message):
+    partitions: list[ListOffsetsPartitionResponse] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- METADATA (3) ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class MetadataRequest(Message):
+    topics: list[str] | None = None  # None: every topic
+
+
+@dataclass(slots=True)
+class BrokerEndpoint(Message):
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(slots=True)
+class PartitionMetadata(Message):
+    partition: int
+    leader_id: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    error_code: int = 0
+    offline_replicas: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TopicMetadata(Message):
+    topic: str
+    partitions: list[PartitionMetadata]
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class MetadataResponse(Message):
+    brokers: list[BrokerEndpoint] = field(default_factory=list)
+    topics: list[TopicMetadata] = field(default_factory=list)
+    controller_id: int = -1
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- LEADER_AND_ISR (4) ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class LeaderAndIsrPartition(Message):
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    partition_epoch: int
+    replicas: list[int]
+    is_new: bool = False
+
+
+@dataclass(slots=True)
+class LeaderAndIsrRequest(Message):
+    controller_id: int
+    controller_epoch: int
+    partitions: list[LeaderAndIsrPartition]
+    live_leaders: list[BrokerEndpoint] = field(default_factory=list)
+    broker_epoch: int = -1
+    # Full state: partitions of this broker missing from the list are to be stopped (and deleted
+    # when `delete_missing` is set); the controller sends full state to a (re)starting broker.
+    full_state: bool = False
+
+
+@dataclass(slots=True)
+class LeaderAndIsrPartitionResponse(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class LeaderAndIsrResponse(Message):
+    partitions: list[LeaderAndIsrPartitionResponse] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- API_VERSIONS (18) ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ApiVersionsRequest(Message):
+    client_software_name: str | None = None
+
+
+@dataclass(slots=True)
+class ApiVersionRange(Message):
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+@dataclass(slots=True)
+class ApiVersionsResponse(Message):
+    api_keys: list[ApiVersionRange] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- CREATE_TOPICS (19) ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CreatableTopic(Message):
+    name: str
+    num_partitions: int
+    replication_factor: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        require(bool(self.name), "CreatableTopic.name must not be empty")
+
+
+@dataclass(slots=True)
+class CreateTopicsRequest(Message):
+    topics: list[CreatableTopic]
+    timeout_ms: int = 30000
+
+
+@dataclass(slots=True)
+class CreatableTopicResult(Message):
+    name: str
+    error_code: int = 0
+    error_message: str | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+
+
+@dataclass(slots=True)
+class CreateTopicsResponse(Message):
+    topics: list[CreatableTopicResult] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- DELETE_RECORDS (21) --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DeleteRecordsPartition(Message):
+    topic: str
+    partition: int
+    offset: int  # -1: up to the high watermark
+
+
+@dataclass(slots=True)
+class DeleteRecordsRequest(Message):
+    partitions: list[DeleteRecordsPartition]
+    timeout_ms: int = 30000
+
+
+@dataclass(slots=True)
+class DeleteRecordsPartitionResponse(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+    error_message: str | None = None
+    low_watermark: int = -1
+
+
+@dataclass(slots=True)
+class DeleteRecordsResponse(Message):
+    partitions: list[DeleteRecordsPartitionResponse] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- OFFSET_FOR_LEADER_EPOCH (23) -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochPartition(Message):
+    topic: str
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = NO_LEADER_EPOCH
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochRequest(Message):
+    partitions: list[OffsetForLeaderEpochPartition]
+    replica_id: int = CONSUMER_REPLICA_ID
+
+
+@dataclass(slots=True)
+class EpochEndOffset(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+    leader_epoch: int = UNDEFINED_EPOCH
+    end_offset: int = UNDEFINED_EPOCH_OFFSET
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochResponse(Message):
+    partitions: list[EpochEndOffset] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- SASL_AUTHENTICATE (36): presenting the cluster secret ---------------------------------------
+
+
+@dataclass(slots=True)
+class SaslAuthenticateRequest(Message):
+    auth_bytes: bytes
+
+
+@dataclass(slots=True)
+class SaslAuthenticateResponse(Message):
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- ALTER_PARTITION (56) -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class AlterPartitionItem(Message):
+    topic: str
+    partition: int
+    leader_epoch: int
+    new_isr: list[int]
+    partition_epoch: int
+
+
+@dataclass(slots=True)
+class AlterPartitionRequest(Message):
+    broker_id: int
+    broker_epoch: int
+    partitions: list[AlterPartitionItem]
+
+
+@dataclass(slots=True)
+class AlterPartitionItemResponse(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+    error_message: str | None = None
+    leader_id: int = -1
+    leader_epoch: int = -1
+    isr: list[int] = field(default_factory=list)
+    partition_epoch: int = -1
+
+
+@dataclass(slots=True)
+class AlterPartitionResponse(Message):
+    partitions: list[AlterPartitionItemResponse] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- BROKER_REGISTRATION (62) / BROKER_HEARTBEAT (63) ---------------------------------------------
+
+
+@dataclass(slots=True)
+class BrokerRegistrationRequest(Message):
+    broker_id: int
+    host: str
+    port: int
+    incarnation_id: str
+    rack: str | None = None
+
+    def validate(self) -> None:
+        _non_negative("BrokerRegistrationRequest.broker_id", self.broker_id)
+        require(0 < self.port < 65536, f"BrokerRegistrationRequest.port out of range: {self.port}")
+
+
+@dataclass(slots=True)
+class BrokerRegistrationResponse(Message):
+    broker_epoch: int = -1
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class BrokerHeartbeatRequest(Message):
+    broker_id: int
+    broker_epoch: int
+    want_fence: bool = False
+    want_shutdown: bool = False
+    current_metadata_offset: int = -1
+
+
+@dataclass(slots=True)
+class BrokerHeartbeatResponse(Message):
+    is_caught_up: bool = True
+    is_fenced: bool = False
+    should_shutdown: bool = False
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- registry -------------------------------------------------------------------------------------
+
+REQUEST_TYPES: dict[ApiKey, type[Message]] = {
+    ApiKey.PRODUCE: ProduceRequest,
+    ApiKey.FETCH: FetchRequest,
+    ApiKey.LIST_OFFSETS: ListOffsetsRequest,
+    ApiKey.METADATA: MetadataRequest,
+    ApiKey.LEADER_AND_ISR: LeaderAndIsrRequest,
+    ApiKey.API_VERSIONS: ApiVersionsRequest,
+    ApiKey.CREATE_TOPICS: CreateTopicsRequest,
+    ApiKey.DELETE_RECORDS: DeleteRecordsRequest,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
+    ApiKey.SASL_AUTHENTICATE: SaslAuthenticateRequest,
+    ApiKey.ALTER_PARTITION: AlterPartitionRequest,
+    ApiKey.BROKER_REGISTRATION: BrokerRegistrationRequest,
+    ApiKey.BROKER_HEARTBEAT: BrokerHeartbeatRequest,
+}
+
+RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
+    ApiKey.PRODUCE: ProduceResponse,
+    ApiKey.FETCH: FetchResponse,
+    ApiKey.LIST_OFFSETS: ListOffsetsResponse,
+    ApiKey.METADATA: MetadataResponse,
+    ApiKey.LEADER_AND_ISR: LeaderAndIsrResponse,
+    ApiKey.API_VERSIONS: ApiVersionsResponse,
+    ApiKey.CREATE_TOPICS: CreateTopicsResponse,
+    ApiKey.DELETE_RECORDS: DeleteRecordsResponse,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochResponse,
+    ApiKey.SASL_AUTHENTICATE: SaslAuthenticateResponse,
+    ApiKey.ALTER_PARTITION: AlterPartitionResponse,
+    ApiKey.BROKER_REGISTRATION: BrokerRegistrationResponse,
+    ApiKey.BROKER_HEARTBEAT: BrokerHeartbeatResponse,
+}
+
+SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: (0, 0) for key in REQUEST_TYPES}
+
+
+class RequestDecodeError(ProtocolError):
+    """A request whose header was readable but whose body was not: answer it, keep the connection."""
+
+    def __init__(self, header: RequestHeader, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.header = header
+        self.code = code
+
+
+def decode_request_value(value: Any) -> tuple[RequestHeader, Message]:
+    """Split a decoded frame into header and typed body.
+
+    Raises ProtocolError when even the header is unusable (the connection is closed), and
+    RequestDecodeError when the header is fine but the API, version or body is not (answered).
+    """
+    if type(value) is not list or len(value) != 2:
+        raise ProtocolError("a request is a 2-element array [header, body]")
+    header = from_wire(RequestHeader, value[0])
+    try:
+        api_key = ApiKey(header.api_key)
+    except ValueError:
+        raise RequestDecodeError(header, ErrorCode.INVALID_REQUEST, f"unknown api key {header.api_key}") from None
+    low, high = SUPPORTED_VERSIONS[api_key]
+    if not low <= header.api_version <= high:
+        raise RequestDecodeError(
+            header,
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"{api_key.name} version {header.api_version} is not supported (supported: {low}..{high})",
+        )
+    try:
+        body = from_wire(REQUEST_TYPES[api_key], value[1])
+    except ProtocolError as exc:
+        raise RequestDecodeError(header, ErrorCode.INVALID_REQUEST, str(exc)) from None
+    return header, body
+
+
+def api_key_of(body: Message) -> ApiKey:
+    return _KEY_OF_REQUEST[type(body)]
+
+
+_KEY_OF_REQUEST = {cls: key for key, cls in REQUEST_TYPES.items()}

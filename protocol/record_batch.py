@@ -1,0 +1,192 @@
+"""Record batches: the unit the log stores and replication moves, as opaque bytes.
+
+How this works
+--------------
+A batch is a fixed 47-byte big-endian header followed by an opaque records payload. Brokers look only
+at the header; the payload is produced and consumed by clients. Many batches laid end to end form a
+"record set": that is what a segment file holds and what FETCH and PRODUCE carry (as one msgpack `bin`).
+
+    offset size field                  type    notes
+    0      8    base_offset            int64   offset of the first record; assigned by the leader
+    8      4    batch_length           int32   bytes after this field (header rest + payload)
+    12     4    partition_leader_epoch int32   epoch of the leader that appended it; stamped by the leader
+    16     1    magic                  int8    always 2
+    17     4    crc                    uint32  CRC-32C of every byte after this field (21 .. end)
+    21     2    attributes             int16   0 (no compression, no transactions)
+    23     4    last_offset_delta      int32   last offset = base_offset + last_offset_delta
+    27     8    first_timestamp        int64   ms since the epoch
+    35     8    max_timestamp          int64
+    43     4    record_count           int32
+    47     ...  records payload               msgpack array of [offset_delta, timestamp_delta, key, value]
+
+Because the CRC starts after the epoch field, a leader assigns offsets and stamps its epoch into a
+producer's batch without recomputing the CRC, exactly as Kafka's v2 format allows; a follower appends
+the leader's bytes unchanged, so replicas stay byte-identical.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import msgpack
+from crc32c import crc32c
+
+from protocol.errors import CorruptRecordError
+
+MAGIC = 2
+HEADER_SIZE = 47
+LOG_OVERHEAD = 12  # base_offset + batch_length: the bytes not counted by batch_length
+CRC_START = 21  # first byte the CRC covers
+NO_PARTITION_LEADER_EPOCH = -1
+
+_HEADER = struct.Struct(">qiibIhiqqi")
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_OFFSET_AND_EPOCH = struct.Struct(">qii")  # base_offset, batch_length, partition_leader_epoch
+_EPOCH = struct.Struct(">i")
+_BASE_OFFSET = struct.Struct(">q")
+
+assert _HEADER.size == HEADER_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The header of one batch and where it sits in the buffer it was parsed from."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    record_count: int
+    position: int  # byte position of the batch in the buffer it was read from
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def size_in_bytes(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+def build_batch(
+    records: Sequence[bytes | None | tuple[bytes | None, bytes | None]],
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    timestamp_ms: int | None = None,
+) -> bytes:
+    """A batch holding `records`: each a value, or a (key, value) pair. Offsets run from `base_offset`."""
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    items = []
+    for delta, rec in enumerate(records):
+        key, value = rec if isinstance(rec, tuple) else (None, rec)
+        items.append([delta, 0, key, value])
+    payload = msgpack.packb(items, use_bin_type=True)
+    return _assemble(base_offset, partition_leader_epoch, len(records) - 1, ts, ts, len(records), payload)
+
+
+def _assemble(
+    base_offset: int,
+    epoch: int,
+    last_offset_delta: int,
+    first_ts: int,
+    max_ts: int,
+    count: int,
+    payload: bytes,
+) -> bytes:
+    body = struct.pack(">hiqqi", 0, last_offset_delta, first_ts, max_ts, count) + payload
+    crc = crc32c(body)
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    head = struct.pack(">qiibI", base_offset, batch_length, epoch, MAGIC, crc)
+    return head + body
+
+
+def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Parse the header at `position`; raises CorruptRecordError when it is short or malformed."""
+    if len(buf) - position < HEADER_SIZE:
+        raise CorruptRecordError(f"truncated batch header at byte {position}")
+    fields = _HEADER.unpack_from(buf, position)
+    header = BatchHeader(*fields, position=position)
+    if header.magic != MAGIC:
+        raise CorruptRecordError(f"batch at byte {position} has magic {header.magic}, expected {MAGIC}")
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch at byte {position} has impossible length {header.batch_length}")
+    if header.last_offset_delta < 0 or header.record_count <= 0:
+        raise CorruptRecordError(f"batch at byte {position} has no records")
+    if position + header.size_in_bytes > len(buf):
+        raise CorruptRecordError(f"batch at byte {position} runs past the end of the buffer")
+    return header
+
+
+def iter_headers(buf: bytes | bytearray | memoryview, verify_crc: bool = False) -> Iterator[BatchHeader]:
+    """Every batch header in a record set, in order. Raises CorruptRecordError on the first bad one."""
+    position = 0
+    end = len(buf)
+    view = memoryview(buf)
+    while position < end:
+        header = read_header(buf, position)
+        if verify_crc:
+            stop = position + header.size_in_bytes
+            if crc32c(view[position + CRC_START : stop]) != header.crc:
+                raise CorruptRecordError(f"CRC mismatch in batch at offset {header.base_offset}")
+        yield header
+        position += header.size_in_bytes
+
+
+def validate_record_set(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
+    """All headers of a record set after checking framing and every CRC."""
+    return list(iter_headers(buf, verify_crc=True))
+
+
+def is_crc_valid(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+    view = memoryview(buf)
+    return crc32c(view[header.position + CRC_START : header.position + header.size_in_bytes]) == header.crc
+
+
+def stamp(buf: bytearray, header: BatchHeader, base_offset: int, partition_leader_epoch: int) -> None:
+    """Leader-side: write the assigned base offset and the leader epoch in place (CRC unaffected)."""
+    _BASE_OFFSET.pack_into(buf, header.position, base_offset)
+    _EPOCH.pack_into(buf, header.position + 12, partition_leader_epoch)
+
+
+def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
+    """Consumer-side: every record of every batch in a record set, with absolute offsets."""
+    view = memoryview(buf)
+    for header in iter_headers(buf):
+        payload = view[header.position + HEADER_SIZE : header.position + header.size_in_bytes]
+        try:
+            items = msgpack.unpackb(payload, raw=False, use_list=True)
+        except Exception as exc:  # msgpack raises several types for bad input
+            raise CorruptRecordError(f"undecodable records in batch at offset {header.base_offset}") from exc
+        if not isinstance(items, list):
+            raise CorruptRecordError(f"records payload of batch {header.base_offset} is not an array")
+        for item in items:
+            if not (isinstance(item, list) and len(item) == 4):
+                raise CorruptRecordError(f"malformed record in batch at offset {header.base_offset}")
+            delta, ts_delta, key, value = item
+            yield Record(header.base_offset + delta, header.first_timestamp + ts_delta, key, value)
+
+
+def concat(batches: Iterable[bytes]) -> bytes:
+    return b"".join(batches)
