@@ -11,6 +11,7 @@ class ApiKey(IntEnum):
     LIST_OFFSETS = 2
     METADATA = 3
     LEADER_AND_ISR = 4
+    UPDATE_METADATA = 6
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_RECORDS = 21

@@ -121,3 +121,32 @@ class UnexpectedAppendOffsetError(KafkaError):
 class ProtocolError(Exception):
     """A frame or message that does not follow docs/protocol.md. The connection that sent it is closed
     (framing) or answered with INVALID_REQUEST (a well-framed message with bad fields)."""
+
+
+_BY_CODE: dict[ErrorCode, type[KafkaError]] = {
+    cls.code: cls
+    for cls in (
+        OffsetOutOfRangeError,
+        CorruptRecordError,
+        UnknownTopicOrPartitionError,
+        NotLeaderOrFollowerError,
+        RequestTimedOutError,
+        NotEnoughReplicasError,
+        FencedLeaderEpochError,
+        UnknownLeaderEpochError,
+        KafkaStorageError,
+        InvalidRequestError,
+        MessageTooLargeError,
+    )
+}
+
+
+def error_for_code(code: int, message: str | None = None) -> KafkaError:
+    """The exception for a wire error code: the specific subclass where one exists."""
+    try:
+        error_code = ErrorCode(code)
+    except ValueError:
+        return KafkaError(message or f"unknown error code {code}", code=ErrorCode.UNKNOWN_SERVER_ERROR)
+    cls = _BY_CODE.get(error_code)
+    text = message or error_code.name
+    return cls(text) if cls is not None else KafkaError(text, code=error_code)

@@ -276,8 +276,7 @@ class LeaderAndIsrRequest(Message):
     partitions: list[LeaderAndIsrPartition]
     live_leaders: list[BrokerEndpoint] = field(default_factory=list)
     broker_epoch: int = -1
-    # Full state: partitions of this broker missing from the list are to be stopped (and deleted
-    # when `delete_missing` is set); the controller sends full state to a (re)starting broker.
+    # Full state: the controller sends every partition this broker hosts (on registration).
     full_state: bool = False
 
 
@@ -291,6 +290,24 @@ class LeaderAndIsrPartitionResponse(Message):
 @dataclass(slots=True)
 class LeaderAndIsrResponse(Message):
     partitions: list[LeaderAndIsrPartitionResponse] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- UPDATE_METADATA (6): the controller's whole view, so any broker answers METADATA for any topic --
+
+
+@dataclass(slots=True)
+class UpdateMetadataRequest(Message):
+    controller_id: int
+    controller_epoch: int
+    brokers: list[BrokerEndpoint]
+    partitions: list[LeaderAndIsrPartition]
+    topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class UpdateMetadataResponse(Message):
     error_code: int = 0
     error_message: str | None = None
 
@@ -520,6 +537,7 @@ REQUEST_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.LIST_OFFSETS: ListOffsetsRequest,
     ApiKey.METADATA: MetadataRequest,
     ApiKey.LEADER_AND_ISR: LeaderAndIsrRequest,
+    ApiKey.UPDATE_METADATA: UpdateMetadataRequest,
     ApiKey.API_VERSIONS: ApiVersionsRequest,
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
     ApiKey.DELETE_RECORDS: DeleteRecordsRequest,
@@ -536,6 +554,7 @@ RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.LIST_OFFSETS: ListOffsetsResponse,
     ApiKey.METADATA: MetadataResponse,
     ApiKey.LEADER_AND_ISR: LeaderAndIsrResponse,
+    ApiKey.UPDATE_METADATA: UpdateMetadataResponse,
     ApiKey.API_VERSIONS: ApiVersionsResponse,
     ApiKey.CREATE_TOPICS: CreateTopicsResponse,
     ApiKey.DELETE_RECORDS: DeleteRecordsResponse,
