@@ -28,6 +28,7 @@ class TopicPartition(NamedTuple):
 
 
 CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2  # Kafka's: reads from any replica (leader or follower) up to its high watermark
 NO_LEADER_EPOCH = -1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -436,6 +437,37 @@ class OffsetForLeaderEpochResponse(Message):
     error_message: str | None = None
 
 
+# -- DESCRIBE_LOG_DIRS (35): every replica this broker hosts, with its offsets -------------------
+
+
+@dataclass(slots=True)
+class DescribeLogDirsRequest(Message):
+    topics: list[str] | None = None  # None: every topic
+
+
+@dataclass(slots=True)
+class ReplicaLogInfo(Message):
+    topic: str
+    partition: int
+    size_bytes: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    leader_id: int
+    leader_epoch: int
+    is_leader: bool
+    isr: list[int] = field(default_factory=list)
+    latest_epoch: int = -1
+
+
+@dataclass(slots=True)
+class DescribeLogDirsResponse(Message):
+    log_dir: str = ""
+    replicas: list[ReplicaLogInfo] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
 # -- SASL_AUTHENTICATE (36): presenting the cluster secret ---------------------------------------
 
 
@@ -542,6 +574,7 @@ REQUEST_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
     ApiKey.DELETE_RECORDS: DeleteRecordsRequest,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
+    ApiKey.DESCRIBE_LOG_DIRS: DescribeLogDirsRequest,
     ApiKey.SASL_AUTHENTICATE: SaslAuthenticateRequest,
     ApiKey.ALTER_PARTITION: AlterPartitionRequest,
     ApiKey.BROKER_REGISTRATION: BrokerRegistrationRequest,
@@ -559,6 +592,7 @@ RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.CREATE_TOPICS: CreateTopicsResponse,
     ApiKey.DELETE_RECORDS: DeleteRecordsResponse,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochResponse,
+    ApiKey.DESCRIBE_LOG_DIRS: DescribeLogDirsResponse,
     ApiKey.SASL_AUTHENTICATE: SaslAuthenticateResponse,
     ApiKey.ALTER_PARTITION: AlterPartitionResponse,
     ApiKey.BROKER_REGISTRATION: BrokerRegistrationResponse,

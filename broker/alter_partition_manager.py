@@ -1,0 +1,87 @@
+"""ISR changes from leaders to the controller (ALTER_PARTITION), one in flight per partition.
+
+How this works
+--------------
+A leader's `Partition` proposes a new ISR through `propose()` (it is this module's `IsrChangeSink`). The
+proposal waits in a queue; one sender task batches everything queued into one ALTER_PARTITION request.
+The controller answers per partition with the committed ISR, leader epoch and partition epoch, which the
+partition applies (`on_committed`). A rejected proposal (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION,
+NOT_LEADER_OR_FOLLOWER, ...) clears the pending state: the controller's next LEADER_AND_ISR tells the
+partition what is true. A network failure keeps the proposals and retries after a short backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from client.controller_client import ControllerClient
+from protocol.errors import ErrorCode
+from protocol.messages import AlterPartitionItem, AlterPartitionRequest, AlterPartitionResponse, TopicPartition
+from protocol.time import Time
+
+log = logging.getLogger(__name__)
+
+
+class AlterPartitionManager:
+    def __init__(
+        self,
+        broker_id: int,
+        controller: ControllerClient,
+        broker_epoch: Callable[[], int],
+        on_committed: Callable[[TopicPartition, int, list[int], int], None],
+        on_rejected: Callable[[TopicPartition], None],
+        time: Time,
+    ) -> None:
+        self.broker_id = broker_id
+        self.controller = controller
+        self.broker_epoch = broker_epoch
+        self.on_committed = on_committed
+        self.on_rejected = on_rejected
+        self.time = time
+        self._queued: dict[TopicPartition, AlterPartitionItem] = {}
+        self._wakeup = asyncio.Event()
+        self.sent_total = 0
+
+    def propose(self, partition: object, new_isr: frozenset[int]) -> None:
+        tp: TopicPartition = partition.topic_partition  # type: ignore[attr-defined]
+        self._queued[tp] = AlterPartitionItem(
+            tp.topic,
+            tp.partition,
+            partition.leader_epoch,  # type: ignore[attr-defined]
+            sorted(new_isr),
+            partition.partition_epoch,  # type: ignore[attr-defined]
+        )
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            if not self._queued:
+                continue
+            batch, self._queued = self._queued, {}
+            request = AlterPartitionRequest(self.broker_id, self.broker_epoch(), list(batch.values()))
+            try:
+                response: AlterPartitionResponse = await self.controller.send(request)
+            except (ConnectionError, OSError, asyncio.TimeoutError, PermissionError) as exc:
+                log.info("ALTER_PARTITION failed (%s); retrying", exc)
+                for tp, item in batch.items():
+                    self._queued.setdefault(tp, item)
+                await self.time.sleep(0.1)
+                self._wakeup.set()
+                continue
+            self.sent_total += 1
+            if response.error_code != ErrorCode.NONE:
+                log.warning("ALTER_PARTITION refused: %s", response.error_message)
+                for tp in batch:
+                    self.on_rejected(tp)
+                continue
+            for item in response.partitions:
+                tp = TopicPartition(item.topic, item.partition)
+                if item.error_code == ErrorCode.NONE:
+                    self.on_committed(tp, item.leader_epoch, item.isr, item.partition_epoch)
+                else:
+                    log.info("%s: ISR change rejected: %s", tp, item.error_message)
+                    self.on_rejected(tp)

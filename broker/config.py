@@ -1,0 +1,202 @@
+"""The one config loader: Kafka's dotted keys from a properties file, then env vars, then CLI overrides.
+
+How this works
+--------------
+A `ConfigDef` lists every key a process accepts with its type, default and documentation. `load_config`
+reads a Java-style properties file (`key=value`, `#` comments), then environment variables named
+`MINIBROKER_` + the key upper-cased with dots and dashes as underscores (`replica.fetch.max.bytes` ←
+`MINIBROKER_REPLICA_FETCH_MAX_BYTES`), then `--override key=value` pairs from the command line; later
+sources win. A key no definition knows is an error that names it (a typo must not silently fall back to
+a default), and so is a value that does not parse as the key's type.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "MINIBROKER_"
+REQUIRED = object()
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    name: str
+    type: type
+    default: Any
+    doc: str
+
+
+def _parse(key: ConfigKey, raw: Any, source: str) -> Any:
+    if raw is None:
+        return None
+    if key.type is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"{key.name}: expected true or false, got {raw!r} ({source})")
+    if key.type is int:
+        if isinstance(raw, bool):
+            raise ConfigError(f"{key.name}: expected an integer, got {raw!r} ({source})")
+        try:
+            return int(str(raw).strip().replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"{key.name}: expected an integer, got {raw!r} ({source})") from None
+    return str(raw).strip()
+
+
+class ConfigDef:
+    def __init__(self, keys: Iterable[ConfigKey]) -> None:
+        self.keys = {k.name: k for k in keys}
+
+    def env_name(self, key: str) -> str:
+        return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
+
+    def parse(self, values: Mapping[str, Any], source: str) -> dict[str, Any]:
+        out = {}
+        for name, raw in values.items():
+            key = self.keys.get(name)
+            if key is None:
+                raise ConfigError(f"unknown config key {name!r} ({source})")
+            out[name] = _parse(key, raw, source)
+        return out
+
+    def from_env(self, environ: Mapping[str, str]) -> dict[str, Any]:
+        by_env = {self.env_name(k): k for k in self.keys}
+        values = {}
+        for var, raw in environ.items():
+            if not var.startswith(ENV_PREFIX):
+                continue
+            name = by_env.get(var)
+            if name is None:
+                raise ConfigError(f"unknown config environment variable {var} (no config key matches it)")
+            values[name] = raw
+        return self.parse(values, "environment")
+
+    def resolve(self, *layers: Mapping[str, Any]) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for layer in layers:
+            merged.update(layer)
+        out = {}
+        for name, key in self.keys.items():
+            if name in merged:
+                out[name] = merged[name]
+            elif key.default is REQUIRED:
+                raise ConfigError(f"missing required config {name!r}: {key.doc}")
+            else:
+                out[name] = key.default
+        return out
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java properties subset: `key=value` or `key: value` lines, `#`/`!` comments, blank lines."""
+    values: dict[str, str] = {}
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        sep = min((i for i in (stripped.find("="), stripped.find(":")) if i > 0), default=-1)
+        if sep < 0:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {stripped!r}")
+        values[stripped[:sep].strip()] = stripped[sep + 1 :].strip()
+    return values
+
+
+def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
+    out = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--override expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value
+    return out
+
+
+def load_config(
+    definition: ConfigDef,
+    config_file: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    file_values = definition.parse(read_properties(config_file), str(config_file)) if config_file else {}
+    env_values = definition.from_env(os.environ if environ is None else environ)
+    cli_values = definition.parse(overrides or {}, "command line")
+    return definition.resolve(file_values, env_values, cli_values)
+
+
+MIB = 1024 * 1024
+LONG_MAX = 2**63 - 1
+
+BROKER_CONFIG = ConfigDef(
+    [
+        ConfigKey("broker.id", int, REQUIRED, "this broker's id (>= 0)"),
+        ConfigKey("listeners", str, "127.0.0.1:9092", "host:port to listen on (PLAINTEXT:// prefix allowed)"),
+        ConfigKey("advertised.listeners", str, None, "host:port other processes use to reach this broker"),
+        ConfigKey("log.dirs", str, REQUIRED, "directory holding this broker's partition replicas"),
+        ConfigKey("controller.quorum.voters", str, None, "host:port of the controller (none: standalone)"),
+        ConfigKey("cluster.secret", str, None, "shared secret that controller-only requests must present"),
+        ConfigKey("socket.request.max.bytes", int, 100 * MIB, "largest request frame accepted"),
+        ConfigKey("queued.max.requests.per.connection", int, 64, "requests read ahead per connection"),
+        ConfigKey("replica.fetch.wait.max.ms", int, 500, "max wait of a follower fetch"),
+        ConfigKey("replica.fetch.min.bytes", int, 1, "min bytes of a follower fetch response"),
+        ConfigKey("replica.fetch.max.bytes", int, MIB, "bytes per partition in a follower fetch"),
+        ConfigKey("replica.fetch.response.max.bytes", int, 10 * MIB, "bytes per follower fetch response"),
+        ConfigKey("replica.fetch.backoff.ms", int, 1000, "follower backoff after a partition error"),
+        ConfigKey("num.replica.fetchers", int, 1, "fetchers per source broker"),
+        ConfigKey("replica.lag.time.max.ms", int, 30000, "a follower not caught up for this long leaves the ISR"),
+        ConfigKey("replica.socket.timeout.ms", int, 30000, "follower request timeout"),
+        ConfigKey("replica.high.watermark.checkpoint.interval.ms", int, 5000, "HW checkpoint period"),
+        ConfigKey("min.insync.replicas", int, 1, "ISR size acks=all produce requires"),
+        ConfigKey("broker.heartbeat.interval.ms", int, 2000, "heartbeat period to the controller"),
+        ConfigKey("broker.session.timeout.ms", int, 9000, "controller fences a broker silent this long"),
+        ConfigKey("controlled.shutdown.enable", bool, True, "move leaderships away before exiting on SIGTERM"),
+        ConfigKey("controlled.shutdown.timeout.ms", int, 10000, "how long to wait for leaderships to move"),
+        ConfigKey("fetch.purgatory.purge.interval.requests", int, 1000, "purge completed delayed fetches after"),
+        ConfigKey("producer.purgatory.purge.interval.requests", int, 1000, "purge completed delayed produces after"),
+        ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000, "fetch session cache size"),
+        ConfigKey("log.segment.bytes", int, 1024 * MIB, "segment size before a roll"),
+        ConfigKey("log.roll.ms", int, 7 * 24 * 3600 * 1000, "segment age before a roll"),
+        ConfigKey("log.index.interval.bytes", int, 4096, "bytes between offset index entries"),
+        ConfigKey("log.index.size.max.bytes", int, 10 * MIB, "max offset index size per segment"),
+        ConfigKey("log.retention.ms", int, 7 * 24 * 3600 * 1000, "delete segments older than this (-1: never)"),
+        ConfigKey("log.retention.bytes", int, -1, "delete old segments beyond this size (-1: never)"),
+        ConfigKey("log.retention.check.interval.ms", int, 300000, "how often retention runs"),
+        ConfigKey("log.flush.interval.messages", int, LONG_MAX, "fsync after this many messages"),
+        ConfigKey("log.flush.interval.ms", int, None, "fsync after this many ms (unset: leave it to the OS)"),
+        ConfigKey("leader.replication.throttled.rate", int, LONG_MAX, "bytes/s a leader sends to throttled replicas"),
+        ConfigKey("follower.replication.throttled.rate", int, LONG_MAX, "bytes/s a follower fetches for throttled replicas"),
+        ConfigKey("leader.replication.throttled.replicas", str, "", "topic:partition list or * (leader side)"),
+        ConfigKey("follower.replication.throttled.replicas", str, "", "topic:partition list or * (follower side)"),
+        ConfigKey("metrics.interval.ms", int, 1000, "metrics emission period"),
+        ConfigKey("metrics.dir", str, None, "JSON-lines metrics directory (unset: <log.dirs>/../metrics)"),
+        ConfigKey("metrics.file.enable", bool, True, "write JSON-lines metrics files"),
+        ConfigKey("metrics.file.roll.ms", int, 10000, "roll the active metrics file this often"),
+        ConfigKey("metrics.file.max.bytes", int, 64 * MIB, "roll the active metrics file at this size"),
+        ConfigKey("metrics.mqtt.url", str, None, "mqtt://host:port to publish metrics to (unset: off)"),
+    ]
+)
+
+
+def parse_host_port(value: str, what: str = "address") -> tuple[str, int]:
+    text = value.strip()
+    if "://" in text:
+        text = text.split("://", 1)[1]
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"{what}: expected host:port, got {value!r}")
+    return host, int(port)

@@ -1,0 +1,271 @@
+"""Request handlers: one method per API, turning typed requests into typed responses.
+
+Errors are values here: a partition-level problem becomes that partition's `error_code` and
+`error_message`; nothing a client sends raises out of this module (the server turns any escaped
+exception into UNKNOWN_SERVER_ERROR for that one request, as a last resort).
+
+Controller-only requests (LEADER_AND_ISR, UPDATE_METADATA) are refused with CLUSTER_AUTHORIZATION_FAILED
+from connections that have not presented `cluster.secret` via SASL_AUTHENTICATE, when one is configured.
+CREATE_TOPICS sent to a broker is forwarded to the controller, as Kafka brokers do.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.fetch_session import FetchManager
+from broker.metadata_cache import MetadataCache
+from broker.replica_manager import FetchParams, ReplicaManager
+from broker.server import ConnectionContext
+from protocol.codec import Message
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    ReplicaLogInfo,
+    SUPPORTED_VERSIONS,
+    ApiVersionRange,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsPartitionResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    EpochEndOffset,
+    ErrorResponse,
+    FetchRequest,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataRequest,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+    RequestHeader,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    TopicPartition,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+from protocol.time import Time
+
+log = logging.getLogger(__name__)
+
+ForwardToController = Callable[[Message], Awaitable[Any]]
+
+
+def check_secret(ctx: ConnectionContext, secret: str | None) -> ErrorResponse | None:
+    if secret is None or ctx.authenticated:
+        return None
+    return ErrorResponse(
+        int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+        "this request needs the cluster secret: send SASL_AUTHENTICATE first",
+    )
+
+
+def authenticate(ctx: ConnectionContext, secret: str | None, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
+    if secret is None or hmac.compare_digest(request.auth_bytes, secret.encode()):
+        ctx.authenticated = True
+        return SaslAuthenticateResponse()
+    return SaslAuthenticateResponse(int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "wrong cluster secret")
+
+
+def api_versions_response() -> ApiVersionsResponse:
+    return ApiVersionsResponse(
+        api_keys=[ApiVersionRange(int(k), lo, hi) for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())]
+    )
+
+
+class KafkaApis:
+    def __init__(
+        self,
+        broker_id: int,
+        replica_manager: ReplicaManager,
+        metadata_cache: MetadataCache,
+        fetch_manager: FetchManager,
+        time: Time,
+        cluster_secret: str | None = None,
+        forward_to_controller: ForwardToController | None = None,
+        on_leader_and_isr: Callable[[LeaderAndIsrRequest], LeaderAndIsrResponse] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.replica_manager = replica_manager
+        self.metadata_cache = metadata_cache
+        self.fetch_manager = fetch_manager
+        self.time = time
+        self.cluster_secret = cluster_secret
+        self.forward_to_controller = forward_to_controller
+        self.on_leader_and_isr = on_leader_and_isr
+        self._handlers: dict[type, Callable[[ConnectionContext, Any], Awaitable[Message | None]]] = {
+            ProduceRequest: self.handle_produce,
+            FetchRequest: self.handle_fetch,
+            ListOffsetsRequest: self.handle_list_offsets,
+            MetadataRequest: self.handle_metadata,
+            LeaderAndIsrRequest: self.handle_leader_and_isr,
+            UpdateMetadataRequest: self.handle_update_metadata,
+            ApiVersionsRequest: self.handle_api_versions,
+            CreateTopicsRequest: self.handle_create_topics,
+            DeleteRecordsRequest: self.handle_delete_records,
+            OffsetForLeaderEpochRequest: self.handle_offset_for_leader_epoch,
+            SaslAuthenticateRequest: self.handle_sasl_authenticate,
+            DescribeLogDirsRequest: self.handle_describe_log_dirs,
+        }
+
+    async def handle(self, ctx: ConnectionContext, header: RequestHeader, body: Message) -> Message | None:
+        handler = self._handlers.get(type(body))
+        if handler is None:
+            return ErrorResponse(
+                int(ErrorCode.NOT_CONTROLLER), f"{type(body).__name__} goes to the controller, not a broker"
+            )
+        return await handler(ctx, body)
+
+    # -- data plane ---------------------------------------------------------------------------------
+
+    async def handle_produce(self, ctx: ConnectionContext, request: ProduceRequest) -> ProduceResponse | None:
+        partitions = await self.replica_manager.append_records(request.timeout_ms, request.acks, request.partitions)
+        if request.acks == 0:
+            return None  # Kafka sends no response to acks=0
+        return ProduceResponse(partitions=partitions)
+
+    async def handle_fetch(self, ctx: ConnectionContext, request: FetchRequest) -> Message:
+        is_from_follower = request.replica_id >= 0
+        context = self.fetch_manager.new_context(request, is_from_follower)
+        if context.error != ErrorCode.NONE:
+            return context.error_response()
+        params = FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes)
+        parts = await self.replica_manager.fetch_messages(params, context.partitions_to_read())
+        return context.update_and_generate_response(parts)
+
+    async def handle_list_offsets(self, ctx: ConnectionContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        out = []
+        for p in request.partitions:
+            resp = ListOffsetsPartitionResponse(p.topic, p.partition, timestamp=p.timestamp)
+            try:
+                partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
+                epoch, offset = partition.fetch_offset_for_timestamp(
+                    p.timestamp,
+                    p.current_leader_epoch,
+                    isolation_high_watermark=request.replica_id in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID),
+                    fetch_only_from_leader=request.replica_id != DEBUGGING_REPLICA_ID,
+                )
+                resp.leader_epoch, resp.offset = epoch, offset
+            except KafkaError as exc:
+                resp.error_code, resp.error_message = int(exc.code), str(exc)
+            out.append(resp)
+        return ListOffsetsResponse(partitions=out)
+
+    async def handle_offset_for_leader_epoch(
+        self, ctx: ConnectionContext, request: OffsetForLeaderEpochRequest
+    ) -> OffsetForLeaderEpochResponse:
+        out = []
+        for p in request.partitions:
+            resp = EpochEndOffset(p.topic, p.partition)
+            try:
+                partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
+                resp.leader_epoch, resp.end_offset = partition.last_offset_for_leader_epoch(
+                    p.current_leader_epoch, p.leader_epoch, fetch_only_from_leader=True
+                )
+            except KafkaError as exc:
+                resp.error_code, resp.error_message = int(exc.code), str(exc)
+            out.append(resp)
+        return OffsetForLeaderEpochResponse(partitions=out)
+
+    async def handle_delete_records(self, ctx: ConnectionContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+        out = []
+        for p in request.partitions:
+            resp = DeleteRecordsPartitionResponse(p.topic, p.partition)
+            try:
+                partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
+                partition.check_leader(-1)
+                offset = partition.high_watermark if p.offset == -1 else p.offset
+                if offset > partition.high_watermark or offset < 0:
+                    raise KafkaError(
+                        f"offset {offset} is outside [0, high watermark {partition.high_watermark}]",
+                        code=ErrorCode.OFFSET_OUT_OF_RANGE,
+                    )
+                partition.log.delete_records(offset)  # type: ignore[attr-defined]
+                resp.low_watermark = partition.log_start_offset
+            except KafkaError as exc:
+                resp.error_code, resp.error_message = int(exc.code), str(exc)
+            out.append(resp)
+        return DeleteRecordsResponse(partitions=out)
+
+    async def handle_describe_log_dirs(self, ctx: ConnectionContext, request: DescribeLogDirsRequest) -> Message:
+        replicas = []
+        for tp, p in sorted(self.replica_manager.partitions.items()):
+            if request.topics is not None and tp.topic not in request.topics:
+                continue
+            latest = p.log.latest_epoch  # type: ignore[attr-defined]
+            replicas.append(
+                ReplicaLogInfo(
+                    tp.topic,
+                    tp.partition,
+                    size_bytes=p.log.size_in_bytes,  # type: ignore[attr-defined]
+                    log_start_offset=p.log_start_offset,
+                    log_end_offset=p.log_end_offset,
+                    high_watermark=p.high_watermark,
+                    leader_id=p.leader_id,
+                    leader_epoch=p.leader_epoch,
+                    is_leader=p.is_leader,
+                    isr=sorted(p.isr),
+                    latest_epoch=-1 if latest is None else latest,
+                )
+            )
+        return DescribeLogDirsResponse(str(self.replica_manager.log_manager.log_dir), replicas)
+
+    # -- metadata and control -----------------------------------------------------------------------
+
+    async def handle_metadata(self, ctx: ConnectionContext, request: MetadataRequest) -> Message:
+        return self.metadata_cache.metadata_response(request.topics)
+
+    async def handle_api_versions(self, ctx: ConnectionContext, request: ApiVersionsRequest) -> Message:
+        return api_versions_response()
+
+    async def handle_sasl_authenticate(self, ctx: ConnectionContext, request: SaslAuthenticateRequest) -> Message:
+        return authenticate(ctx, self.cluster_secret, request)
+
+    async def handle_leader_and_isr(self, ctx: ConnectionContext, request: LeaderAndIsrRequest) -> Message:
+        refused = check_secret(ctx, self.cluster_secret)
+        if refused is not None:
+            return refused
+        self.metadata_cache.merge_partition_states(request.partitions, request.live_leaders)
+        if self.on_leader_and_isr is not None:
+            return self.on_leader_and_isr(request)
+        return self.replica_manager.become_leader_or_follower(
+            request, lambda b: self.metadata_cache.endpoint(b) is not None
+        )
+
+    async def handle_update_metadata(self, ctx: ConnectionContext, request: UpdateMetadataRequest) -> Message:
+        refused = check_secret(ctx, self.cluster_secret)
+        if refused is not None:
+            return refused
+        self.metadata_cache.update(request)
+        self.replica_manager.topic_configs = dict(request.topic_configs)
+        return UpdateMetadataResponse()
+
+    async def handle_create_topics(self, ctx: ConnectionContext, request: CreateTopicsRequest) -> Message:
+        if self.forward_to_controller is None:
+            return CreateTopicsResponse(
+                error_code=int(ErrorCode.NOT_CONTROLLER),
+                error_message="this broker runs without a controller; topics come from LEADER_AND_ISR",
+            )
+        try:
+            response: Message = await self.forward_to_controller(request)
+        except (OSError, ConnectionError, TimeoutError) as exc:
+            return CreateTopicsResponse(
+                error_code=int(ErrorCode.NOT_CONTROLLER), error_message=f"controller unreachable: {exc}"
+            )
+        return response
+
+
+LeaderAndIsrHandler = Callable[[LeaderAndIsrRequest], LeaderAndIsrResponse]

@@ -1,0 +1,72 @@
+"""The log manager: every partition replica's Log under one `log.dirs` directory, and the HW checkpoint.
+
+Layout:  <log.dirs>/<topic>-<partition>/            one Log per replica (segments, index, epoch checkpoint)
+         <log.dirs>/replication-offset-checkpoint   every replica's HW, written atomically (Kafka's name)
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from broker.log.checkpoint import HighWatermarkCheckpoint
+from broker.log.log import Log, LogConfig
+from protocol.messages import TopicPartition
+from protocol.time import Time
+
+log = logging.getLogger(__name__)
+
+_DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+
+
+def log_dir_name(tp: TopicPartition) -> str:
+    return f"{tp.topic}-{tp.partition}"
+
+
+class LogManager:
+    def __init__(self, log_dir: Path, config: LogConfig, time: Time) -> None:
+        self.log_dir = log_dir
+        self.config = config
+        self.time = time
+        self.logs: dict[TopicPartition, Log] = {}
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.hw_checkpoint = HighWatermarkCheckpoint(log_dir / HW_CHECKPOINT_FILE)
+        self._checkpointed_hw = self.hw_checkpoint.read()
+
+    def existing_partitions(self) -> list[TopicPartition]:
+        found = []
+        for child in sorted(self.log_dir.iterdir()):
+            m = _DIR_NAME.match(child.name)
+            if child.is_dir() and m:
+                found.append(TopicPartition(m["topic"], int(m["partition"])))
+        return found
+
+    def get_or_create_log(self, tp: TopicPartition) -> Log:
+        existing = self.logs.get(tp)
+        if existing is not None:
+            return existing
+        log_ = Log.open(self.log_dir / log_dir_name(tp), self.config, self.time)
+        hw = self._checkpointed_hw.get((tp.topic, tp.partition))
+        if hw is not None:
+            log_.update_high_watermark(hw)
+        self.logs[tp] = log_
+        return log_
+
+    def checkpoint_high_watermarks(self) -> None:
+        hws = {(tp.topic, tp.partition): lg.high_watermark for tp, lg in self.logs.items()}
+        self.hw_checkpoint.write(hws)
+
+    def cleanup_logs(self) -> int:
+        """Retention (log.retention.ms / log.retention.bytes): whole old segments are deleted."""
+        return sum(lg.delete_old_segments() for lg in self.logs.values())
+
+    def flush_all(self) -> None:
+        for lg in self.logs.values():
+            lg.flush()
+
+    def close(self) -> None:
+        self.checkpoint_high_watermarks()
+        for lg in self.logs.values():
+            lg.close()

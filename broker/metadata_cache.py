@@ -1,0 +1,90 @@
+"""The broker's copy of cluster metadata, as pushed by the controller (UPDATE_METADATA, LEADER_AND_ISR).
+
+METADATA requests are answered from here; follower fetchers look up their leader's address here.
+In standalone mode (no controller, e.g. a test fixture that assigns roles directly) LEADER_AND_ISR's
+`live_leaders` and partition states fill it in as well.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    BrokerEndpoint,
+    LeaderAndIsrPartition,
+    MetadataResponse,
+    PartitionMetadata,
+    TopicMetadata,
+    TopicPartition,
+    UpdateMetadataRequest,
+)
+
+
+class MetadataCache:
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.brokers: dict[int, BrokerEndpoint] = {}
+        self.partitions: dict[TopicPartition, LeaderAndIsrPartition] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        self.controller_id = -1
+        self.controller_epoch = -1
+
+    def update(self, request: UpdateMetadataRequest) -> None:
+        """Replace everything: UPDATE_METADATA carries the controller's whole view."""
+        if request.controller_epoch < self.controller_epoch:
+            return
+        self.controller_epoch = request.controller_epoch
+        self.controller_id = request.controller_id
+        self.brokers = {b.broker_id: b for b in request.brokers}
+        self.partitions = {TopicPartition(p.topic, p.partition): p for p in request.partitions}
+        self.topic_configs = dict(request.topic_configs)
+
+    def merge_partition_states(self, states: list[LeaderAndIsrPartition], leaders: list[BrokerEndpoint]) -> None:
+        for b in leaders:
+            self.brokers.setdefault(b.broker_id, b)
+        for state in states:
+            tp = TopicPartition(state.topic, state.partition)
+            current = self.partitions.get(tp)
+            if current is None or (state.leader_epoch, state.partition_epoch) >= (
+                current.leader_epoch,
+                current.partition_epoch,
+            ):
+                self.partitions[tp] = state
+
+    def endpoint(self, broker_id: int) -> BrokerEndpoint | None:
+        return self.brokers.get(broker_id)
+
+    def topics(self) -> list[str]:
+        return sorted({tp.topic for tp in self.partitions})
+
+    def metadata_response(self, topics: list[str] | None) -> MetadataResponse:
+        names = self.topics() if topics is None else topics
+        by_topic: dict[str, list[PartitionMetadata]] = {}
+        for tp, state in sorted(self.partitions.items()):
+            offline = [r for r in state.replicas if r not in self.brokers]
+            by_topic.setdefault(tp.topic, []).append(
+                PartitionMetadata(
+                    partition=tp.partition,
+                    leader_id=state.leader,
+                    leader_epoch=state.leader_epoch,
+                    replicas=list(state.replicas),
+                    isr=list(state.isr),
+                    error_code=int(ErrorCode.LEADER_NOT_AVAILABLE if state.leader < 0 else ErrorCode.NONE),
+                    offline_replicas=offline,
+                )
+            )
+        out = []
+        for name in names:
+            parts = by_topic.get(name)
+            if parts is None:
+                out.append(
+                    TopicMetadata(
+                        name, [], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), f"unknown topic {name!r}"
+                    )
+                )
+            else:
+                out.append(TopicMetadata(name, parts))
+        return MetadataResponse(
+            brokers=sorted(self.brokers.values(), key=lambda b: b.broker_id),
+            topics=out,
+            controller_id=self.controller_id,
+        )

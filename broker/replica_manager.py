@@ -1,0 +1,353 @@
+"""The replica manager: every partition on this broker, and the leader side of PRODUCE and FETCH.
+
+How this works
+--------------
+It owns the `Partition` objects (created when LEADER_AND_ISR first names one), the fetch and produce
+purgatories, and the follower fetchers (through `fetcher_manager`). The request handlers call it:
+
+* `append_records` (PRODUCE): leader append per partition, then for acks=all a DelayedProduce that
+  completes when the HW passes each partition's last offset (or the timeout, REQUEST_TIMED_OUT);
+* `fetch_messages` (FETCH): read every partition (L3), record follower progress (L4–L7), then answer at
+  once or park a DelayedFetch (L10, L11);
+* `become_leader_or_follower` (LEADER_AND_ISR): role changes (L9, F20), completing parked requests so
+  they answer NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH, and (re)starting follower fetchers;
+* `maybe_shrink_isr` (periodic, `replica.lag.time.max.ms / 2`, L8) and HW checkpoints.
+
+Whenever something can change what a parked request would see — an append, a HW move, a role change —
+it calls `check_and_complete` on the purgatories for that partition (L12).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
+from broker.log_manager import LogManager
+from broker.partition import IsrChangeSink, Partition
+from broker.purgatory import DelayedOperationPurgatory
+from fetcher.partition_fetch_state import InitialFetchState
+from protocol.errors import (
+    ErrorCode,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
+from protocol.messages import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    FetchPartition,
+    FetchPartitionResponse,
+    LeaderAndIsrPartition,
+    LeaderAndIsrPartitionResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    ProducePartition,
+    ProducePartitionResponse,
+    TopicPartition,
+)
+from protocol.time import Time
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class FetchParams:
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+
+    @property
+    def is_from_follower(self) -> bool:
+        return self.replica_id >= 0
+
+    @property
+    def fetch_only_from_leader(self) -> bool:
+        """Everyone but the debugging replica id (-2) must fetch from the leader."""
+        return self.replica_id != DEBUGGING_REPLICA_ID
+
+
+@dataclass(slots=True)
+class ReplicaManagerStats:
+    delayed_fetch_expirations: int = 0
+    delayed_produce_expirations: int = 0
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        time: Time,
+        fetch_purgatory: DelayedOperationPurgatory,
+        produce_purgatory: DelayedOperationPurgatory,
+        replica_lag_time_max_ms: int = 30000,
+        min_insync_replicas: int = 1,
+        isr_sink: IsrChangeSink | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.time = time
+        self.fetch_purgatory = fetch_purgatory
+        self.produce_purgatory = produce_purgatory
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.min_insync_replicas = min_insync_replicas
+        self.isr_sink = isr_sink
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        self.controller_epoch = -1
+        self.fetcher_manager: Any = None  # fetcher.replica_fetcher_manager.ReplicaFetcherManager
+        self.initial_fetch_state_factory: Callable[[int, int, int], Any] = InitialFetchState
+        self.stats = ReplicaManagerStats()
+        self.on_role_change: Callable[[TopicPartition], None] | None = None
+        self.is_broker_eligible: Callable[[int], bool] = lambda broker_id: True
+
+    # -- lookups ------------------------------------------------------------------------------------
+
+    def get_partition_or_error(self, tp: TopicPartition) -> Partition:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            raise UnknownTopicOrPartitionError(f"this broker hosts no replica of {tp}")
+        return partition
+
+    def follower_log(self, tp: TopicPartition) -> Any:
+        """FollowerReplicas for the fetchers: the log of a partition this broker follows."""
+        partition = self.get_partition_or_error(tp)
+        if partition.is_leader:
+            raise NotLeaderOrFollowerError(f"{tp} is led by this broker now")
+        return partition.log
+
+    def _now(self) -> int:
+        return self.time.milliseconds()
+
+    # -- PRODUCE ------------------------------------------------------------------------------------
+
+    async def append_records(
+        self, timeout_ms: int, required_acks: int, entries: list[ProducePartition]
+    ) -> list[ProducePartitionResponse]:
+        now = self._now()
+        responses: list[ProducePartitionResponse] = []
+        statuses: dict[TopicPartition, ProducePartitionStatus] = {}
+        for entry in entries:
+            tp = TopicPartition(entry.topic, entry.partition)
+            resp = ProducePartitionResponse(entry.topic, entry.partition)
+            responses.append(resp)
+            try:
+                partition = self.get_partition_or_error(tp)
+                hw_before = partition.high_watermark
+                info = partition.append_records_to_leader(entry.records, required_acks, now)
+                resp.base_offset = info.first_offset  # type: ignore[attr-defined]
+                resp.log_start_offset = partition.log_start_offset
+                statuses[tp] = ProducePartitionStatus(info.last_offset + 1, resp)  # type: ignore[attr-defined]
+                self._after_leader_change_of_data(tp, partition.high_watermark != hw_before)
+            except KafkaError as exc:
+                resp.error_code = int(exc.code)
+                resp.error_message = str(exc)
+        if required_acks != -1 or not statuses:
+            return responses
+        future: asyncio.Future[list[ProducePartitionResponse]] = asyncio.get_running_loop().create_future()
+
+        def respond(_: list[ProducePartitionResponse]) -> None:
+            if not future.done():
+                future.set_result(responses)
+
+        op = DelayedProduce(timeout_ms, statuses, self, respond)
+        self.produce_purgatory.try_complete_else_watch(op, list(statuses))
+        return await future
+
+    def _after_leader_change_of_data(self, tp: TopicPartition, hw_changed: bool) -> None:
+        self.fetch_purgatory.check_and_complete(tp)
+        if hw_changed:
+            self.produce_purgatory.check_and_complete(tp)
+
+    # -- FETCH --------------------------------------------------------------------------------------
+
+    async def fetch_messages(self, params: FetchParams, infos: list[FetchPartition]) -> list[FetchPartitionResponse]:
+        responses = self.read_and_record(params, infos)
+        bytes_readable = sum(len(r.records) for r in responses)
+        any_error = any(r.error_code != ErrorCode.NONE for r in responses)
+        if params.max_wait_ms <= 0 or not infos or bytes_readable >= params.min_bytes or any_error:
+            return responses
+        statuses: dict[TopicPartition, FetchPartitionStatus] = {}
+        for info in infos:
+            tp = TopicPartition(info.topic, info.partition)
+            partition = self.partitions[tp]
+            statuses[tp] = FetchPartitionStatus(info, partition.log.offset_metadata(info.fetch_offset))  # type: ignore[attr-defined]
+        future: asyncio.Future[list[FetchPartitionResponse]] = asyncio.get_running_loop().create_future()
+
+        def respond(result: list[FetchPartitionResponse]) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        op = DelayedFetch(params.max_wait_ms, params, statuses, self, respond)
+        self.fetch_purgatory.try_complete_else_watch(op, list(statuses))
+        return await future
+
+    def read_and_record(self, params: FetchParams, infos: list[FetchPartition]) -> list[FetchPartitionResponse]:
+        """Read every partition (L3) and, for a follower, record its fetch position (L4) afterwards."""
+        now = self._now()
+        responses = self.read_from_local_log(params, infos)
+        if params.is_from_follower:
+            for info, resp in zip(infos, responses, strict=True):
+                if resp.error_code != ErrorCode.NONE:
+                    continue  # follower state is only updated from successful reads
+                tp = TopicPartition(info.topic, info.partition)
+                partition = self.partitions[tp]
+                hw_before = partition.high_watermark
+                partition.counters.replication_bytes_out += len(resp.records)
+                known = partition.update_follower_fetch_state(
+                    params.replica_id, info.fetch_offset, info.log_start_offset, now, resp_leo(partition)
+                )
+                if not known:
+                    resp.records = b""
+                    resp.error_code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                    resp.error_message = f"broker {params.replica_id} is not a replica of {tp}"
+                elif partition.high_watermark != hw_before:
+                    self._on_high_watermark_change(tp)
+        else:
+            for info, resp in zip(infos, responses, strict=True):
+                if resp.error_code == ErrorCode.NONE and resp.records:
+                    self.partitions[TopicPartition(info.topic, info.partition)].counters.bytes_out += len(resp.records)
+        return responses
+
+    def read_from_local_log(self, params: FetchParams, infos: list[FetchPartition]) -> list[FetchPartitionResponse]:
+        remaining = params.max_bytes
+        min_one_message = True
+        responses = []
+        for info in infos:
+            tp = TopicPartition(info.topic, info.partition)
+            resp = FetchPartitionResponse(info.topic, info.partition)
+            try:
+                partition = self.get_partition_or_error(tp)
+                read = partition.read_records(
+                    fetch_offset=info.fetch_offset,
+                    current_leader_epoch=info.current_leader_epoch,
+                    max_bytes=min(info.partition_max_bytes, remaining),
+                    fetch_only_from_leader=params.fetch_only_from_leader,
+                    read_up_to_log_end=params.is_from_follower,
+                    min_one_message=min_one_message,
+                )
+                resp.records = read.records
+                resp.high_watermark = read.high_watermark
+                resp.log_start_offset = read.log_start_offset
+                if read.records:
+                    remaining = max(0, remaining - len(read.records))
+                    min_one_message = False
+            except KafkaError as exc:
+                resp.error_code = int(exc.code)
+                resp.error_message = str(exc)
+            responses.append(resp)
+        return responses
+
+    def _on_high_watermark_change(self, tp: TopicPartition) -> None:
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    # -- LEADER_AND_ISR -----------------------------------------------------------------------------
+
+    def become_leader_or_follower(
+        self, request: LeaderAndIsrRequest, leader_endpoints_known: Callable[[int], bool] | None = None
+    ) -> LeaderAndIsrResponse:
+        if request.controller_epoch < self.controller_epoch:
+            return LeaderAndIsrResponse(
+                error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH),
+                error_message=f"controller epoch {request.controller_epoch} < {self.controller_epoch}",
+            )
+        self.controller_epoch = request.controller_epoch
+        now = self._now()
+        results = []
+        to_leaders: list[TopicPartition] = []
+        to_followers: dict[TopicPartition, LeaderAndIsrPartition] = {}
+        for state in request.partitions:
+            tp = TopicPartition(state.topic, state.partition)
+            result = LeaderAndIsrPartitionResponse(state.topic, state.partition)
+            results.append(result)
+            if self.broker_id not in state.replicas:
+                result.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            partition = self.partitions.get(tp)
+            if partition is not None and state.leader_epoch < partition.leader_epoch:
+                result.error_code = int(ErrorCode.FENCED_LEADER_EPOCH)
+                continue
+            if partition is not None and state.leader_epoch == partition.leader_epoch:
+                if state.partition_epoch > partition.partition_epoch:
+                    partition.assignment = list(state.replicas)
+                    partition.apply_committed_isr(state.leader_epoch, state.isr, state.partition_epoch)
+                    if partition.is_leader and partition.maybe_increment_leader_hw(now):
+                        self._on_high_watermark_change(tp)
+                continue
+            partition = partition or self._create_partition(tp)
+            if state.leader == self.broker_id:
+                partition.make_leader(state, now)
+                to_leaders.append(tp)
+            else:
+                if partition.make_follower(state):
+                    to_followers[tp] = state
+        if to_leaders and self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions(set(to_leaders))
+        if to_followers and self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions(set(to_followers))
+        for tp in [*to_leaders, *to_followers]:
+            self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)
+            if self.on_role_change is not None:
+                self.on_role_change(tp)
+        if to_followers and self.fetcher_manager is not None:
+            initial = {
+                tp: self.initial_fetch_state_factory(state.leader, state.leader_epoch, self.partitions[tp].high_watermark)
+                for tp, state in to_followers.items()
+                if state.leader >= 0 and (leader_endpoints_known is None or leader_endpoints_known(state.leader))
+            }
+            if initial:
+                self.fetcher_manager.add_fetcher_for_partitions(initial)
+        return LeaderAndIsrResponse(partitions=results)
+
+    def _create_partition(self, tp: TopicPartition) -> Partition:
+        topic_config = self.topic_configs.get(tp.topic, {})
+        min_isr = int(topic_config.get("min.insync.replicas", self.min_insync_replicas))
+        partition = Partition(
+            tp,
+            self.broker_id,
+            self.log_manager.get_or_create_log(tp),
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+            min_insync_replicas=min_isr,
+            isr_sink=self.isr_sink,
+            is_broker_eligible=lambda broker_id: self.is_broker_eligible(broker_id),
+        )
+        self.partitions[tp] = partition
+        return partition
+
+    # -- periodic work ------------------------------------------------------------------------------
+
+    def maybe_shrink_isr(self) -> int:
+        now = self._now()
+        shrunk = 0
+        for tp, partition in self.partitions.items():
+            if partition.is_leader and partition.maybe_shrink_isr(now):
+                shrunk += 1
+                if partition.maybe_increment_leader_hw(now):
+                    self._on_high_watermark_change(tp)
+        return shrunk
+
+    def on_isr_committed(self, tp: TopicPartition, leader_epoch: int, isr: list[int], partition_epoch: int) -> None:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return
+        partition.apply_committed_isr(leader_epoch, isr, partition_epoch)
+        if partition.maybe_increment_leader_hw(self._now()):
+            self._on_high_watermark_change(tp)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self.log_manager.checkpoint_high_watermarks()
+
+
+def resp_leo(partition: Partition) -> int:
+    return partition.log_end_offset
+
+
+__all__ = ["CONSUMER_REPLICA_ID", "FetchParams", "ReplicaManager"]

@@ -1,0 +1,234 @@
+"""The socket server: the only socket code in broker/ (the controller reuses it too).
+
+How this works
+--------------
+One `_ServerConnection` (an asyncio BufferedProtocol) per client connection reads frames with the
+shared `FrameDecoder` straight into its buffers, decodes each into (header, typed body) and queues it.
+One worker task per connection takes requests in order, awaits the handler and writes the response, so
+responses leave in request order with their correlation ids, as Kafka's muted-channel processing does.
+Clients may pipeline: while `queued.max.requests.per.connection` requests wait, the socket stops being
+read (back-pressure through TCP instead of memory).
+
+Failure handling, per DESIGN principle 8:
+* a broken frame, undecodable msgpack, an oversize length prefix or an unreadable header closes that
+  connection only, with a log line;
+* a request whose header is fine but whose API, version or body is not gets an error response
+  (INVALID_REQUEST / UNSUPPORTED_VERSION with a message naming the field) and the connection stays;
+* an exception escaping a handler becomes UNKNOWN_SERVER_ERROR for that request; the broker goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.codec import Message, packb, to_wire, unpackb
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame_prefix
+from protocol.messages import ErrorResponse, RequestDecodeError, RequestHeader, decode_request_value
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ConnectionContext:
+    """What a handler may know about the connection a request came from."""
+
+    connection_id: int
+    peer: str
+    authenticated: bool = False
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+Handler = Callable[[ConnectionContext, RequestHeader, Message], Awaitable[Message | None]]
+
+
+@dataclass(slots=True)
+class ServerStats:
+    active_connections: int = 0
+    requests_total: int = 0
+    bad_frames_total: int = 0
+    bad_requests_total: int = 0
+    handler_errors_total: int = 0
+
+
+class _ServerConnection(asyncio.BufferedProtocol):
+    def __init__(self, server: SocketServer, connection_id: int) -> None:
+        self.server = server
+        self.decoder = FrameDecoder(max_frame_bytes=server.max_frame_bytes)
+        self.queue: collections.deque[tuple[RequestHeader, Message | None, RequestDecodeError | None]] = (
+            collections.deque()
+        )
+        self.wakeup = asyncio.Event()
+        self.transport: asyncio.Transport | None = None
+        self.context = ConnectionContext(connection_id, "?")
+        self.reading_paused = False
+        self.closing = False
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self.worker: asyncio.Task[None] | None = None
+
+    # -- asyncio protocol callbacks ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
+        peer = transport.get_extra_info("peername")
+        self.context.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.stats.active_connections += 1
+        self.worker = asyncio.get_running_loop().create_task(self._work(), name=f"conn-{self.context.peer}")
+        self.server._workers.add(self.worker)
+        self.worker.add_done_callback(self.server._workers.discard)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.decoder.buffer_updated(nbytes)
+        try:
+            while (frame := self.decoder.next_frame()) is not None:
+                self._on_frame(frame)
+        except ProtocolError as exc:
+            self.server.stats.bad_frames_total += 1
+            log.warning("closing connection from %s: %s", self.context.peer, exc)
+            self._abort()
+            return
+        if len(self.queue) >= self.server.max_queued_requests and not self.reading_paused and self.transport:
+            self.transport.pause_reading()
+            self.reading_paused = True
+
+    def _on_frame(self, frame: bytes | bytearray) -> None:
+        value = unpackb(frame)
+        try:
+            header, body = decode_request_value(value)
+        except RequestDecodeError as exc:
+            self.server.stats.bad_requests_total += 1
+            self.queue.append((exc.header, None, exc))
+        else:
+            self.queue.append((header, body, None))
+        self.wakeup.set()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.stats.active_connections -= 1
+        self.server._connections.discard(self)
+        self._can_write.set()
+        self.wakeup.set()
+
+    def _abort(self) -> None:
+        self.closing = True
+        self.queue.clear()
+        if self.transport is not None:
+            self.transport.close()
+        self.wakeup.set()
+
+    # -- the worker: one request at a time, in order ---------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            while not self.queue:
+                if self.closing:
+                    return
+                self.wakeup.clear()
+                await self.wakeup.wait()
+            header, body, error = self.queue.popleft()
+            if self.reading_paused and len(self.queue) < self.server.max_queued_requests // 2:
+                self.reading_paused = False
+                if self.transport is not None and not self.closing:
+                    self.transport.resume_reading()
+            response = await self._respond(header, body, error)
+            if response is None or self.closing or self.transport is None:
+                continue
+            payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
+            self.transport.writelines([frame_prefix(len(payload)), payload])
+            if not self._can_write.is_set():
+                await self._can_write.wait()
+
+    async def _respond(
+        self, header: RequestHeader, body: Message | None, error: RequestDecodeError | None
+    ) -> Message | None:
+        self.server.stats.requests_total += 1
+        if error is not None:
+            log.info("bad request from %s: %s", self.context.peer, error)
+            return ErrorResponse(int(error.code), str(error))
+        assert body is not None
+        try:
+            return await self.server.handler(self.context, header, body)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.server.stats.handler_errors_total += 1
+            log.exception("error handling %s from %s", type(body).__name__, self.context.peer)
+            return ErrorResponse(int(ErrorCode.UNKNOWN_SERVER_ERROR), f"{type(exc).__name__}: {exc}")
+
+
+class SocketServer:
+    """Accepts connections and owns their worker tasks. `await start()`, then `await close()`."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_queued_requests: int = 64,
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.max_frame_bytes = max_frame_bytes
+        self.max_queued_requests = max_queued_requests
+        self.stats = ServerStats()
+        self._server: asyncio.AbstractServer | None = None
+        self._workers: set[asyncio.Task[None]] = set()
+        self._connections: set[_ServerConnection] = set()
+        self._next_id = 0
+
+    def _make_connection(self) -> _ServerConnection:
+        self._next_id += 1
+        conn = _ServerConnection(self, self._next_id)
+        self._connections.add(conn)
+        return conn
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._make_connection, self.host, self.port, reuse_address=True)
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        log.info("listening on %s:%d", self.host, self.port)
+
+    async def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def close(self, drain_timeout_s: float = 5.0) -> None:
+        """Stop accepting, let in-flight requests finish (bounded), then close every connection."""
+        await self.stop_accepting()
+        for conn in list(self._connections):
+            conn.closing = True
+            conn.wakeup.set()
+        if self._workers:
+            await asyncio.wait(set(self._workers), timeout=drain_timeout_s)
+        for conn in list(self._connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        for task in list(self._workers):
+            task.cancel()
+        if self._workers:
+            await asyncio.gather(*self._workers, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        self._connections.clear()

@@ -1,0 +1,214 @@
+"""A small client for the whole cluster: metadata, a connection per broker, produce, fetch, admin.
+
+It routes each partition's requests to the leader named by METADATA and refreshes metadata when a
+broker answers NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH or a connection breaks. It never
+resends a PRODUCE on its own: whether to retry is the caller's decision, because a request that timed
+out or lost its connection may or may not have been written (the chaos producers count those as
+indeterminate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from client.connection import BrokerConnection
+from protocol.codec import Message
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    BrokerEndpoint,
+    CreatableTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    PartitionMetadata,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    TopicPartition,
+)
+
+log = logging.getLogger(__name__)
+
+REFRESH_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+}
+
+
+class ClusterUnavailableError(ConnectionError):
+    pass
+
+
+@dataclass(slots=True)
+class PartitionInfo:
+    tp: TopicPartition
+    leader_id: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+
+
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    out = []
+    for item in servers.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"bootstrap server must be HOST:PORT, got {item.strip()!r}")
+        out.append((host, int(port)))
+    return out
+
+
+class ClusterClient:
+    def __init__(self, bootstrap: str, client_id: str = "minibroker-cli", request_timeout_s: float = 30.0):
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self.brokers: dict[int, BrokerEndpoint] = {}
+        self.partitions: dict[TopicPartition, PartitionInfo] = {}
+        self.controller_id = -1
+        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+
+    async def __aenter__(self) -> ClusterClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        conns, self._connections = list(self._connections.values()), {}
+        for c in conns:
+            try:
+                await asyncio.wait_for(c.close(), 1.0)
+            except (asyncio.TimeoutError, OSError):
+                pass
+
+    async def connection(self, host: str, port: int) -> BrokerConnection:
+        key = (host, port)
+        conn = self._connections.get(key)
+        if conn is None or not conn.is_open:
+            conn = await BrokerConnection.connect(host, port, self.client_id, timeout_s=5.0)
+            self._connections[key] = conn
+        return conn
+
+    async def send_to(self, broker_id: int, request: Message, timeout_s: float | None = None) -> Any:
+        ep = self.brokers.get(broker_id)
+        if ep is None:
+            raise ClusterUnavailableError(f"broker {broker_id} is not in the cluster metadata")
+        conn = await self.connection(ep.host, ep.port)
+        try:
+            return await conn.send(request, timeout_s=timeout_s or self.request_timeout_s)
+        except (ConnectionError, OSError):
+            self._connections.pop((ep.host, ep.port), None)
+            raise
+
+    async def send_any(self, request: Message, timeout_s: float | None = None) -> Any:
+        """Send to the first bootstrap server (then known brokers) that answers."""
+        candidates = list(self.bootstrap) + [(b.host, b.port) for b in self.brokers.values()]
+        errors = []
+        for host, port in dict.fromkeys(candidates):
+            try:
+                conn = await self.connection(host, port)
+                return await conn.send(request, timeout_s=timeout_s or self.request_timeout_s)
+            except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+                self._connections.pop((host, port), None)
+                errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+        raise ClusterUnavailableError("no broker reachable (" + "; ".join(errors) + ")")
+
+    # -- metadata -----------------------------------------------------------------------------------
+
+    async def refresh_metadata(self, topics: list[str] | None = None) -> MetadataResponse:
+        resp: MetadataResponse = await self.send_any(MetadataRequest(topics))
+        self.brokers = {b.broker_id: b for b in resp.brokers}
+        self.controller_id = resp.controller_id
+        for t in resp.topics:
+            if t.error_code != ErrorCode.NONE:
+                continue
+            for p in t.partitions:
+                self.partitions[TopicPartition(t.topic, p.partition)] = _info(t.topic, p)
+        return resp
+
+    def partitions_of(self, topic: str) -> list[TopicPartition]:
+        return sorted(tp for tp in self.partitions if tp.topic == topic)
+
+    def leader_of(self, tp: TopicPartition) -> PartitionInfo:
+        info = self.partitions.get(tp)
+        if info is None:
+            raise KeyError(f"unknown partition {tp}")
+        return info
+
+    async def wait_for_leaders(self, topic: str, timeout_s: float = 30.0) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            resp = await self.refresh_metadata([topic])
+            t = resp.topics[0] if resp.topics else None
+            if t and t.error_code == ErrorCode.NONE and t.partitions and all(p.leader_id >= 0 for p in t.partitions):
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"topic {topic!r} has no leader for every partition after {timeout_s}s")
+            await asyncio.sleep(0.05)
+
+    # -- admin --------------------------------------------------------------------------------------
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str] | None = None
+    ) -> CreateTopicsResponse:
+        req = CreateTopicsRequest([CreatableTopic(name, partitions, replication_factor, configs or {})])
+        return await self.send_any(req)
+
+    # -- data ---------------------------------------------------------------------------------------
+
+    async def produce(
+        self, tp: TopicPartition, records: bytes, acks: int = -1, timeout_ms: int = 30000
+    ) -> ProduceResponse | None:
+        info = self.leader_of(tp)
+        req = ProduceRequest(acks, timeout_ms, [ProducePartition(tp.topic, tp.partition, records)])
+        return await self.send_to(
+            info.leader_id, req, timeout_s=timeout_ms / 1000.0 + 5.0
+        ) if acks != 0 else await self._send_no_response(info.leader_id, req)
+
+    async def _send_no_response(self, broker_id: int, req: Message) -> None:
+        ep = self.brokers[broker_id]
+        conn = await self.connection(ep.host, ep.port)
+        await conn.send(req, expect_response=False)
+
+    async def list_offset(self, tp: TopicPartition, earliest: bool, replica_id: int = -1) -> tuple[int, int]:
+        """(error_code, offset) from the leader: earliest or latest (the HW for consumers)."""
+        info = self.leader_of(tp)
+        ts = EARLIEST_TIMESTAMP if earliest else LATEST_TIMESTAMP
+        req = ListOffsetsRequest(replica_id, [ListOffsetsPartition(tp.topic, tp.partition, ts, info.leader_epoch)])
+        resp: ListOffsetsResponse = await self.send_to(info.leader_id, req)
+        p = resp.partitions[0] if resp.partitions else None
+        code = resp.error_code or (p.error_code if p else ErrorCode.UNKNOWN_SERVER_ERROR)
+        return int(code), p.offset if p else -1
+
+    async def fetch(
+        self,
+        broker_id: int,
+        partitions: Iterable[FetchPartition],
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        max_bytes: int = 50 * 1024 * 1024,
+        replica_id: int = -1,
+    ) -> FetchResponse:
+        req = FetchRequest(replica_id, max_wait_ms, min_bytes, max_bytes, list(partitions))
+        return await self.send_to(broker_id, req, timeout_s=max_wait_ms / 1000.0 + self.request_timeout_s)
+
+
+def _info(topic: str, p: PartitionMetadata) -> PartitionInfo:
+    return PartitionInfo(TopicPartition(topic, p.partition), p.leader_id, p.leader_epoch, list(p.replicas), list(p.isr))

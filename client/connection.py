@@ -1,0 +1,179 @@
+"""An asyncio connection to one broker or controller: pipelined requests matched by correlation id.
+
+How this works
+--------------
+`BrokerConnection.connect` opens a TCP connection (TCP_NODELAY) whose protocol object reads with the
+shared `FrameDecoder` through asyncio's BufferedProtocol interface, so large responses land in one
+frame-sized buffer. `send` encodes `[header, body]`, writes it, and awaits the future registered under
+its correlation id; any number of requests may be in flight and responses may be awaited in any order.
+A broken connection fails every pending future with `ConnectionError`; a request that outlives its
+timeout raises `asyncio.TimeoutError` and its late response is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+from typing import Any, TypeVar
+
+from protocol.api_keys import ApiKey
+from protocol.codec import Message, from_wire, packb, to_wire, unpackb
+from protocol.errors import ProtocolError
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame_prefix
+from protocol.messages import RESPONSE_TYPES, ApiVersionsRequest, api_key_of
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+
+
+class _ClientProtocol(asyncio.BufferedProtocol):
+    def __init__(self, max_frame_bytes: int) -> None:
+        self.decoder = FrameDecoder(max_frame_bytes=max_frame_bytes)
+        self.pending: dict[int, tuple[asyncio.Future[Message], ApiKey]] = {}
+        self.transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.decoder.buffer_updated(nbytes)
+        try:
+            while (frame := self.decoder.next_frame()) is not None:
+                self._on_frame(frame)
+        except ProtocolError as exc:
+            log.warning("closing connection: bad response frame: %s", exc)
+            self._fail_all(ConnectionError(f"bad response from server: {exc}"))
+            if self.transport is not None:
+                self.transport.close()
+
+    def _on_frame(self, frame: bytes | bytearray) -> None:
+        value = unpackb(frame)
+        if type(value) is not list or len(value) != 2 or type(value[0]) is not dict:
+            raise ProtocolError("a response is a 2-element array [header, body]")
+        correlation_id = value[0].get("correlation_id")
+        entry = self.pending.pop(correlation_id, None) if type(correlation_id) is int else None
+        if entry is None:
+            return  # a response to a request that timed out
+        future, api_key = entry
+        if future.done():
+            return
+        try:
+            future.set_result(from_wire(RESPONSE_TYPES[api_key], value[1]))
+        except ProtocolError as exc:
+            future.set_exception(exc)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    async def drain(self) -> None:
+        await self._can_write.wait()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(ConnectionError(f"connection closed{': ' + str(exc) if exc else ''}"))
+        self._can_write.set()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def _fail_all(self, exc: Exception) -> None:
+        pending, self.pending = self.pending, {}
+        for future, _ in pending.values():
+            if not future.done():
+                future.set_exception(exc)
+
+
+class BrokerConnection:
+    """One TCP connection; safe to share between tasks on the same event loop."""
+
+    def __init__(self, protocol: _ClientProtocol, host: str, port: int, client_id: str) -> None:
+        self._protocol = protocol
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self._correlation = itertools.count(1)
+
+    @classmethod
+    async def connect(
+        cls,
+        host: str,
+        port: int,
+        client_id: str = "minibroker-client",
+        timeout_s: float = 5.0,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> BrokerConnection:
+        loop = asyncio.get_running_loop()
+        _, protocol = await asyncio.wait_for(
+            loop.create_connection(lambda: _ClientProtocol(max_frame_bytes), host, port), timeout_s
+        )
+        return cls(protocol, host, port, client_id)
+
+    @property
+    def is_open(self) -> bool:
+        t = self._protocol.transport
+        return t is not None and not t.is_closing()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._protocol.pending)
+
+    async def send(self, body: M | Message, timeout_s: float | None = 30.0, expect_response: bool = True) -> Any:
+        """Send a request and return its typed response (None when `expect_response` is False)."""
+        api_key = api_key_of(body)
+        transport = self._protocol.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionError(f"connection to {self.host}:{self.port} is closed")
+        correlation_id = next(self._correlation)
+        header = {"api_key": int(api_key), "api_version": 0, "correlation_id": correlation_id, "client_id": self.client_id}
+        payload = packb([header, to_wire(body)])
+        future: asyncio.Future[Message] | None = None
+        if expect_response:
+            future = asyncio.get_running_loop().create_future()
+            self._protocol.pending[correlation_id] = (future, api_key)
+        transport.writelines([frame_prefix(len(payload)), payload])
+        await self._protocol.drain()
+        if future is None:
+            return None
+        try:
+            return await asyncio.wait_for(future, timeout_s) if timeout_s else await future
+        finally:
+            self._protocol.pending.pop(correlation_id, None)
+
+    async def send_raw(self, frame_body: bytes) -> None:
+        """Write an arbitrary frame body (tests of malformed input use this)."""
+        transport = self._protocol.transport
+        if transport is None:
+            raise ConnectionError("not connected")
+        transport.writelines([frame_prefix(len(frame_body)), frame_body])
+        await self._protocol.drain()
+
+    async def api_versions(self) -> Any:
+        return await self.send(ApiVersionsRequest())
+
+    async def close(self) -> None:
+        transport = self._protocol.transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
+        await self._protocol.closed
+
+    async def wait_closed(self) -> None:
+        await self._protocol.closed
+
+    async def __aenter__(self) -> BrokerConnection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

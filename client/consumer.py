@@ -1,0 +1,156 @@
+"""Consuming records from partition leaders, like kafka-console-consumer, with offset sanity checks.
+
+Positions start at the earliest offset (`--from-beginning`) or at the high watermark. Each fetch goes
+to the partition's leader with its current leader epoch; NOT_LEADER / FENCED / UNKNOWN_LEADER_EPOCH
+refresh metadata, OFFSET_OUT_OF_RANGE resets to the earliest offset. Records below the position in a
+returned batch (a batch may start before the requested offset) are skipped, so each offset is
+delivered once and in increasing order; `Consumer.nonmonotonic` counts any violation of that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from client.cluster_client import REFRESH_ERRORS, ClusterClient, ClusterUnavailableError
+from protocol.errors import ErrorCode
+from protocol.messages import FetchPartition, TopicPartition
+from protocol.record_batch import Record, iter_records
+
+
+@dataclass
+class Consumer:
+    client: ClusterClient
+    partitions: list[TopicPartition]
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+    nonmonotonic: int = 0
+    last_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    max_wait_ms: int = 200
+
+    async def seek_all(self, earliest: bool) -> None:
+        for tp in self.partitions:
+            self.positions[tp] = await self._list(tp, earliest)
+
+    async def _list(self, tp: TopicPartition, earliest: bool) -> int:
+        for _ in range(50):
+            try:
+                code, offset = await self.client.list_offset(tp, earliest)
+            except (ConnectionError, OSError, asyncio.TimeoutError, KeyError):
+                code, offset = int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1
+            if code == ErrorCode.NONE:
+                return offset
+            await asyncio.sleep(0.1)
+            await self.client.refresh_metadata([tp.topic])
+        raise ClusterUnavailableError(f"no offset for {tp}")
+
+    async def poll(self) -> list[tuple[TopicPartition, Record]]:
+        """One fetch round to every leader; records in offset order per partition."""
+        by_leader: dict[int, list[FetchPartition]] = {}
+        for tp in self.partitions:
+            info = self.client.partitions.get(tp)
+            if info is None or info.leader_id < 0:
+                continue
+            by_leader.setdefault(info.leader_id, []).append(
+                FetchPartition(tp.topic, tp.partition, self.positions[tp], 1024 * 1024, current_leader_epoch=info.leader_epoch)
+            )
+        if not by_leader:
+            await asyncio.sleep(0.1)
+            await self.client.refresh_metadata(sorted({tp.topic for tp in self.partitions}))
+            return []
+        results = await asyncio.gather(
+            *(self.client.fetch(leader, parts, max_wait_ms=self.max_wait_ms) for leader, parts in by_leader.items()),
+            return_exceptions=True,
+        )
+        out: list[tuple[TopicPartition, Record]] = []
+        refresh = False
+        for result in results:
+            if isinstance(result, BaseException):
+                refresh = True
+                continue
+            for p in result.partitions:
+                tp = TopicPartition(p.topic, p.partition)
+                if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    self.positions[tp] = await self._list(tp, earliest=True)
+                    continue
+                if p.error_code != ErrorCode.NONE:
+                    refresh = refresh or ErrorCode(p.error_code) in REFRESH_ERRORS
+                    continue
+                for rec in iter_records(p.records):
+                    if rec.offset < self.positions[tp]:
+                        continue
+                    last = self.last_offsets.get(tp, -1)
+                    if rec.offset <= last:
+                        self.nonmonotonic += 1
+                    self.last_offsets[tp] = rec.offset
+                    self.positions[tp] = rec.offset + 1
+                    out.append((tp, rec))
+        if refresh:
+            await asyncio.sleep(0.05)
+            try:
+                await self.client.refresh_metadata(sorted({tp.topic for tp in self.partitions}))
+            except ClusterUnavailableError:
+                pass
+        return out
+
+
+async def consume_all(
+    client: ClusterClient,
+    partitions: list[TopicPartition],
+    from_beginning: bool,
+    max_messages: int | None,
+    timeout_ms: int,
+    on_record: Callable[[TopicPartition, Record], None] | None = None,
+) -> Consumer:
+    consumer = Consumer(client, partitions)
+    await consumer.seek_all(earliest=from_beginning)
+    count = 0
+    last_new = time.monotonic()
+    while max_messages is None or count < max_messages:
+        batch = await consumer.poll()
+        if batch:
+            last_new = time.monotonic()
+        for tp, rec in batch:
+            if max_messages is not None and count >= max_messages:
+                break
+            count += 1
+            if on_record is not None:
+                on_record(tp, rec)
+        if (time.monotonic() - last_new) * 1000 >= timeout_ms:
+            break
+    return consumer
+
+
+async def consume_command(args: argparse.Namespace) -> dict[str, Any]:
+    from cluster.cli import EXIT_CLUSTER_ERROR, EXIT_UNREACHABLE, CliError
+
+    counts: dict[str, int] = {}
+    out = sys.stdout.buffer
+
+    def on_record(tp: TopicPartition, rec: Record) -> None:
+        counts[str(tp.partition)] = counts.get(str(tp.partition), 0) + 1
+        if args.json:
+            return
+        prefix = f"{tp.partition}\t{rec.offset}\t".encode() if args.print_offsets else b""
+        out.write(prefix + (rec.value or b"") + b"\n")
+
+    async with ClusterClient(args.bootstrap_server) as client:
+        try:
+            meta = await client.refresh_metadata([args.topic])
+        except ClusterUnavailableError as exc:
+            raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+        if meta.topics[0].error_code != ErrorCode.NONE:
+            raise CliError(f"unknown topic {args.topic!r}", EXIT_CLUSTER_ERROR)
+        partitions = client.partitions_of(args.topic)
+        if args.partition is not None:
+            tp = TopicPartition(args.topic, args.partition)
+            if tp not in partitions:
+                raise CliError(f"topic {args.topic!r} has no partition {args.partition}", EXIT_CLUSTER_ERROR)
+            partitions = [tp]
+        await consume_all(client, partitions, args.from_beginning, args.max_messages, args.timeout_ms, on_record)
+    out.flush()
+    return {"count": sum(counts.values()), "partitions": counts}

@@ -1,0 +1,496 @@
+"""Leader-kill chaos with a verdict: SIGKILL leaders under acks=all load, then check every acked write.
+
+How this works
+--------------
+1. A cluster: the local one in `--dir`, or a fresh 3-broker cluster in a temporary dir (heartbeats every
+   250 ms, session timeout 1000 ms) that is stopped afterwards. A topic with RF 3 and
+   `min.insync.replicas=2`.
+2. Load: `--producers` tasks write unique values (`p<producer>-<seq>`) with acks=all, one small batch at
+   a time, round robin over partitions, and never resend a value. Each value ends as
+   * acked: the leader answered NONE, so it must be in the final log at `base_offset + i`;
+   * failed: the broker said it was *not* written (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, ...);
+   * indeterminate: a timeout, REQUEST_TIMED_OUT or a broken connection — it may or may not be there.
+   A consumer reads every partition the whole time and counts offsets going backwards (nonmonotonic).
+3. Rounds: every `--interval-ms` the broker leading the most partitions (ties broken by `--seed`) is
+   killed with SIGKILL; we record the new leaders and epochs, the time without a leader, the time to the
+   first acked write on a new leader (failover), and with `--restart` the broker is restarted and we
+   wait for its ISRs to fill again, noting how many of its partitions it truncated.
+4. Verdict: load stops, every broker is brought back, replicas converge (all in ISR, equal LEO = HW),
+   and the oracle checks:
+   lost-write (acked, missing), duplicate (one value at two offsets), inconsistent-offsets (acked at X,
+   found at Y; or two values at one offset across replicas), divergence (replicas not byte-identical
+   below the HW), nonmonotonic (a consumer saw an offset go backwards). Valid iff all are zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from client.cluster_client import ClusterClient, ClusterUnavailableError
+from client.consumer import Consumer
+from client.producer import NOT_WRITTEN
+from cluster.local_cluster import (
+    LocalClusterState,
+    pid_alive,
+    restart_broker,
+    start_cluster,
+    stop_cluster,
+)
+from protocol.errors import ErrorCode
+from protocol.messages import DEBUGGING_REPLICA_ID, FetchPartition, TopicPartition
+from protocol.record_batch import build_batch, iter_records
+
+CHAOS_OVERRIDES = {
+    "broker.session.timeout.ms": "1000",
+    "broker.heartbeat.interval.ms": "250",
+    "replica.fetch.backoff.ms": "100",
+    "replica.lag.time.max.ms": "5000",
+    "replica.fetch.wait.max.ms": "200",
+}
+
+
+@dataclass
+class KillReport:
+    round: int
+    broker_id: int
+    pid: int
+    led_partitions: int
+    killed_at_ms: int
+    new_leaders: dict[str, int] = field(default_factory=dict)
+    new_epochs: dict[str, int] = field(default_factory=dict)
+    time_without_leader_ms: float | None = None
+    failover_ms: float | None = None
+    restarted: bool = False
+    isr_full_after_ms: float | None = None
+    follower_truncations: int = 0
+
+
+@dataclass
+class Outcomes:
+    acked: dict[str, tuple[TopicPartition, int]] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)
+    indeterminate: set[str] = field(default_factory=set)
+    ack_latencies_ms: list[float] = field(default_factory=list)
+    # (time, partition, broker that acked) for failover measurement
+    ack_events: list[tuple[float, TopicPartition, int]] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]
+
+
+class ChaosRun:
+    def __init__(self, state: LocalClusterState, args: argparse.Namespace, progress: Any) -> None:
+        self.state = state
+        self.args = args
+        self.progress = progress
+        self.rng = random.Random(args.seed)
+        self.outcomes = Outcomes()
+        self.kills: list[KillReport] = []
+        self.stop_load = asyncio.Event()
+        self.consumer_nonmonotonic = 0
+        self.started = time.monotonic()
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _client(self, name: str) -> ClusterClient:
+        return ClusterClient(self.state.bootstrap, client_id=name, request_timeout_s=10.0)
+
+    async def _leaders(self, client: ClusterClient) -> dict[TopicPartition, tuple[int, int, list[int]]]:
+        await client.refresh_metadata([self.args.topic])
+        return {tp: (i.leader_id, i.leader_epoch, i.isr) for tp, i in client.partitions.items() if tp.topic == self.args.topic}
+
+    # -- load -----------------------------------------------------------------------------------------
+
+    async def producer(self, index: int, partitions: list[TopicPartition]) -> None:
+        client = self._client(f"chaos-producer-{index}")
+        seq = 0
+        order = partitions[index % len(partitions) :] + partitions[: index % len(partitions)]
+        try:
+            await client.refresh_metadata([self.args.topic])
+            while not self.stop_load.is_set():
+                for tp in order:
+                    if self.stop_load.is_set():
+                        break
+                    values = [f"p{index}-{seq + i}".encode() for i in range(self.rng.randint(1, 5))]
+                    seq += len(values)
+                    await self._send(client, tp, values)
+        finally:
+            await client.close()
+
+    async def _send(self, client: ClusterClient, tp: TopicPartition, values: list[bytes]) -> None:
+        keys = [v.decode() for v in values]
+        t0 = time.monotonic()
+        info = client.partitions.get(tp)
+        leader = info.leader_id if info else -1
+        try:
+            if leader < 0:
+                raise ClusterUnavailableError("no leader")
+            resp = await client.produce(tp, build_batch(values), acks=-1, timeout_ms=5000)  # type: ignore[arg-type]
+        except ClusterUnavailableError:
+            self.outcomes.failed.update(keys)  # never sent
+            self.outcomes.errors["NO_LEADER"] += 1
+            await self._refresh(client)
+            return
+        except ConnectionRefusedError:
+            self.outcomes.failed.update(keys)
+            self.outcomes.errors["CONNECTION_REFUSED"] += 1
+            await self._refresh(client)
+            return
+        except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+            self.outcomes.indeterminate.update(keys)
+            self.outcomes.errors[type(exc).__name__] += 1
+            await self._refresh(client)
+            return
+        assert resp is not None
+        p = resp.partitions[0] if resp.partitions else None
+        code = ErrorCode(resp.error_code or (p.error_code if p else -1))
+        if code == ErrorCode.NONE and p is not None:
+            now = time.monotonic()
+            for i, key in enumerate(keys):
+                self.outcomes.acked[key] = (tp, p.base_offset + i)
+            self.outcomes.ack_latencies_ms.append((now - t0) * 1000.0)
+            self.outcomes.ack_events.append((now, tp, leader))
+            return
+        self.outcomes.errors[code.name] += 1
+        if code in NOT_WRITTEN:
+            self.outcomes.failed.update(keys)
+        else:
+            self.outcomes.indeterminate.update(keys)
+        await self._refresh(client)
+
+    async def _refresh(self, client: ClusterClient) -> None:
+        await asyncio.sleep(0.02)
+        with contextlib.suppress(ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError):
+            await client.refresh_metadata([self.args.topic])
+
+    async def consumer(self, partitions: list[TopicPartition]) -> None:
+        client = self._client("chaos-consumer")
+        try:
+            await client.refresh_metadata([self.args.topic])
+            consumer = Consumer(client, partitions)
+            await consumer.seek_all(earliest=True)
+            while not self.stop_load.is_set():
+                try:
+                    await consumer.poll()
+                except (ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError):
+                    await asyncio.sleep(0.05)
+                    with contextlib.suppress(Exception):
+                        await client.refresh_metadata([self.args.topic])
+                self.consumer_nonmonotonic = consumer.nonmonotonic
+        finally:
+            await client.close()
+
+    # -- kills ----------------------------------------------------------------------------------------
+
+    async def kill_round(self, round_no: int, client: ClusterClient) -> KillReport:
+        leaders = await self._leaders(client)
+        counts: dict[int, int] = defaultdict(int)
+        for leader, _, _ in leaders.values():
+            if leader >= 0:
+                counts[leader] += 1
+        alive = {b.node_id for b in self.state.brokers if pid_alive(b.pid)}
+        candidates = [b for b in counts if b in alive]
+        if not candidates:
+            raise RuntimeError("no live leader to kill")
+        most = max(counts[b] for b in candidates)
+        victim = self.rng.choice(sorted(b for b in candidates if counts[b] == most))
+        info = self.state.broker(victim)
+        led = [tp for tp, (leader, _, _) in leaders.items() if leader == victim]
+        killed_at = time.monotonic()
+        os.kill(info.pid, signal.SIGKILL)
+        report = KillReport(round_no, victim, info.pid, len(led), int(time.time() * 1000))
+        self.progress(f"round {round_no}/{self.args.rounds}: SIGKILL broker {victim} (pid {info.pid}), leader of {len(led)} partitions")
+        # Wait for every partition it led to get a new leader.
+        deadline = killed_at + 30.0
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError):
+                now_leaders = await self._leaders(client)
+                if all(now_leaders[tp][0] not in (-1, victim) for tp in led):
+                    report.time_without_leader_ms = round((time.monotonic() - killed_at) * 1000.0, 1)
+                    report.new_leaders = {str(tp): now_leaders[tp][0] for tp in led}
+                    report.new_epochs = {str(tp): now_leaders[tp][1] for tp in led}
+                    break
+            await asyncio.sleep(0.02)
+        # Failover: first acked write on a new leader for one of its partitions.
+        deadline = killed_at + 30.0
+        while time.monotonic() < deadline and report.failover_ms is None:
+            for t, tp, broker in self.outcomes.ack_events:
+                if t > killed_at and tp in led and broker != victim:
+                    report.failover_ms = round((t - killed_at) * 1000.0, 1)
+                    break
+            await asyncio.sleep(0.01)
+        self.progress(
+            f"  new leaders after {report.time_without_leader_ms} ms: "
+            + ", ".join(f"{k}->{v}@{report.new_epochs[k]}" for k, v in report.new_leaders.items())
+            + (f"; first acked write on a new leader after {report.failover_ms} ms" if report.failover_ms else "")
+        )
+        if self.args.restart:
+            await self._restart(report)
+        return report
+
+    async def _restart(self, report: KillReport) -> None:
+        info = self.state.broker(report.broker_id)
+        log_offset = Path(info.log).stat().st_size if Path(info.log).exists() else 0
+        restarted_at = time.monotonic()
+        await restart_broker(self.state, report.broker_id)
+        report.restarted = True
+        client = self._client("chaos-isr")
+        try:
+            deadline = restarted_at + 60.0
+            while time.monotonic() < deadline:
+                with contextlib.suppress(ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError):
+                    leaders = await self._leaders(client)
+                    if all(len(isr) == 3 for _, _, isr in leaders.values()):
+                        report.isr_full_after_ms = round((time.monotonic() - restarted_at) * 1000.0, 1)
+                        break
+                await asyncio.sleep(0.05)
+        finally:
+            await client.close()
+        with open(info.log, "rb") as f:
+            f.seek(log_offset)
+            report.follower_truncations = sum(1 for line in f if b"truncated" in line and self.args.topic.encode() in line)
+        self.progress(
+            f"  broker {report.broker_id} restarted; ISRs full again after {report.isr_full_after_ms} ms; "
+            f"{report.follower_truncations} truncations"
+        )
+
+    # -- convergence and the oracle ----------------------------------------------------------------
+
+    async def converge(self, timeout_s: float = 60.0) -> bool:
+        for b in self.state.brokers:
+            if not pid_alive(b.pid):
+                self.progress(f"restarting broker {b.node_id} for the final check")
+                await restart_broker(self.state, b.node_id)
+        client = self._client("chaos-verify")
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                with contextlib.suppress(ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError):
+                    leaders = await self._leaders(client)
+                    if all(len(isr) == 3 for _, _, isr in leaders.values()):
+                        ends = await self._replica_ends(client)
+                        if ends and all(len(set(v)) == 1 for v in ends.values()):
+                            return True
+                await asyncio.sleep(0.1)
+            return False
+        finally:
+            await client.close()
+
+    async def _replica_ends(self, client: ClusterClient) -> dict[TopicPartition, list[tuple[int, int]]]:
+        from protocol.messages import DescribeLogDirsRequest
+
+        ends: dict[TopicPartition, list[tuple[int, int]]] = defaultdict(list)
+        for b in self.state.brokers:
+            conn = await client.connection(b.host, b.port)
+            resp = await conn.send(DescribeLogDirsRequest([self.args.topic]), timeout_s=5.0)
+            for r in resp.replicas:
+                ends[TopicPartition(r.topic, r.partition)].append((r.log_end_offset, r.high_watermark))
+        return ends
+
+    async def read_replica(self, client: ClusterClient, broker_id: int, tp: TopicPartition) -> bytes:
+        """Every byte of one replica from log start to its HW (debug fetch: any replica, up to HW)."""
+        info = self.state.broker(broker_id)
+        conn = await client.connection(info.host, info.port)
+        out = bytearray()
+        offset = 0
+        while True:
+            resp = await client_fetch_debug(conn, tp, offset)
+            p = resp.partitions[0]
+            if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset == 0 and p.log_start_offset > 0:
+                offset = p.log_start_offset
+                continue
+            if p.error_code != ErrorCode.NONE or not p.records:
+                return bytes(out)
+            out += p.records
+            last = None
+            for rec in iter_records(p.records):
+                last = rec.offset
+            offset = (last + 1) if last is not None else offset + 1
+
+    async def verify(self) -> dict[str, Any]:
+        client = self._client("chaos-verify")
+        lost, duplicates, inconsistent, divergent = [], [], [], []
+        try:
+            await client.refresh_metadata([self.args.topic])
+            found: dict[str, list[tuple[TopicPartition, int]]] = defaultdict(list)
+            for tp in client.partitions_of(self.args.topic):
+                replicas = client.partitions[tp].replicas
+                data = {b: await self.read_replica(client, b, tp) for b in replicas}
+                reference = data[client.partitions[tp].leader_id]
+                for b, blob in data.items():
+                    if blob != reference:
+                        divergent.append({"partition": str(tp), "broker": b, "bytes": len(blob), "leader_bytes": len(reference)})
+                        by_offset_ref = {r.offset: r.value for r in iter_records(reference)}
+                        for r in iter_records(blob):
+                            if r.offset in by_offset_ref and by_offset_ref[r.offset] != r.value:
+                                inconsistent.append({"partition": str(tp), "offset": r.offset, "broker": b, "kind": "two values at one offset"})
+                for r in iter_records(reference):
+                    if r.value is not None:
+                        found[r.value.decode()].append((tp, r.offset))
+            for key, (tp, offset) in self.outcomes.acked.items():
+                where = found.get(key)
+                if not where:
+                    lost.append({"value": key, "partition": str(tp), "offset": offset})
+                elif (tp, offset) not in where:
+                    inconsistent.append({"value": key, "acked_at": [str(tp), offset], "found_at": [[str(t), o] for t, o in where]})
+            for key, where in found.items():
+                if len(where) > 1:
+                    duplicates.append({"value": key, "found_at": [[str(t), o] for t, o in where]})
+        finally:
+            await client.close()
+        return {"lost": lost, "duplicates": duplicates, "inconsistent": inconsistent, "divergent": divergent}
+
+    # -- the whole run --------------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        args = self.args
+        admin = self._client("chaos-admin")
+        try:
+            resp = await admin.create_topic(args.topic, args.partitions, 3, {"min.insync.replicas": "2"})
+            code = resp.topics[0].error_code if resp.topics else resp.error_code
+            if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                raise RuntimeError(f"cannot create topic {args.topic}: {resp.topics[0].error_message if resp.topics else resp.error_message}")
+            await admin.wait_for_leaders(args.topic)
+            partitions = admin.partitions_of(args.topic)
+            load_start = time.monotonic()
+            tasks = [asyncio.create_task(self.producer(i, partitions), name=f"producer-{i}") for i in range(args.producers)]
+            tasks.append(asyncio.create_task(self.consumer(partitions), name="consumer"))
+            try:
+                await asyncio.sleep(1.0)
+                for round_no in range(1, args.rounds + 1):
+                    await asyncio.sleep(args.interval_ms / 1000.0)
+                    self.kills.append(await self.kill_round(round_no, admin))
+                    self.progress(f"  load so far: {len(self.outcomes.acked)} acked, {len(self.outcomes.failed)} failed, {len(self.outcomes.indeterminate)} indeterminate")
+                await asyncio.sleep(1.0)
+            finally:
+                self.stop_load.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            load_s = time.monotonic() - load_start
+        finally:
+            await admin.close()
+        self.progress("load stopped; waiting for replicas to converge")
+        converged = await self.converge()
+        self.progress("checking every acked write on every replica")
+        problems = await self.verify()
+        return self.report(converged, problems, load_s)
+
+    def report(self, converged: bool, problems: dict[str, Any], load_s: float) -> dict[str, Any]:
+        o = self.outcomes
+        valid = converged and not any(problems.values()) and self.consumer_nonmonotonic == 0
+        failovers = [k.failover_ms for k in self.kills if k.failover_ms is not None]
+        return {
+            "valid": valid,
+            "rounds": len(self.kills),
+            "acked": len(o.acked),
+            "failed": len(o.failed),
+            "indeterminate": len(o.indeterminate),
+            "lost_writes": len(problems["lost"]),
+            "duplicates": len(problems["duplicates"]),
+            "inconsistent_offsets": len(problems["inconsistent"]),
+            "divergent_replicas": len(problems["divergent"]),
+            "nonmonotonic": self.consumer_nonmonotonic,
+            "converged": converged,
+            "kills": [asdict(k) for k in self.kills],
+            "throughput_records_s": round(len(o.acked) / load_s, 1) if load_s > 0 else 0.0,
+            "ack_latency_ms": {
+                "p50": _percentile(o.ack_latencies_ms, 50),
+                "p99": _percentile(o.ack_latencies_ms, 99),
+                "max": max(o.ack_latencies_ms) if o.ack_latencies_ms else None,
+            },
+            "failover_ms": {"p50": _percentile(failovers, 50), "p99": _percentile(failovers, 99)},
+            "errors": dict(o.errors),
+            "examples": {k: v[:5] for k, v in problems.items()},
+        }
+
+
+async def client_fetch_debug(conn: Any, tp: TopicPartition, offset: int) -> Any:
+    from protocol.messages import FetchRequest
+
+    req = FetchRequest(DEBUGGING_REPLICA_ID, 0, 1, 8 * 1024 * 1024, [FetchPartition(tp.topic, tp.partition, offset, 8 * 1024 * 1024)])
+    return await conn.send(req, timeout_s=10.0)
+
+
+def render_report(report: dict[str, Any]) -> str:
+    lines = [
+        f"verdict: {'VALID' if report['valid'] else 'INVALID'}",
+        f"rounds {report['rounds']}  acked {report['acked']}  failed {report['failed']}  indeterminate {report['indeterminate']}"
+        f"  throughput {report['throughput_records_s']} records/s",
+        f"ack latency ms: p50 {report['ack_latency_ms']['p50']}  p99 {report['ack_latency_ms']['p99']}"
+        f"  failover ms: p50 {report['failover_ms']['p50']}  p99 {report['failover_ms']['p99']}",
+        f"lost writes {report['lost_writes']}  duplicates {report['duplicates']}  inconsistent offsets "
+        f"{report['inconsistent_offsets']}  divergent replicas {report['divergent_replicas']}  nonmonotonic {report['nonmonotonic']}",
+    ]
+    for k in report["kills"]:
+        lines.append(
+            f"  kill {k['round']}: broker {k['broker_id']} (led {k['led_partitions']}) -> leaders {k['new_leaders']} "
+            f"epochs {k['new_epochs']}; no leader for {k['time_without_leader_ms']} ms; failover {k['failover_ms']} ms"
+            + (f"; ISR full after {k['isr_full_after_ms']} ms; truncations {k['follower_truncations']}" if k["restarted"] else "")
+        )
+    if not report["converged"]:
+        lines.append("replicas did not converge within the time limit")
+    return "\n".join(lines)
+
+
+async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
+    fresh_dir: tempfile.TemporaryDirectory[str] | None = None
+    if args.dir:
+        state = LocalClusterState.load(Path(args.dir))
+    else:
+        fresh_dir = tempfile.TemporaryDirectory(prefix="minibroker-chaos-")
+        overrides = dict(CHAOS_OVERRIDES)
+        if args.metrics_dir:
+            overrides["metrics.dir"] = str(Path(args.metrics_dir).resolve())
+        base = 20000 + (os.getpid() % 2000) * 4
+        progress(f"starting a fresh 3-broker cluster in {fresh_dir.name}")
+        state = await start_cluster(Path(fresh_dir.name), 3, base_port=base, controller_port=base + 3, overrides=overrides, progress=progress)
+    try:
+        return await ChaosRun(state, args, progress).run()
+    finally:
+        if fresh_dir is not None:
+            stop_cluster(state, timeout_s=10.0)
+            fresh_dir.cleanup()
+
+
+def run_leader_kill_command(args: argparse.Namespace) -> int:
+    from cluster.cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, _run
+    from cluster.local_cluster import ClusterError
+
+    if args.rounds < 1 or args.interval_ms < 0 or args.producers < 1 or args.partitions < 1:
+        print("minibroker: error: --rounds, --producers and --partitions must be >= 1, --interval-ms >= 0", file=sys.stderr)
+        return EXIT_USAGE
+
+    def progress(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    try:
+        report = _run(run_leader_kill(args, progress))
+    except ClusterError as exc:
+        print(f"minibroker: error: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    text = json.dumps(report, indent=2, default=str)
+    if args.json == "-":
+        print(text)
+    elif args.json:
+        Path(args.json).write_text(text + "\n")
+    print(render_report(report), file=sys.stderr if args.json == "-" else sys.stdout)
+    return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED
+
+

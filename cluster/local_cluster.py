@@ -1,0 +1,336 @@
+"""A local cluster: one controller and N brokers as child processes, each with its own dirs and log.
+
+Layout of a cluster directory (`--dir D`):
+
+    D/cluster.json                 who runs where: pids, ports, dirs (written once everything is up)
+    D/controller/controller.properties, controller.log, metadata/
+    D/broker-<id>/broker.properties, broker.log, data/
+    D/metrics/                     every broker's JSON-lines metrics (the lag dashboard reads these)
+
+Processes are started with `python -m cluster.cli broker|controller --config <file>` in their own
+session (so a Ctrl-C in the terminal reaches only the launcher, which then stops them in order:
+brokers with SIGTERM — controlled shutdown — then the controller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from client.connection import BrokerConnection
+from protocol.messages import MetadataRequest
+
+STATE_FILE = "cluster.json"
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@dataclass
+class ProcessInfo:
+    role: str  # "controller" or "broker"
+    node_id: int
+    host: str
+    port: int
+    pid: int
+    dir: str
+    log: str
+    config: str
+
+
+@dataclass
+class LocalClusterState:
+    dir: str
+    controller: ProcessInfo
+    brokers: list[ProcessInfo] = field(default_factory=list)
+    metrics_dir: str = ""
+    secret: str | None = None
+
+    def save(self) -> None:
+        path = Path(self.dir) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, cluster_dir: Path) -> LocalClusterState:
+        path = cluster_dir / STATE_FILE
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ClusterError(f"no cluster in {cluster_dir} (no {STATE_FILE}); start one with `minibroker cluster up`") from None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ClusterError(f"cannot read {path}: {exc}") from None
+        raw["controller"] = ProcessInfo(**raw["controller"])
+        raw["brokers"] = [ProcessInfo(**b) for b in raw["brokers"]]
+        return cls(**raw)
+
+    def broker(self, broker_id: int) -> ProcessInfo:
+        for b in self.brokers:
+            if b.node_id == broker_id:
+                return b
+        raise ClusterError(f"no broker {broker_id} in this cluster")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{b.host}:{b.port}" for b in self.brokers)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); ask /proc when we can.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def _write_properties(path: Path, props: dict[str, Any]) -> None:
+    lines = [f"{k}={v}" for k, v in props.items() if v is not None]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def spawn(role: str, config_file: Path, log_file: Path) -> subprocess.Popen[bytes]:
+    log = open(log_file, "ab")  # noqa: SIM115 - handed to the child
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cluster.cli", role, "--config", str(config_file)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+    finally:
+        log.close()
+
+
+def controller_props(cluster_dir: Path, port: int, secret: str | None, overrides: dict[str, str]) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "node.id": 3000,
+        "listeners": f"127.0.0.1:{port}",
+        "metadata.log.dir": str(cluster_dir / "controller" / "metadata"),
+        "cluster.secret": secret,
+        "broker.session.timeout.ms": 3000,
+        "broker.heartbeat.interval.ms": 500,
+        "default.replication.factor": 3,
+        "num.partitions": 3,
+    }
+    from cluster.controller_server import CONTROLLER_CONFIG
+
+    props.update({k: v for k, v in overrides.items() if k in CONTROLLER_CONFIG.keys})
+    return props
+
+
+def broker_props(
+    cluster_dir: Path, broker_id: int, port: int, controller_port: int, secret: str | None, overrides: dict[str, str]
+) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "broker.id": broker_id,
+        "listeners": f"127.0.0.1:{port}",
+        "log.dirs": str(cluster_dir / f"broker-{broker_id}" / "data"),
+        "controller.quorum.voters": f"127.0.0.1:{controller_port}",
+        "cluster.secret": secret,
+        "metrics.dir": str(cluster_dir / "metrics"),
+        "broker.heartbeat.interval.ms": 500,
+        "broker.session.timeout.ms": 3000,
+        "replica.lag.time.max.ms": 10000,
+        "replica.fetch.backoff.ms": 200,
+    }
+    from broker.config import BROKER_CONFIG
+
+    props.update({k: v for k, v in overrides.items() if k in BROKER_CONFIG.keys})
+    return props
+
+
+def log_size(log_file: Path) -> int:
+    try:
+        return log_file.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _read_from(log_file: Path, offset: int) -> str:
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+async def wait_for_listening(log_file: Path, proc: Any, timeout_s: float, offset: int = 0) -> None:
+    """Wait for the process's "listening" line, written after `offset` (logs are appended across restarts)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = _read_from(log_file, offset)
+        if '"event": "listening"' in text:
+            return
+        if proc.poll() is not None:
+            raise ClusterError(f"process exited with status {proc.returncode} during start-up; log {log_file}:\n{text[-2000:]}")
+        await asyncio.sleep(0.05)
+    raise ClusterError(f"process did not start listening within {timeout_s}s; see {log_file}")
+
+
+async def registered_brokers(host: str, port: int) -> set[int]:
+    try:
+        conn = await BrokerConnection.connect(host, port, "launcher", timeout_s=1.0)
+    except (OSError, asyncio.TimeoutError):
+        return set()
+    try:
+        resp = await conn.send(MetadataRequest([]), timeout_s=2.0)
+        return {b.broker_id for b in resp.brokers}
+    except (ConnectionError, OSError, asyncio.TimeoutError):
+        return set()
+    finally:
+        await conn.close()
+
+
+async def start_cluster(
+    cluster_dir: Path,
+    num_brokers: int = 3,
+    base_port: int = 9092,
+    controller_port: int | None = None,
+    secret: str | None = None,
+    overrides: dict[str, str] | None = None,
+    timeout_s: float = 60.0,
+    progress: Any = None,
+) -> LocalClusterState:
+    """Start a controller and `num_brokers` brokers; return once every broker is registered and unfenced."""
+    overrides = overrides or {}
+    cluster_dir = cluster_dir.resolve()
+    cluster_dir.mkdir(parents=True, exist_ok=True)
+    existing = cluster_dir / STATE_FILE
+    if existing.exists():
+        state = LocalClusterState.load(cluster_dir)
+        alive = [p.pid for p in [state.controller, *state.brokers] if pid_alive(p.pid)]
+        if alive:
+            raise ClusterError(f"a cluster is already running in {cluster_dir} (pids {alive}); `minibroker cluster down` first")
+    cport = controller_port if controller_port is not None else base_port + 100
+    (cluster_dir / "controller").mkdir(exist_ok=True)
+    (cluster_dir / "metrics").mkdir(exist_ok=True)
+    cconf = cluster_dir / "controller" / "controller.properties"
+    _write_properties(cconf, controller_props(cluster_dir, cport, secret, overrides))
+    clog = cluster_dir / "controller" / "controller.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    offsets: list[int] = []
+    try:
+        offsets.append(log_size(clog))
+        cproc = spawn("controller", cconf, clog)
+        procs.append(cproc)
+        controller = ProcessInfo("controller", 3000, "127.0.0.1", cport, cproc.pid, str(cluster_dir / "controller"), str(clog), str(cconf))
+        await wait_for_listening(clog, cproc, timeout_s, offsets[0])
+        if progress:
+            progress(f"controller listening on 127.0.0.1:{cport} (pid {cproc.pid})")
+        brokers = []
+        for i in range(num_brokers):
+            broker_id = i + 1
+            bdir = cluster_dir / f"broker-{broker_id}"
+            bdir.mkdir(exist_ok=True)
+            bconf = bdir / "broker.properties"
+            port = base_port + i
+            _write_properties(bconf, broker_props(cluster_dir, broker_id, port, cport, secret, overrides))
+            blog = bdir / "broker.log"
+            offsets.append(log_size(blog))
+            bproc = spawn("broker", bconf, blog)
+            procs.append(bproc)
+            brokers.append(ProcessInfo("broker", broker_id, "127.0.0.1", port, bproc.pid, str(bdir), str(blog), str(bconf)))
+        for info, proc, offset in zip(brokers, procs[1:], offsets[1:], strict=True):
+            await wait_for_listening(Path(info.log), proc, timeout_s, offset)
+            if progress:
+                progress(f"broker {info.node_id} listening on 127.0.0.1:{info.port} (pid {info.pid})")
+        deadline = time.monotonic() + timeout_s
+        want = {b.node_id for b in brokers}
+        while not want <= await registered_brokers("127.0.0.1", cport):
+            for info, proc in zip(brokers, procs[1:], strict=True):
+                if proc.poll() is not None:
+                    raise ClusterError(f"broker {info.node_id} exited with status {proc.returncode}; see {info.log}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"brokers did not all register within {timeout_s}s; see the logs in {cluster_dir}")
+            await asyncio.sleep(0.05)
+        if progress:
+            progress(f"all {num_brokers} brokers registered with the controller")
+        state = LocalClusterState(str(cluster_dir), controller, brokers, str(cluster_dir / "metrics"), secret)
+        state.save()
+        return state
+    except BaseException:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        raise
+
+
+def signal_process(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def wait_exit(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                return True
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def stop_process(pid: int, timeout_s: float = 15.0) -> str:
+    if not pid_alive(pid):
+        return "not running"
+    signal_process(pid, signal.SIGTERM)
+    if wait_exit(pid, timeout_s):
+        return "stopped"
+    signal_process(pid, signal.SIGKILL)
+    wait_exit(pid, 5.0)
+    return "killed"
+
+
+def stop_cluster(state: LocalClusterState, timeout_s: float = 15.0) -> dict[str, str]:
+    """SIGTERM every broker (they move leaderships away and exit), then the controller."""
+    result = {}
+    for b in state.brokers:
+        if pid_alive(b.pid):
+            signal_process(b.pid, signal.SIGTERM)
+    for b in state.brokers:
+        result[f"broker-{b.node_id}"] = "stopped" if wait_exit(b.pid, timeout_s) else stop_process(b.pid, 1.0)
+    result["controller"] = stop_process(state.controller.pid, timeout_s)
+    return result
+
+
+async def restart_broker(state: LocalClusterState, broker_id: int, timeout_s: float = 30.0) -> ProcessInfo:
+    info = state.broker(broker_id)
+    if pid_alive(info.pid):
+        raise ClusterError(f"broker {broker_id} is still running (pid {info.pid})")
+    offset = log_size(Path(info.log))
+    proc = spawn("broker", Path(info.config), Path(info.log))
+    info.pid = proc.pid
+    state.save()
+    await wait_for_listening(Path(info.log), proc, timeout_s, offset)
+    return info

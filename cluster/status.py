@@ -1,0 +1,119 @@
+"""`minibroker cluster status`: processes, partitions, leaders, epochs, ISR, and HW/LEO/lag per replica."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from client.connection import BrokerConnection
+from cluster.local_cluster import LocalClusterState, pid_alive
+from protocol.messages import DescribeLogDirsRequest, MetadataRequest
+
+
+async def _ask(host: str, port: int, request: Any) -> Any:
+    try:
+        conn = await BrokerConnection.connect(host, port, "status", timeout_s=1.0)
+    except (OSError, asyncio.TimeoutError):
+        return None
+    try:
+        return await conn.send(request, timeout_s=3.0)
+    except (ConnectionError, OSError, asyncio.TimeoutError):
+        return None
+    finally:
+        await conn.close()
+
+
+async def collect_status(state: LocalClusterState) -> dict[str, Any]:
+    c = state.controller
+    meta = await _ask(c.host, c.port, MetadataRequest(None)) if pid_alive(c.pid) else None
+    registered = {b.broker_id for b in meta.brokers} if meta else set()
+    logs = await asyncio.gather(
+        *(_ask(b.host, b.port, DescribeLogDirsRequest()) if pid_alive(b.pid) else _none() for b in state.brokers)
+    )
+    replicas: dict[tuple[str, int], dict[int, Any]] = {}
+    for b, resp in zip(state.brokers, logs, strict=True):
+        for r in resp.replicas if resp else []:
+            replicas.setdefault((r.topic, r.partition), {})[b.node_id] = r
+    partitions = []
+    leads: dict[int, int] = {}
+    follows: dict[int, int] = {}
+    for t in meta.topics if meta else []:
+        for p in t.partitions:
+            here = replicas.get((t.topic, p.partition), {})
+            leader_leo = here[p.leader_id].log_end_offset if p.leader_id in here else None
+            reps = []
+            for broker_id in p.replicas:
+                r = here.get(broker_id)
+                reps.append(
+                    {
+                        "broker_id": broker_id,
+                        "log_end_offset": r.log_end_offset if r else None,
+                        "high_watermark": r.high_watermark if r else None,
+                        "log_start_offset": r.log_start_offset if r else None,
+                        "lag": (leader_leo - r.log_end_offset) if (r and leader_leo is not None) else None,
+                    }
+                )
+                if broker_id == p.leader_id:
+                    leads[broker_id] = leads.get(broker_id, 0) + 1
+                else:
+                    follows[broker_id] = follows.get(broker_id, 0) + 1
+            partitions.append(
+                {
+                    "topic": t.topic,
+                    "partition": p.partition,
+                    "leader": p.leader_id,
+                    "leader_epoch": p.leader_epoch,
+                    "isr": p.isr,
+                    "replicas": reps,
+                }
+            )
+    brokers = [
+        {
+            "id": b.node_id,
+            "pid": b.pid,
+            "address": f"{b.host}:{b.port}",
+            "alive": pid_alive(b.pid),
+            "registered": b.node_id in registered,
+            "leader_count": leads.get(b.node_id, 0),
+            "follower_count": follows.get(b.node_id, 0),
+        }
+        for b in state.brokers
+    ]
+    return {
+        "dir": state.dir,
+        "controller": {"pid": c.pid, "address": f"{c.host}:{c.port}", "alive": pid_alive(c.pid) and meta is not None},
+        "brokers": brokers,
+        "partitions": partitions,
+    }
+
+
+async def _none() -> None:
+    return None
+
+
+def render_status(status: dict[str, Any]) -> str:
+    c = status["controller"]
+    lines = [f"controller {c['address']}  pid {c['pid']}  {'up' if c['alive'] else 'DOWN'}", ""]
+    lines.append(f"{'broker':>6}  {'address':<16} {'pid':>7}  {'state':<12} {'leaders':>7} {'followers':>9}")
+    for b in status["brokers"]:
+        state = "up" if b["alive"] and b["registered"] else ("up, fenced" if b["alive"] else "DOWN")
+        lines.append(
+            f"{b['id']:>6}  {b['address']:<16} {b['pid']:>7}  {state:<12} {b['leader_count']:>7} {b['follower_count']:>9}"
+        )
+    lines.append("")
+    if not status["partitions"]:
+        lines.append("(no topics)")
+    for p in status["partitions"]:
+        reps = "  ".join(
+            f"{r['broker_id']}:LEO={_v(r['log_end_offset'])},HW={_v(r['high_watermark'])},lag={_v(r['lag'])}"
+            for r in p["replicas"]
+        )
+        lines.append(
+            f"{p['topic']}-{p['partition']:<3} leader {p['leader']:>2}  epoch {p['leader_epoch']:>3}  "
+            f"isr {','.join(map(str, p['isr'])):<8} {reps}"
+        )
+    return "\n".join(lines)
+
+
+def _v(value: Any) -> str:
+    return "?" if value is None else str(value)

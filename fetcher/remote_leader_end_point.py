@@ -1,0 +1,121 @@
+"""The leader end point over TCP: what a follower fetcher sends to its leader broker.
+
+One connection per fetcher (Kafka: one per ReplicaFetcherThread), opened lazily and re-opened after a
+failure; a request that fails on the network raises ConnectionError / TimeoutError and the fetcher
+backs the whole request off (F5). Requests time out after `replica.socket.timeout.ms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from client.connection import BrokerConnection
+from fetcher.leader_end_point import LeaderEndPoint
+from protocol.errors import ErrorCode, error_for_code
+from protocol.messages import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    BrokerEndpoint,
+    EpochEndOffset,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochPartition,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    TopicPartition,
+)
+
+log = logging.getLogger(__name__)
+
+
+class RemoteLeaderEndPoint(LeaderEndPoint):
+    def __init__(
+        self,
+        leader_broker_id: int,
+        endpoint: Callable[[], BrokerEndpoint | None],
+        local_broker_id: int,
+        client_id: str,
+        socket_timeout_ms: int = 30000,
+        max_frame_bytes: int = 100 * 1024 * 1024,
+    ) -> None:
+        self.leader_broker_id = leader_broker_id
+        self.supports_offsets_for_leader_epoch = True
+        self._endpoint = endpoint
+        self._local_broker_id = local_broker_id
+        self._client_id = client_id
+        self._timeout_s = socket_timeout_ms / 1000.0
+        self._max_frame_bytes = max_frame_bytes
+        self._connection: BrokerConnection | None = None
+        self._connecting = asyncio.Lock()
+
+    async def _connection_or_connect(self) -> BrokerConnection:
+        if self._connection is not None and self._connection.is_open:
+            return self._connection
+        async with self._connecting:
+            if self._connection is not None and self._connection.is_open:
+                return self._connection
+            ep = self._endpoint()
+            if ep is None:
+                raise ConnectionError(f"no known address for leader broker {self.leader_broker_id}")
+            self._connection = await BrokerConnection.connect(
+                ep.host, ep.port, self._client_id, timeout_s=self._timeout_s, max_frame_bytes=self._max_frame_bytes
+            )
+            return self._connection
+
+    async def _send(self, request: object) -> object:
+        conn = await self._connection_or_connect()
+        try:
+            return await conn.send(request, timeout_s=self._timeout_s)  # type: ignore[arg-type]
+        except (ConnectionError, OSError, asyncio.TimeoutError):
+            await self._drop_connection()
+            raise
+
+    async def _drop_connection(self) -> None:
+        conn, self._connection = self._connection, None
+        if conn is not None:
+            try:
+                await asyncio.wait_for(conn.close(), 1.0)
+            except (asyncio.TimeoutError, OSError):
+                pass
+
+    async def fetch(self, request: FetchRequest) -> FetchResponse:
+        response = await self._send(request)
+        assert isinstance(response, FetchResponse)
+        return response
+
+    async def fetch_epoch_end_offsets(
+        self, partitions: list[OffsetForLeaderEpochPartition]
+    ) -> dict[TopicPartition, EpochEndOffset]:
+        response = await self._send(OffsetForLeaderEpochRequest(partitions, replica_id=self._local_broker_id))
+        assert isinstance(response, OffsetForLeaderEpochResponse)
+        if response.error_code != ErrorCode.NONE:
+            raise error_for_code(response.error_code, response.error_message)
+        return {TopicPartition(p.topic, p.partition): p for p in response.partitions}
+
+    async def _list_offset(self, tp: TopicPartition, current_leader_epoch: int, timestamp: int) -> tuple[int, int]:
+        request = ListOffsetsRequest(
+            replica_id=self._local_broker_id,
+            partitions=[ListOffsetsPartition(tp.topic, tp.partition, timestamp, current_leader_epoch)],
+        )
+        response = await self._send(request)
+        assert isinstance(response, ListOffsetsResponse)
+        code = response.error_code or (response.partitions[0].error_code if response.partitions else 0)
+        if code != ErrorCode.NONE or not response.partitions:
+            message = response.error_message or (response.partitions[0].error_message if response.partitions else "")
+            raise error_for_code(code or -1, message or f"ListOffsets failed for {tp}")
+        p = response.partitions[0]
+        return p.leader_epoch, p.offset
+
+    async def fetch_latest_offset(self, tp: TopicPartition, current_leader_epoch: int) -> tuple[int, int]:
+        return await self._list_offset(tp, current_leader_epoch, LATEST_TIMESTAMP)
+
+    async def fetch_earliest_offset(self, tp: TopicPartition, current_leader_epoch: int) -> tuple[int, int]:
+        return await self._list_offset(tp, current_leader_epoch, EARLIEST_TIMESTAMP)
+
+    async def close(self) -> None:
+        await self._drop_connection()
