@@ -1,0 +1,277 @@
+"""Hierarchical timing wheel: O(1) insert and cancel of timer tasks (Kafka's TimingWheel, TimerTaskList).
+
+How this works
+--------------
+A wheel is a circular array of `wheel_size` buckets; each bucket (`TimerTaskList`) holds the tasks whose
+expiration falls in one `tick_ms` wide slot. `current_time_ms` is a multiple of `tick_ms`; the wheel
+covers `[current_time_ms, current_time_ms + interval_ms)` with `interval_ms = tick_ms * wheel_size`.
+A task whose expiration lies beyond that goes to the *overflow wheel*, created lazily, whose tick is this
+wheel's whole interval. With tick 1 ms and 20 buckets (the defaults) the levels are::
+
+    level 0  tick    1 ms  interval     20 ms   [ 0| 1| 2| ... |19]   bucket = (exp //    1) % 20
+    level 1  tick   20 ms  interval    400 ms   [ 0| 1| 2| ... |19]   bucket = (exp //   20) % 20
+    level 2  tick  400 ms  interval  8 000 ms   [ 0| 1| 2| ... |19]   bucket = (exp //  400) % 20
+    ...      (one more level each time a task lands beyond the highest interval)
+
+Every bucket that receives its first entry gets an expiration (`virtual_id * tick_ms`, the start of its
+slot) and is offered to a queue ordered by expiration (Kafka's DelayQueue, here `timer.DelayQueue`).
+The timer pops the earliest bucket once it is due, advances the wheels to the bucket's expiration and
+*flushes* it: every entry is re-added from level 0. An entry that is now within one tick of its
+expiration is expired (the timer runs it); the others fall into a finer bucket. That is the cascade,
+drawn for a task due at t=437 ms added at t=0 (tick 1, size 20)::
+
+    t=0    437 >= 0+400        -> level 2, slot 437//400 = 1, bucket expiration 400
+    t=400  level-2 bucket due  -> flush, re-add: 437 < 400+20? no; 437 < 400+400 -> level 1,
+                                  slot (437//20)%20 = 1, bucket expiration 420
+    t=420  level-1 bucket due  -> flush, re-add: 437 < 420+20 -> level 0, slot 437%20 = 17, expiration 437
+    t=437  level-0 bucket due  -> flush, re-add: 437 < 437+1 -> expired, the timer runs the task
+
+So a task is touched once per level it passes through and is never run before its expiration: a bucket
+expires at the *start* of its slot and only level 0, whose slots are one tick wide, ever expires a task.
+
+Cancelling is O(1): the entry knows its bucket and the bucket is a dict used as an insertion-ordered
+set, so `remove` is a single hash delete (Kafka uses a doubly linked list for the same guarantee).
+
+Everything runs on one thread (the broker's event loop): there are no locks and no atomics, and the
+shared task counter is a plain integer box.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Protocol
+
+
+class TimerTask(ABC):
+    """Something to run once `delay_ms` after it is added to a timer, unless cancelled first.
+
+    Invariant: a task is owned by at most one `TimerTaskEntry` (`timer_task_entry`); attaching a new
+    entry removes the old one from its bucket, so re-adding a task never makes it run twice.
+    """
+
+    __slots__ = ("delay_ms", "timer_task_entry")
+
+    def __init__(self, delay_ms: int) -> None:
+        self.delay_ms = delay_ms
+        self.timer_task_entry: TimerTaskEntry | None = None
+
+    def cancel(self) -> None:
+        """Take the task out of its bucket; it will not run (unless added to a timer again)."""
+        entry = self.timer_task_entry
+        if entry is not None:
+            bucket = entry.bucket
+            if bucket is not None:
+                bucket.remove(entry)
+            self.timer_task_entry = None
+
+    def set_timer_task_entry(self, entry: TimerTaskEntry) -> None:
+        old = self.timer_task_entry
+        if old is not None and old is not entry:
+            old.remove()
+        self.timer_task_entry = entry
+
+    @abstractmethod
+    def run(self) -> None:
+        """Called once the task's expiration has passed (on the event loop thread)."""
+
+
+class TimerTaskEntry:
+    """A task's place in a bucket, with the absolute expiration the timer computed when it was added.
+
+    `cancelled` is derived: the task has moved on to another entry or was cancelled (owns no entry).
+    """
+
+    __slots__ = ("timer_task", "expiration_ms", "bucket")
+
+    def __init__(self, timer_task: TimerTask, expiration_ms: int) -> None:
+        self.timer_task = timer_task
+        self.expiration_ms = expiration_ms
+        self.bucket: TimerTaskList | None = None
+        # timer_task.set_timer_task_entry(self), inlined: this runs once per delayed operation.
+        old = timer_task.timer_task_entry
+        if old is not None:
+            old.remove()
+        timer_task.timer_task_entry = self
+
+    @property
+    def cancelled(self) -> bool:
+        return self.timer_task.timer_task_entry is not self
+
+    def remove(self) -> None:
+        bucket = self.bucket
+        if bucket is not None:
+            bucket.remove(self)
+
+
+class TaskCounter:
+    """The number of entries in all buckets of one timer, shared by every bucket of every level."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
+class TimerTaskList:
+    """One bucket: the entries expiring in one slot of one wheel, and the slot's expiration.
+
+    Invariants: `entry.bucket is self` exactly for the entries held here; `task_counter` counts them
+    (together with every other bucket sharing the counter); `expiration_ms` is -1 while the bucket is not
+    scheduled in the delay queue (new, or just flushed).
+    """
+
+    __slots__ = ("_entries", "_task_counter", "_expiration_ms")
+
+    def __init__(self, task_counter: TaskCounter) -> None:
+        # A dict is an insertion-ordered set with O(1) add and delete, done in C.
+        self._entries: dict[TimerTaskEntry, None] = {}
+        self._task_counter = task_counter
+        self._expiration_ms = -1
+
+    def set_expiration(self, expiration_ms: int) -> bool:
+        """Set the slot's expiration; True if it changed (then the caller must (re)queue the bucket)."""
+        changed = self._expiration_ms != expiration_ms
+        self._expiration_ms = expiration_ms
+        return changed
+
+    def get_expiration(self) -> int:
+        return self._expiration_ms
+
+    @property
+    def expiration_ms(self) -> int:
+        return self._expiration_ms
+
+    def add(self, entry: TimerTaskEntry) -> None:
+        """Append `entry`, first taking it out of whichever bucket held it (so it is in at most one)."""
+        old = entry.bucket
+        if old is not None:
+            old.remove(entry)
+        self._entries[entry] = None
+        entry.bucket = self
+        self._task_counter.value += 1
+
+    def remove(self, entry: TimerTaskEntry) -> None:
+        if entry.bucket is self:
+            del self._entries[entry]
+            entry.bucket = None
+            self._task_counter.value -= 1
+
+    def flush(self, reinsert: Callable[[TimerTaskEntry], object]) -> None:
+        """Empty the bucket, handing every entry to `reinsert` in insertion order; expiration back to -1."""
+        entries = self._entries
+        # A fresh dict: entries re-added during the loop cannot disturb the iteration, and the old
+        # table (which never shrinks on delete) is freed with it.
+        self._entries = {}
+        self._expiration_ms = -1
+        counter = self._task_counter
+        for entry in entries:
+            entry.bucket = None
+            counter.value -= 1
+            reinsert(entry)
+
+    def tasks(self) -> list[TimerTask]:
+        """The live tasks in this bucket, oldest first (entries whose task moved on are skipped)."""
+        return [entry.timer_task for entry in self._entries if not entry.cancelled]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class BucketQueue(Protocol):
+    """Where a bucket goes when it gets a new expiration: the timer's delay queue."""
+
+    def offer(self, bucket: TimerTaskList) -> None: ...
+
+
+class TimingWheel:
+    """One level of the hierarchy; `overflow_wheel` is the next, coarser level (None until needed).
+
+    Invariants: `current_time_ms % tick_ms == 0`; every entry held by this wheel's buckets expires at or
+    after `current_time_ms + tick_ms` when added; an overflow wheel's tick is this wheel's interval and
+    its current time is never ahead of this wheel's.
+    """
+
+    __slots__ = (
+        "tick_ms",
+        "wheel_size",
+        "interval_ms",
+        "current_time_ms",
+        "buckets",
+        "overflow_wheel",
+        "_task_counter",
+        "_queue",
+    )
+
+    def __init__(
+        self, tick_ms: int, wheel_size: int, start_ms: int, task_counter: TaskCounter, queue: BucketQueue
+    ) -> None:
+        if tick_ms <= 0 or wheel_size <= 0:
+            raise ValueError(f"tick_ms and wheel_size must be positive, got {tick_ms} and {wheel_size}")
+        self.tick_ms = tick_ms
+        self.wheel_size = wheel_size
+        self.interval_ms = tick_ms * wheel_size
+        # Rounded down to a tick, so slot boundaries are multiples of tick_ms.
+        self.current_time_ms = start_ms - (start_ms % tick_ms)
+        self.buckets = [TimerTaskList(task_counter) for _ in range(wheel_size)]
+        self.overflow_wheel: TimingWheel | None = None
+        self._task_counter = task_counter
+        self._queue = queue
+
+    def _add_overflow_wheel(self) -> TimingWheel:
+        self.overflow_wheel = TimingWheel(
+            self.interval_ms, self.wheel_size, self.current_time_ms, self._task_counter, self._queue
+        )
+        return self.overflow_wheel
+
+    def add(self, entry: TimerTaskEntry) -> bool:
+        """Put `entry` in its bucket on this wheel or a coarser one.
+
+        False when the entry's task was cancelled or the entry is already expired (due within one tick of
+        `current_time_ms`): the caller then runs it (or drops it if cancelled).
+        """
+        if entry.timer_task.timer_task_entry is not entry:
+            return False
+        expiration_ms = entry.expiration_ms
+        wheel = self
+        # A loop instead of Kafka's recursion: same decisions, no call per level.
+        while True:
+            current_time_ms = wheel.current_time_ms
+            tick_ms = wheel.tick_ms
+            if expiration_ms < current_time_ms + tick_ms:
+                return False
+            if expiration_ms < current_time_ms + wheel.interval_ms:
+                virtual_id = expiration_ms // tick_ms
+                bucket = wheel.buckets[virtual_id % wheel.wheel_size]
+                # bucket.add(entry) and bucket.set_expiration(...), inlined on this once-per-task path.
+                if entry.bucket is not None:
+                    entry.bucket.remove(entry)
+                bucket._entries[entry] = None
+                entry.bucket = bucket
+                bucket._task_counter.value += 1
+                # Only a bucket whose expiration changed needs queueing: a bucket already queued for this
+                # slot will be flushed at the right time with the new entry in it.
+                bucket_expiration_ms = virtual_id * tick_ms
+                if bucket._expiration_ms != bucket_expiration_ms:
+                    bucket._expiration_ms = bucket_expiration_ms
+                    wheel._queue.offer(bucket)
+                return True
+            overflow = wheel.overflow_wheel
+            wheel = overflow if overflow is not None else wheel._add_overflow_wheel()
+
+    def advance_clock(self, time_ms: int) -> None:
+        """Move `current_time_ms` up to `time_ms` (rounded down to a tick), overflow wheels with it."""
+        wheel: TimingWheel | None = self
+        while wheel is not None and time_ms >= wheel.current_time_ms + wheel.tick_ms:
+            wheel.current_time_ms = time_ms - (time_ms % wheel.tick_ms)
+            time_ms = wheel.current_time_ms
+            wheel = wheel.overflow_wheel
+
+    def levels(self) -> list[TimingWheel]:
+        """This wheel and every overflow wheel created so far, finest first."""
+        result: list[TimingWheel] = []
+        wheel: TimingWheel | None = self
+        while wheel is not None:
+            result.append(wheel)
+            wheel = wheel.overflow_wheel
+        return result
