@@ -1,0 +1,683 @@
+"""The controller's decisions: broker registration and liveness, topic creation, leader election, ISR changes.
+
+How this works
+--------------
+A command (`register_broker`, `heartbeat`, `tick`, `create_topics`, `alter_partition`) reads the
+metadata image, decides which records express its effect, *commits* them (appends them to the
+metadata store, when there is one, then replays them into the image) and answers with a
+`ControllerResult(records, response, changed_partitions)`. State changes only through replayed records,
+as in Kafka's KRaft `QuorumController`; the controller is single-threaded, so a command commits
+immediately and the next command sees its effect. No sockets, no event loop and no clock reads here:
+the network layer passes `now_ms` in and carries the results out. It pushes LEADER_AND_ISR for
+`changed_partitions` to every replica's broker (`ControllerResult.leader_and_isr_by_broker`) and sends a
+returning broker its full state (`leader_and_isr_for_broker`) once it is unfenced.
+
+Broker lifecycle (KRaft's, simplified):
+
+    register ──▶ fenced ──first heartbeat──▶ unfenced ──want_shutdown──▶ controlled shutdown ──▶ fenced
+                   ▲                            │                        (leads nothing: should_shutdown)
+                   └──── no heartbeat for more than broker.session.timeout.ms ┘
+
+* Every registration gets a new broker epoch (the offset of its record) and starts fenced. A
+  registration from a new incarnation (the process restarted) also removes the broker from ISRs and
+  leaderships, because a restarted process may have lost unflushed data (KIP-966). A retried
+  registration of the same incarnation and endpoint is answered with the epoch it already has.
+* Liveness is controller state, not metadata: a broker is fenced when `now_ms - last_contact_ms` is
+  *greater than* `broker.session.timeout.ms` (at exactly the timeout it is still alive, as in Kafka's
+  BrokerHeartbeatManager).
+* Fencing a broker (timeout, new incarnation, `want_fence`) or putting it in controlled shutdown removes
+  it from every ISR (never emptying one) and moves its leaderships (see "leader election" below).
+* A fenced broker that heartbeats again is unfenced; offline partitions whose ISR holds it get it as
+  leader (or any returning replica, with unclean election enabled).
+* After a restart the controller replays its store and fences every broker it loaded, without moving
+  leaderships: leaders and epochs stay as they were, and each broker is unfenced by its first heartbeat.
+  A loaded broker that stays silent for the session timeout (counted from the first command after the
+  restart) is fenced for real: its leaderships move. So "a leader is an unfenced broker" holds except
+  in that window after a restart.
+
+Partition epochs follow KRaft (metadata.py): a leader change bumps `leader_epoch` and
+`partition_epoch`, an ISR-only change bumps `partition_epoch`. ISRs are kept in replica order.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Generic, TypeVar
+
+from cluster.metadata import (
+    NO_LEADER,
+    BrokerRegistration,
+    BrokerShutdownRecord,
+    FenceBrokerRecord,
+    MetadataImage,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    PartitionRegistration,
+    RegisterBrokerRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    in_replica_order,
+)
+from cluster.metadata_store import MetadataStore
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    AlterPartitionItem,
+    AlterPartitionItemResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    CreatableTopic,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    LeaderAndIsrPartition,
+    MetadataResponse,
+    PartitionMetadata,
+    TopicMetadata,
+    TopicPartition,
+)
+from protocol.time import Time
+
+R = TypeVar("R")
+
+
+# -- configuration --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Controller settings; `from_properties` reads Kafka's dotted keys (see `KEYS`)."""
+
+    node_id: int = 3000
+    broker_session_timeout_ms: int = 9000
+    broker_heartbeat_interval_ms: int = 2000
+    unclean_leader_election_enable: bool = False
+    default_replication_factor: int = 1
+    num_partitions: int = 1
+    min_insync_replicas: int = 1
+
+    KEYS = {
+        "node.id": "node_id",
+        "broker.session.timeout.ms": "broker_session_timeout_ms",
+        "broker.heartbeat.interval.ms": "broker_heartbeat_interval_ms",
+        "unclean.leader.election.enable": "unclean_leader_election_enable",
+        "default.replication.factor": "default_replication_factor",
+        "num.partitions": "num_partitions",
+        "min.insync.replicas": "min_insync_replicas",
+    }
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> ControllerConfig:
+        """Build from `{"broker.session.timeout.ms": "1000", ...}`; unknown keys raise ValueError."""
+        unknown = set(properties) - set(cls.KEYS)
+        if unknown:
+            raise ValueError(f"unknown controller config keys: {sorted(unknown)}")
+        types = {f.name: f.type for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in properties.items():
+            name = cls.KEYS[key]
+            kwargs[name] = _parse_bool(key, value) if types[name] in (bool, "bool") else int(value)
+        return cls(**kwargs)
+
+
+def _parse_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return text == "true"
+
+
+# -- results --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ControllerResult(Generic[R]):
+    """What a command committed and what to answer.
+
+    `changed_partitions` holds the committed state of every partition the records touched (once each,
+    latest state); `is_new` marks partitions the command created.
+    """
+
+    records: list[MetadataRecord]
+    response: R
+    changed_partitions: list[LeaderAndIsrPartition] = field(default_factory=list)
+
+    def leader_and_isr_by_broker(self) -> dict[int, list[LeaderAndIsrPartition]]:
+        """The changed partitions grouped by every broker that holds a replica of them."""
+        by_broker: dict[int, list[LeaderAndIsrPartition]] = {}
+        for p in self.changed_partitions:
+            for broker_id in p.replicas:
+                by_broker.setdefault(broker_id, []).append(p)
+        return by_broker
+
+    @property
+    def unfenced_brokers(self) -> list[int]:
+        """Brokers this command unfenced: send each its full state (`leader_and_isr_for_broker`)."""
+        return [r.broker_id for r in self.records if isinstance(r, UnfenceBrokerRecord)]
+
+    @property
+    def fenced_brokers(self) -> list[int]:
+        return [r.broker_id for r in self.records if isinstance(r, FenceBrokerRecord)]
+
+
+# -- leader election ------------------------------------------------------------------------------
+
+
+def elect_leader(replicas: Sequence[int], isr: Iterable[int], live: Iterable[int], unclean: bool) -> int:
+    """The new leader, or -1 (NO_LEADER) when no acceptable replica exists.
+
+    Clean: the first replica, in replica order, that is both live and in the ISR, so the preferred
+    (first) replica wins whenever it can. Unclean (only when enabled, and only when no ISR member is
+    live): the first live replica; the caller then resets the ISR to that leader alone, accepting that
+    records acknowledged by the old ISR may be lost.
+    """
+    isr_set, live_set = set(isr), set(live)
+    for replica in replicas:
+        if replica in isr_set and replica in live_set:
+            return replica
+    if unclean:
+        for replica in replicas:
+            if replica in live_set:
+                return replica
+    return NO_LEADER
+
+
+def partition_change(
+    partition: PartitionRegistration, remove: int | None, active: frozenset[int], unclean: bool
+) -> PartitionChangeRecord | None:
+    """The change that takes `remove` out of the partition's ISR and leadership, re-electing as needed.
+
+    With `remove=None` this only elects a leader for a partition that has none (an offline partition
+    whose ISR member came back). New leaders are chosen from `active` only. The ISR never becomes empty: when
+    `remove` is its last member it stays, and the partition goes offline (leader -1) unless an unclean
+    election finds a live replica, whose ISR then becomes just that replica. Returns None when nothing
+    changes.
+    """
+    target_isr = tuple(r for r in partition.isr if r != remove) or partition.isr
+    leader = partition.leader
+    # Only a missing or removed leader is replaced. A leader that is merely not active stays: that is
+    # a broker loaded fenced after a controller restart, which keeps its leaderships until its own
+    # session expires (then it is the one removed).
+    if leader == NO_LEADER or leader == remove or leader not in target_isr:
+        leader = elect_leader(partition.replicas, target_isr, active, unclean)
+        if leader != NO_LEADER and leader not in target_isr:
+            target_isr = (leader,)
+    new_leader = leader if leader != partition.leader else None
+    new_isr = target_isr if target_isr != partition.isr else None
+    if new_leader is None and new_isr is None:
+        return None
+    return PartitionChangeRecord(
+        topic=partition.topic, partition=partition.partition, leader=new_leader, isr=new_isr
+    )
+
+
+# -- replica assignment ---------------------------------------------------------------------------
+
+
+def assign_replicas_to_brokers(
+    num_partitions: int,
+    replication_factor: int,
+    broker_ids: Sequence[int],
+    start_index: int,
+    replica_shift: int,
+) -> list[tuple[int, ...]]:
+    """Kafka's rack-unaware `assignReplicasToBrokers`: replicas of partition p, first replica preferred.
+
+    The first replica walks the sorted brokers round-robin from `start_index`, so leaders spread evenly;
+    the followers sit at a shift from the first replica, and the shift grows by one every time the
+    first replica wraps around, so follower sets differ between rounds.
+    """
+    brokers = sorted(broker_ids)
+    n = len(brokers)
+    if not 0 < replication_factor <= n:
+        raise ValueError(f"replication factor {replication_factor} with {n} brokers")
+    assignment: list[tuple[int, ...]] = []
+    shift = replica_shift
+    for p in range(num_partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start_index) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+        assignment.append(tuple(replicas))
+    return assignment
+
+
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def _topic_name_error(name: str) -> str | None:
+    if name in (".", ".."):
+        return f"topic name {name!r} is not allowed"
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        return f"topic name {name!r} must be 1-249 characters of [a-zA-Z0-9._-]"
+    return None
+
+
+# -- the controller -------------------------------------------------------------------------------
+
+
+class Controller:
+    """Owns the metadata image and broker liveness. Single-threaded: call one command at a time."""
+
+    def __init__(self, config: ControllerConfig, time: Time, store: MetadataStore | None = None) -> None:
+        self.config = config
+        self._time = time
+        self._store = store
+        if store is not None:
+            self._image, self._last_offset = store.load()
+        else:
+            self._image, self._last_offset = MetadataImage(), -1
+        # broker id -> last time it showed it is alive (registration or heartbeat). Only brokers whose
+        # session can still expire are here; a broker fenced by expiry leaves until it heartbeats.
+        self._last_contact_ms: dict[int, int] = {}
+        # Brokers loaded from the store: their session starts with the first now_ms we are given.
+        self._sessions_to_start: set[int] = set(self._image.brokers)
+        self._commit(
+            [
+                FenceBrokerRecord(b.broker_id, b.broker_epoch)
+                for b in self._image.brokers.values()
+                if not b.fenced
+            ],
+            [],
+        )
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last committed record (-1 when none)."""
+        return self._last_offset
+
+    def topic_configs(self, topic: str) -> Mapping[str, str]:
+        info = self._image.topics.get(topic)
+        return info.configs if info is not None else {}
+
+    def leader_and_isr_for_broker(self, broker_id: int) -> list[LeaderAndIsrPartition]:
+        """Full state for a broker: every partition it holds a replica of."""
+        return [p.to_leader_and_isr() for p in self._image.partitions_with_replica(broker_id)]
+
+    def metadata(self, topics: Sequence[str] | None = None) -> MetadataResponse:
+        """Brokers that can serve (unfenced, or leading something) and the requested topics (None: all)."""
+        names = sorted(self._image.topics) if topics is None else list(topics)
+        leaders = {p.leader for p in self._image.partitions.values()}
+        brokers = [
+            b.endpoint()
+            for b in sorted(self._image.brokers.values(), key=lambda b: b.broker_id)
+            if not b.fenced or b.broker_id in leaders
+        ]
+        return MetadataResponse(
+            brokers=brokers,
+            topics=[self._topic_metadata(name) for name in names],
+            controller_id=self.config.node_id,
+        )
+
+    def _topic_metadata(self, name: str) -> TopicMetadata:
+        if name not in self._image.topics:
+            return TopicMetadata(
+                topic=name,
+                partitions=[],
+                error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_message=f"unknown topic {name}",
+            )
+        fenced = {b.broker_id for b in self._image.brokers.values() if b.fenced}
+        return TopicMetadata(
+            topic=name,
+            partitions=[
+                PartitionMetadata(
+                    partition=p.partition,
+                    leader_id=p.leader,
+                    leader_epoch=p.leader_epoch,
+                    replicas=list(p.replicas),
+                    isr=list(p.isr),
+                    error_code=ErrorCode.LEADER_NOT_AVAILABLE if p.is_offline else ErrorCode.NONE,
+                    offline_replicas=[r for r in p.replicas if r in fenced or r not in self._image.brokers],
+                )
+                for p in self._image.partitions_of(name)
+            ],
+        )
+
+    # -- broker registration and liveness ---------------------------------------------------------
+
+    def register_broker(
+        self, request: BrokerRegistrationRequest, now_ms: int | None = None
+    ) -> ControllerResult[BrokerRegistrationResponse]:
+        now_ms = self._now(now_ms)
+        committed: list[MetadataRecord] = []
+        existing = self._image.brokers.get(request.broker_id)
+        if existing is not None and _same_process(existing, request):
+            self._last_contact_ms[request.broker_id] = now_ms
+            return self._result(committed, BrokerRegistrationResponse(broker_epoch=existing.broker_epoch))
+        registration = RegisterBrokerRecord(
+            broker_id=request.broker_id,
+            broker_epoch=self._last_offset + 1,  # the offset this record is about to get
+            incarnation_id=request.incarnation_id,
+            host=request.host,
+            port=request.port,
+            rack=request.rack,
+            fenced=True,
+            in_controlled_shutdown=False,
+        )
+        changes = self._removal_changes(request.broker_id) if existing is not None else []
+        self._commit([registration, *changes], committed)
+        self._last_contact_ms[request.broker_id] = now_ms
+        return self._result(committed, BrokerRegistrationResponse(broker_epoch=registration.broker_epoch))
+
+    def heartbeat(
+        self, request: BrokerHeartbeatRequest, now_ms: int | None = None
+    ) -> ControllerResult[BrokerHeartbeatResponse]:
+        now_ms = self._now(now_ms)
+        committed: list[MetadataRecord] = []
+        broker = self._image.brokers.get(request.broker_id)
+        if broker is None:
+            return self._result(
+                committed,
+                _heartbeat_error(
+                    ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {request.broker_id} is not registered"
+                ),
+            )
+        if request.broker_epoch != broker.broker_epoch:
+            return self._result(
+                committed,
+                _heartbeat_error(
+                    ErrorCode.STALE_BROKER_EPOCH,
+                    f"broker {request.broker_id} has epoch {broker.broker_epoch}, not {request.broker_epoch}",
+                ),
+            )
+        self._last_contact_ms[broker.broker_id] = now_ms
+        should_shutdown = False
+        if request.want_shutdown or broker.in_controlled_shutdown:
+            should_shutdown = self._controlled_shutdown(broker, committed)
+        elif request.want_fence:
+            self._fence(broker.broker_id, committed)
+        elif broker.fenced:
+            self._unfence(broker.broker_id, committed)
+        after = self._image.brokers[broker.broker_id]
+        response = BrokerHeartbeatResponse(
+            is_caught_up=True, is_fenced=after.fenced, should_shutdown=should_shutdown
+        )
+        return self._result(committed, response)
+
+    def tick(self, now_ms: int | None = None) -> ControllerResult[list[int]]:
+        """Fence every broker silent for more than broker.session.timeout.ms; answer their ids."""
+        now_ms = self._now(now_ms)
+        committed: list[MetadataRecord] = []
+        expired = sorted(
+            broker_id
+            for broker_id, last_contact_ms in self._last_contact_ms.items()
+            if now_ms - last_contact_ms > self.config.broker_session_timeout_ms
+        )
+        for broker_id in expired:
+            del self._last_contact_ms[broker_id]
+            self._fence(broker_id, committed)
+        return self._result(committed, expired)
+
+    def _controlled_shutdown(self, broker: BrokerRegistration, committed: list[MetadataRecord]) -> bool:
+        """Move leaderships and ISR memberships away; True once the broker leads nothing.
+
+        The heartbeat that moves leaderships answers False, like KRaft's CONTROLLED_SHUTDOWN state:
+        the network layer gets until the next heartbeat to tell the new leaders before the old one stops.
+        """
+        led_before = bool(self._image.partitions_led_by(broker.broker_id))
+        if not broker.in_controlled_shutdown:
+            shutdown = BrokerShutdownRecord(broker.broker_id, broker.broker_epoch)
+            self._commit([shutdown, *self._removal_changes(broker.broker_id)], committed)
+            if led_before:
+                return False
+        if self._image.partitions_led_by(broker.broker_id):
+            return False
+        self._fence(broker.broker_id, committed)
+        return True
+
+    def _fence(self, broker_id: int, committed: list[MetadataRecord]) -> None:
+        broker = self._image.brokers[broker_id]
+        fence: list[MetadataRecord] = (
+            [] if broker.fenced else [FenceBrokerRecord(broker_id, broker.broker_epoch)]
+        )
+        self._commit([*fence, *self._removal_changes(broker_id)], committed)
+
+    def _unfence(self, broker_id: int, committed: list[MetadataRecord]) -> None:
+        broker = self._image.brokers[broker_id]
+        active = self._image.active_broker_ids() | {broker_id}
+        unclean = self.config.unclean_leader_election_enable
+        elections = [
+            change
+            for p in self._image.offline_partitions()
+            if (change := partition_change(p, None, active, unclean)) is not None
+        ]
+        self._commit([UnfenceBrokerRecord(broker_id, broker.broker_epoch), *elections], committed)
+
+    def _removal_changes(self, broker_id: int) -> list[MetadataRecord]:
+        """Changes that take `broker_id` out of every ISR and leadership (it is about to be inactive)."""
+        active = self._image.active_broker_ids() - {broker_id}
+        unclean = self.config.unclean_leader_election_enable
+        touched = {p.topic_partition: p for p in self._image.partitions_with_isr_member(broker_id)}
+        touched.update((p.topic_partition, p) for p in self._image.partitions_led_by(broker_id))
+        return [
+            change
+            for p in touched.values()
+            if (change := partition_change(p, broker_id, active, unclean)) is not None
+        ]
+
+    # -- topics -----------------------------------------------------------------------------------
+
+    def create_topics(self, request: CreateTopicsRequest) -> ControllerResult[CreateTopicsResponse]:
+        committed: list[MetadataRecord] = []
+        names = [t.name for t in request.topics]
+        duplicated = {name for name in names if names.count(name) > 1}
+        results: list[CreatableTopicResult] = []
+        for topic in request.topics:
+            if topic.name in duplicated:
+                results.append(
+                    CreatableTopicResult(
+                        name=topic.name,
+                        error_code=ErrorCode.INVALID_REQUEST,
+                        error_message=f"topic {topic.name} is listed more than once",
+                    )
+                )
+            else:
+                results.append(self._create_topic(topic, committed))
+        return self._result(committed, CreateTopicsResponse(topics=results))
+
+    def _create_topic(self, topic: CreatableTopic, committed: list[MetadataRecord]) -> CreatableTopicResult:
+        num_partitions = self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+        replication_factor = (
+            self.config.default_replication_factor
+            if topic.replication_factor == -1
+            else topic.replication_factor
+        )
+        active = sorted(self._image.active_broker_ids())
+
+        def error(code: ErrorCode, message: str) -> CreatableTopicResult:
+            return CreatableTopicResult(name=topic.name, error_code=code, error_message=message)
+
+        if (name_error := _topic_name_error(topic.name)) is not None:
+            return error(ErrorCode.INVALID_TOPIC_EXCEPTION, name_error)
+        if topic.name in self._image.topics:
+            return error(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name} already exists")
+        if num_partitions <= 0:
+            return error(
+                ErrorCode.INVALID_PARTITIONS, f"number of partitions must be positive, got {num_partitions}"
+            )
+        if replication_factor <= 0:
+            return error(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor must be positive, got {replication_factor}",
+            )
+        if replication_factor > len(active):
+            return error(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication_factor} is larger than the {len(active)} available brokers",
+            )
+        seed = zlib.crc32(topic.name.encode())
+        assignment = assign_replicas_to_brokers(
+            num_partitions,
+            replication_factor,
+            active,
+            start_index=seed % len(active),
+            replica_shift=seed // len(active),
+        )
+        configs = {"min.insync.replicas": str(self.config.min_insync_replicas), **topic.configs}
+        records: list[MetadataRecord] = [TopicRecord(name=topic.name, configs=configs)]
+        records += [
+            PartitionRecord(
+                topic=topic.name, partition=i, replicas=replicas, isr=replicas, leader=replicas[0]
+            )
+            for i, replicas in enumerate(assignment)
+        ]
+        self._commit(records, committed)
+        return CreatableTopicResult(
+            name=topic.name, num_partitions=num_partitions, replication_factor=replication_factor
+        )
+
+    # -- ISR changes from leaders -----------------------------------------------------------------
+
+    def alter_partition(
+        self, request: AlterPartitionRequest, now_ms: int | None = None
+    ) -> ControllerResult[AlterPartitionResponse]:
+        """Apply ISR changes a leader asks for, after KRaft's checks (see `_alter_partition_error`)."""
+        self._now(now_ms)
+        committed: list[MetadataRecord] = []
+        broker = self._image.brokers.get(request.broker_id)
+        if broker is None:
+            return self._result(
+                committed,
+                AlterPartitionResponse(
+                    error_code=ErrorCode.BROKER_ID_NOT_REGISTERED,
+                    error_message=f"broker {request.broker_id} is not registered",
+                ),
+            )
+        if request.broker_epoch != broker.broker_epoch:
+            return self._result(
+                committed,
+                AlterPartitionResponse(
+                    error_code=ErrorCode.STALE_BROKER_EPOCH,
+                    error_message=f"broker {request.broker_id} has epoch {broker.broker_epoch}, "
+                    f"not {request.broker_epoch}",
+                ),
+            )
+        items = [self._alter_one(request.broker_id, item, committed) for item in request.partitions]
+        return self._result(committed, AlterPartitionResponse(partitions=items))
+
+    def _alter_one(
+        self, broker_id: int, item: AlterPartitionItem, committed: list[MetadataRecord]
+    ) -> AlterPartitionItemResponse:
+        partition = self._image.partition(item.topic, item.partition)
+        failure = self._alter_partition_error(broker_id, item, partition)
+        if failure is not None:
+            code, message = failure
+            return AlterPartitionItemResponse(
+                topic=item.topic, partition=item.partition, error_code=code, error_message=message
+            )
+        assert partition is not None  # checked by _alter_partition_error
+        new_isr = in_replica_order(partition.replicas, item.new_isr)
+        if new_isr != partition.isr:
+            change = PartitionChangeRecord(topic=item.topic, partition=item.partition, isr=new_isr)
+            self._commit([change], committed)
+        current = self._image.partitions[partition.topic_partition]
+        return AlterPartitionItemResponse(
+            topic=item.topic,
+            partition=item.partition,
+            leader_id=current.leader,
+            leader_epoch=current.leader_epoch,
+            isr=list(current.isr),
+            partition_epoch=current.partition_epoch,
+        )
+
+    def _alter_partition_error(
+        self, broker_id: int, item: AlterPartitionItem, partition: PartitionRegistration | None
+    ) -> tuple[ErrorCode, str] | None:
+        """Why an ISR change is refused, or None. Order follows KRaft's validateAlterPartitionData."""
+        if partition is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {item.topic}-{item.partition}"
+        if item.leader_epoch != partition.leader_epoch:
+            return (
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"leader epoch is {partition.leader_epoch}, request has {item.leader_epoch}",
+            )
+        if broker_id != partition.leader:
+            return (
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"broker {broker_id} is not the leader ({partition.leader})",
+            )
+        if item.partition_epoch != partition.partition_epoch:
+            return (
+                ErrorCode.INVALID_UPDATE_VERSION,
+                f"partition epoch is {partition.partition_epoch}, request has {item.partition_epoch}",
+            )
+        if len(set(item.new_isr)) != len(item.new_isr) or partition.leader not in item.new_isr:
+            return ErrorCode.INVALID_REQUEST, f"ISR {item.new_isr} must hold the leader and no duplicates"
+        outsiders = [r for r in item.new_isr if r not in partition.replicas]
+        if outsiders:
+            return ErrorCode.INELIGIBLE_REPLICA, f"brokers {outsiders} are not replicas of this partition"
+        # Only members being added must be active: one already in the ISR stays until the controller
+        # itself removes it (fencing does that and bumps the partition epoch).
+        active = self._image.active_broker_ids()
+        ineligible = [r for r in item.new_isr if r not in partition.isr and r not in active]
+        if ineligible:
+            return ErrorCode.INELIGIBLE_REPLICA, f"brokers {ineligible} are fenced or shutting down"
+        return None
+
+    # -- committing -------------------------------------------------------------------------------
+
+    def _commit(self, records: Sequence[MetadataRecord], committed: list[MetadataRecord]) -> None:
+        """Make records durable (when there is a store), then replay them: the only way state changes."""
+        if not records:
+            return
+        first_offset = self._last_offset + 1
+        if self._store is not None:
+            self._store.append(first_offset, records)
+        for record in records:
+            self._image.replay(record)
+        self._last_offset = first_offset + len(records) - 1
+        committed.extend(records)
+        if self._store is not None and self._store.snapshot_due:
+            self._store.write_snapshot(self._image, self._last_offset)
+
+    def _result(self, committed: list[MetadataRecord], response: R) -> ControllerResult[R]:
+        created: set[TopicPartition] = set()
+        touched: dict[TopicPartition, None] = {}  # insertion-ordered set
+        for record in committed:
+            if isinstance(record, PartitionRecord):
+                created.add(TopicPartition(record.topic, record.partition))
+            if isinstance(record, PartitionRecord | PartitionChangeRecord):
+                touched[TopicPartition(record.topic, record.partition)] = None
+        changed = [self._image.partitions[tp].to_leader_and_isr(is_new=tp in created) for tp in touched]
+        return ControllerResult(records=list(committed), response=response, changed_partitions=changed)
+
+    def _now(self, now_ms: int | None) -> int:
+        """The caller's clock, or ours; also starts the sessions of brokers loaded from the store."""
+        now = self._time.milliseconds() if now_ms is None else now_ms
+        for broker_id in self._sessions_to_start:
+            self._last_contact_ms.setdefault(broker_id, now)
+        self._sessions_to_start.clear()
+        return now
+
+
+def _same_process(existing: BrokerRegistration, request: BrokerRegistrationRequest) -> bool:
+    return (
+        existing.incarnation_id == request.incarnation_id
+        and existing.host == request.host
+        and existing.port == request.port
+        and existing.rack == request.rack
+    )
+
+
+def _heartbeat_error(code: ErrorCode, message: str) -> BrokerHeartbeatResponse:
+    return BrokerHeartbeatResponse(
+        is_caught_up=False, is_fenced=True, should_shutdown=False, error_code=code, error_message=message
+    )

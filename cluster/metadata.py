@@ -1,0 +1,440 @@
+"""Metadata records and the image they build: the controller's only source of truth.
+
+How this works
+--------------
+Every change to cluster metadata is a *record* (a frozen dataclass below). The controller decides
+which records a command produces; `MetadataImage.replay(record)` is the only code that changes the
+image. Replaying the same records in the same order always yields the same image, which is what makes
+the controller's state durable (metadata_store.py writes the records, a restart replays them) and
+testable (feed records, inspect the image), as in Kafka's KRaft metadata log.
+
+Epochs are derived on replay, never carried by change records, exactly as in KRaft:
+
+* `PartitionRecord` creates a partition with the epochs it names (0 for a new topic);
+* `PartitionChangeRecord` with a `leader` bumps `leader_epoch` by one; every `PartitionChangeRecord`
+  bumps `partition_epoch` by one. An ISR-only change therefore moves `partition_epoch` but not
+  `leader_epoch`, so followers keep fetching while the leader learns the new ISR.
+
+Invariants of the image (checked on replay; a record that breaks one raises MetadataReplayError,
+because it means the log is corrupt or the controller has a bug):
+
+* a partition's ISR is a non-empty subset of its replicas, listed in replica order, without duplicates;
+* its leader is an ISR member or -1 (offline);
+* `leader_epoch` and `partition_epoch` only grow;
+* a broker's fence / unfence / shutdown record names the broker's current epoch.
+
+Broker liveness (last heartbeat) is not metadata: it belongs to the controller that observes it.
+
+Records serialize to plain dicts of str / int / bool / list / dict (`record_to_dict`,
+`record_from_dict`), ready for msgpack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from protocol.messages import BrokerEndpoint, LeaderAndIsrPartition, TopicPartition
+
+NO_LEADER = -1
+
+
+class MetadataReplayError(Exception):
+    """A record that cannot be applied to the image: a corrupt log or a controller bug."""
+
+
+# -- records --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRecord:
+    """A broker (re-)registered. Replaces any earlier registration of the same id.
+
+    `broker_epoch` is the metadata offset of this record, so epochs only grow, even across
+    controller restarts.
+    """
+
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: str
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FenceBrokerRecord:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceBrokerRecord:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerShutdownRecord:
+    """The broker asked for a controlled shutdown: it may no longer lead or join an ISR."""
+
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    name: str
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChangeRecord:
+    """A leader and/or ISR change. `None` means unchanged. See the module docstring for epochs."""
+
+    topic: str
+    partition: int
+    leader: int | None = None
+    isr: tuple[int, ...] | None = None
+
+
+MetadataRecord = (
+    RegisterBrokerRecord
+    | FenceBrokerRecord
+    | UnfenceBrokerRecord
+    | BrokerShutdownRecord
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+)
+
+_RECORD_TYPES: dict[str, type[MetadataRecord]] = {
+    cls.__name__: cls
+    for cls in (
+        RegisterBrokerRecord,
+        FenceBrokerRecord,
+        UnfenceBrokerRecord,
+        BrokerShutdownRecord,
+        TopicRecord,
+        PartitionRecord,
+        PartitionChangeRecord,
+    )
+}
+_TUPLE_FIELDS = frozenset({"replicas", "isr"})
+
+
+def record_to_dict(record: MetadataRecord) -> dict[str, Any]:
+    """A msgpack-friendly dict: `{"type": <class name>, <field>: <value>, ...}`."""
+    out: dict[str, Any] = {"type": type(record).__name__}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[f.name] = value
+    return out
+
+
+def record_from_dict(data: Mapping[str, Any]) -> MetadataRecord:
+    """Inverse of `record_to_dict`. Raises MetadataReplayError for an unknown type or bad fields."""
+    try:
+        cls = _RECORD_TYPES[data["type"]]
+    except (KeyError, TypeError):
+        raise MetadataReplayError(f"unknown metadata record type in {data!r}") from None
+    kwargs = {key: value for key, value in data.items() if key != "type"}
+    for name in _TUPLE_FIELDS & kwargs.keys():
+        if kwargs[name] is not None:
+            kwargs[name] = tuple(kwargs[name])
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise MetadataReplayError(f"bad {cls.__name__}: {exc}") from None
+
+
+# -- image ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: str
+    host: str
+    port: int
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool
+
+    @property
+    def is_active(self) -> bool:
+        """May lead and join ISRs: unfenced and not shutting down."""
+        return not self.fenced and not self.in_controlled_shutdown
+
+    def endpoint(self) -> BrokerEndpoint:
+        return BrokerEndpoint(broker_id=self.broker_id, host=self.host, port=self.port, rack=self.rack)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def is_offline(self) -> bool:
+        return self.leader == NO_LEADER
+
+    def to_leader_and_isr(self, is_new: bool = False) -> LeaderAndIsrPartition:
+        return LeaderAndIsrPartition(
+            topic=self.topic,
+            partition=self.partition,
+            leader=self.leader,
+            leader_epoch=self.leader_epoch,
+            isr=list(self.isr),
+            partition_epoch=self.partition_epoch,
+            replicas=list(self.replicas),
+            is_new=is_new,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    configs: Mapping[str, str]
+    num_partitions: int
+
+
+class MetadataImage:
+    """Brokers, topics and partitions, changed only by `replay`. Read through the mappings below."""
+
+    def __init__(self) -> None:
+        self._brokers: dict[int, BrokerRegistration] = {}
+        self._topics: dict[str, TopicImage] = {}
+        self._partitions: dict[TopicPartition, PartitionRegistration] = {}
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    @property
+    def brokers(self) -> Mapping[int, BrokerRegistration]:
+        return self._brokers
+
+    @property
+    def topics(self) -> Mapping[str, TopicImage]:
+        return self._topics
+
+    @property
+    def partitions(self) -> Mapping[TopicPartition, PartitionRegistration]:
+        return self._partitions
+
+    def partition(self, topic: str, partition: int) -> PartitionRegistration | None:
+        return self._partitions.get(TopicPartition(topic, partition))
+
+    def partitions_of(self, topic: str) -> list[PartitionRegistration]:
+        info = self._topics.get(topic)
+        if info is None:
+            return []
+        return [self._partitions[TopicPartition(topic, i)] for i in range(info.num_partitions)]
+
+    def active_broker_ids(self) -> frozenset[int]:
+        """Brokers that may lead and join ISRs."""
+        return frozenset(b.broker_id for b in self._brokers.values() if b.is_active)
+
+    def partitions_led_by(self, broker_id: int) -> list[PartitionRegistration]:
+        return [p for p in self._partitions.values() if p.leader == broker_id]
+
+    def partitions_with_isr_member(self, broker_id: int) -> list[PartitionRegistration]:
+        return [p for p in self._partitions.values() if broker_id in p.isr]
+
+    def partitions_with_replica(self, broker_id: int) -> list[PartitionRegistration]:
+        return [p for p in self._partitions.values() if broker_id in p.replicas]
+
+    def offline_partitions(self) -> list[PartitionRegistration]:
+        return [p for p in self._partitions.values() if p.is_offline]
+
+    def to_records(self) -> Iterator[MetadataRecord]:
+        """Records that rebuild this image from empty: the content of a snapshot."""
+        for b in self._brokers.values():
+            yield RegisterBrokerRecord(
+                broker_id=b.broker_id,
+                broker_epoch=b.broker_epoch,
+                incarnation_id=b.incarnation_id,
+                host=b.host,
+                port=b.port,
+                rack=b.rack,
+                fenced=b.fenced,
+                in_controlled_shutdown=b.in_controlled_shutdown,
+            )
+        for t in self._topics.values():
+            yield TopicRecord(name=t.name, configs=dict(t.configs))
+            for p in self.partitions_of(t.name):
+                yield PartitionRecord(
+                    topic=p.topic,
+                    partition=p.partition,
+                    replicas=p.replicas,
+                    isr=p.isr,
+                    leader=p.leader,
+                    leader_epoch=p.leader_epoch,
+                    partition_epoch=p.partition_epoch,
+                )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MetadataImage):
+            return NotImplemented
+        return (
+            self._brokers == other._brokers
+            and self._topics == other._topics
+            and self._partitions == other._partitions
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable through replay
+
+    def __repr__(self) -> str:
+        return (
+            f"MetadataImage(brokers={list(self._brokers.values())}, topics={list(self._topics)}, "
+            f"partitions={list(self._partitions.values())})"
+        )
+
+    # -- replay -----------------------------------------------------------------------------------
+
+    def replay(self, record: MetadataRecord) -> None:
+        match record:
+            case RegisterBrokerRecord():
+                self._replay_register(record)
+            case FenceBrokerRecord():
+                broker = self._broker_at_epoch(record.broker_id, record.broker_epoch)
+                self._brokers[broker.broker_id] = replace(broker, fenced=True)
+            case UnfenceBrokerRecord():
+                broker = self._broker_at_epoch(record.broker_id, record.broker_epoch)
+                self._brokers[broker.broker_id] = replace(broker, fenced=False)
+            case BrokerShutdownRecord():
+                broker = self._broker_at_epoch(record.broker_id, record.broker_epoch)
+                self._brokers[broker.broker_id] = replace(broker, in_controlled_shutdown=True)
+            case TopicRecord():
+                self._replay_topic(record)
+            case PartitionRecord():
+                self._replay_partition(record)
+            case PartitionChangeRecord():
+                self._replay_partition_change(record)
+            case _:
+                raise MetadataReplayError(f"not a metadata record: {record!r}")
+
+    def _replay_register(self, record: RegisterBrokerRecord) -> None:
+        existing = self._brokers.get(record.broker_id)
+        if existing is not None and record.broker_epoch <= existing.broker_epoch:
+            raise MetadataReplayError(
+                f"broker {record.broker_id} registered with epoch {record.broker_epoch}, "
+                f"not above its current epoch {existing.broker_epoch}"
+            )
+        self._brokers[record.broker_id] = BrokerRegistration(
+            broker_id=record.broker_id,
+            broker_epoch=record.broker_epoch,
+            incarnation_id=record.incarnation_id,
+            host=record.host,
+            port=record.port,
+            rack=record.rack,
+            fenced=record.fenced,
+            in_controlled_shutdown=record.in_controlled_shutdown,
+        )
+
+    def _broker_at_epoch(self, broker_id: int, broker_epoch: int) -> BrokerRegistration:
+        existing = self._brokers.get(broker_id)
+        if existing is None:
+            raise MetadataReplayError(f"broker {broker_id} is not registered")
+        if existing.broker_epoch != broker_epoch:
+            raise MetadataReplayError(
+                f"broker {broker_id} has epoch {existing.broker_epoch}, record names {broker_epoch}"
+            )
+        return existing
+
+    def _replay_topic(self, record: TopicRecord) -> None:
+        if record.name in self._topics:
+            raise MetadataReplayError(f"topic {record.name} already exists")
+        self._topics[record.name] = TopicImage(
+            name=record.name, configs=dict(record.configs), num_partitions=0
+        )
+
+    def _replay_partition(self, record: PartitionRecord) -> None:
+        topic = self._topics.get(record.topic)
+        if topic is None:
+            raise MetadataReplayError(f"partition {record.topic}-{record.partition} of an unknown topic")
+        if record.partition != topic.num_partitions:
+            raise MetadataReplayError(
+                f"partition {record.topic}-{record.partition} out of order (expected {topic.num_partitions})"
+            )
+        registration = PartitionRegistration(
+            topic=record.topic,
+            partition=record.partition,
+            replicas=tuple(record.replicas),
+            isr=tuple(record.isr),
+            leader=record.leader,
+            leader_epoch=record.leader_epoch,
+            partition_epoch=record.partition_epoch,
+        )
+        _check_partition(registration)
+        self._partitions[registration.topic_partition] = registration
+        self._topics[record.topic] = replace(topic, num_partitions=topic.num_partitions + 1)
+
+    def _replay_partition_change(self, record: PartitionChangeRecord) -> None:
+        tp = TopicPartition(record.topic, record.partition)
+        current = self._partitions.get(tp)
+        if current is None:
+            raise MetadataReplayError(f"change of unknown partition {tp}")
+        changed = replace(current, partition_epoch=current.partition_epoch + 1)
+        if record.leader is not None:
+            changed = replace(changed, leader=record.leader, leader_epoch=current.leader_epoch + 1)
+        if record.isr is not None:
+            changed = replace(changed, isr=tuple(record.isr))
+        _check_partition(changed)
+        self._partitions[tp] = changed
+
+
+def _check_partition(p: PartitionRegistration) -> None:
+    where = f"{p.topic}-{p.partition}"
+    if not p.replicas or len(set(p.replicas)) != len(p.replicas):
+        raise MetadataReplayError(f"{where}: replicas {p.replicas} empty or with duplicates")
+    if not p.isr or len(set(p.isr)) != len(p.isr) or not set(p.isr) <= set(p.replicas):
+        raise MetadataReplayError(f"{where}: ISR {p.isr} is not a non-empty subset of {p.replicas}")
+    if p.isr != in_replica_order(p.replicas, p.isr):
+        raise MetadataReplayError(f"{where}: ISR {p.isr} is not in replica order {p.replicas}")
+    if p.leader != NO_LEADER and p.leader not in p.isr:
+        raise MetadataReplayError(f"{where}: leader {p.leader} is not in ISR {p.isr}")
+    if p.leader_epoch < 0 or p.partition_epoch < 0:
+        raise MetadataReplayError(f"{where}: negative epoch")
+
+
+def in_replica_order(replicas: Sequence[int], members: Sequence[int] | frozenset[int]) -> tuple[int, ...]:
+    """`members` (a subset of `replicas`) listed in replica order: the canonical ISR order."""
+    wanted = set(members)
+    return tuple(r for r in replicas if r in wanted)
+
+
+def replay_all(records: Sequence[MetadataRecord], image: MetadataImage | None = None) -> MetadataImage:
+    """Replay `records` onto `image` (a new empty image by default) and return it."""
+    target = image if image is not None else MetadataImage()
+    for record in records:
+        target.replay(record)
+    return target

@@ -1,0 +1,858 @@
+"""Controller scenarios: registration and liveness, topic creation, elections, controlled shutdown,
+ALTER_PARTITION, durability and metadata. The controller is pure logic, driven by a manual clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.controller import (
+    Controller,
+    ControllerConfig,
+    ControllerResult,
+    assign_replicas_to_brokers,
+    elect_leader,
+    partition_change,
+)
+from cluster.metadata import NO_LEADER, PartitionRegistration
+from cluster.metadata_store import MetadataStore
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    AlterPartitionItem,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    CreatableTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
+from protocol.time import ManualTime
+
+SESSION_MS = 1000
+
+
+class Cluster:
+    """A controller on a manual clock, plus the epoch each broker was last given."""
+
+    def __init__(
+        self, store: MetadataStore | None = None, time: ManualTime | None = None, **config: Any
+    ) -> None:
+        self.time = time or ManualTime()
+        self.config = ControllerConfig(broker_session_timeout_ms=SESSION_MS, **config)
+        self.controller = Controller(self.config, self.time, store)
+        self.epochs: dict[int, int] = {}
+
+    @property
+    def now_ms(self) -> int:
+        return self.time.milliseconds()
+
+    def register(self, broker_id: int, incarnation_id: str | None = None) -> int:
+        request = BrokerRegistrationRequest(
+            broker_id=broker_id,
+            host="127.0.0.1",
+            port=9000 + broker_id,
+            incarnation_id=incarnation_id or f"incarnation-{broker_id}",
+        )
+        response = self.controller.register_broker(request, self.now_ms).response
+        assert response.error_code == ErrorCode.NONE
+        self.epochs[broker_id] = response.broker_epoch
+        return response.broker_epoch
+
+    def heartbeat_result(self, broker_id: int, **flags: bool) -> ControllerResult[BrokerHeartbeatResponse]:
+        request = BrokerHeartbeatRequest(broker_id=broker_id, broker_epoch=self.epochs[broker_id], **flags)
+        return self.controller.heartbeat(request, self.now_ms)
+
+    def heartbeat(self, broker_id: int, **flags: bool) -> BrokerHeartbeatResponse:
+        return self.heartbeat_result(broker_id, **flags).response
+
+    def start_brokers(self, *broker_ids: int) -> None:
+        for broker_id in broker_ids:
+            self.register(broker_id)
+            assert not self.heartbeat(broker_id).is_fenced
+
+    def create(
+        self, name: str, num_partitions: int, replication_factor: int, **configs: str
+    ) -> CreateTopicsResponse:
+        topic = CreatableTopic(
+            name=name, num_partitions=num_partitions, replication_factor=replication_factor, configs=configs
+        )
+        return self.controller.create_topics(CreateTopicsRequest(topics=[topic])).response
+
+    def partition(self, topic: str = "t", partition: int = 0) -> PartitionRegistration:
+        p = self.controller.image.partition(topic, partition)
+        assert p is not None
+        return p
+
+    def advance(self, ms: int) -> None:
+        self.time.advance(ms)
+
+    def tick(self) -> ControllerResult[list[int]]:
+        return self.controller.tick(self.now_ms)
+
+    def keep_alive(self, *broker_ids: int) -> None:
+        for broker_id in broker_ids:
+            self.heartbeat(broker_id)
+
+    def alter(
+        self,
+        broker_id: int,
+        new_isr: list[int],
+        leader_epoch: int | None = None,
+        partition_epoch: int | None = None,
+    ) -> ControllerResult[AlterPartitionResponse]:
+        p = self.partition()
+        item = AlterPartitionItem(
+            topic=p.topic,
+            partition=p.partition,
+            leader_epoch=p.leader_epoch if leader_epoch is None else leader_epoch,
+            new_isr=new_isr,
+            partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
+        )
+        request = AlterPartitionRequest(
+            broker_id=broker_id, broker_epoch=self.epochs[broker_id], partitions=[item]
+        )
+        return self.controller.alter_partition(request, self.now_ms)
+
+
+def three_brokers_one_partition(**config: Any) -> Cluster:
+    """Brokers 1, 2, 3 and topic t with one partition on all three, led by its preferred replica at
+    epoch 0. The replica order comes from the assignment; `replicas_of` names the three."""
+    cluster = Cluster(**config)
+    cluster.start_brokers(1, 2, 3)
+    assert cluster.create("t", num_partitions=1, replication_factor=3).topics[0].error_code == ErrorCode.NONE
+    return cluster
+
+
+def replicas_of(cluster: Cluster) -> tuple[int, int, int]:
+    """(preferred, second, third) replica of t-0."""
+    preferred, second, third = cluster.partition().replicas
+    return preferred, second, third
+
+
+# -- leader election ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("replicas", "isr", "live", "unclean", "leader"),
+    [
+        pytest.param([1, 2, 3], [1, 2, 3], [1, 2, 3], False, 1, id="preferred-leader-when-live-and-in-isr"),
+        pytest.param([1, 2, 3], [1, 2, 3], [2, 3], False, 2, id="next-live-isr-member-in-replica-order"),
+        pytest.param([1, 2, 3], [3, 2], [2, 3], False, 2, id="replica-order-not-isr-order"),
+        pytest.param([1, 2, 3], [2, 3], [1, 2, 3], False, 2, id="preferred-skipped-when-out-of-isr"),
+        pytest.param([1, 2, 3], [1], [2, 3], False, NO_LEADER, id="no-live-isr-member-goes-offline"),
+        pytest.param([1, 2, 3], [1], [2, 3], True, 2, id="unclean-takes-first-live-replica"),
+        pytest.param([1, 2, 3], [3], [2, 3], True, 3, id="unclean-still-prefers-a-live-isr-member"),
+        pytest.param([1, 2, 3], [1], [], True, NO_LEADER, id="unclean-with-nothing-live-goes-offline"),
+    ],
+)
+def test_leader_election_choices(
+    replicas: list[int], isr: list[int], live: list[int], unclean: bool, leader: int
+) -> None:
+    assert elect_leader(replicas, isr, live, unclean) == leader
+
+
+def test_an_unclean_election_resets_the_isr_to_the_new_leader() -> None:
+    p = PartitionRegistration(
+        "t", 0, replicas=(1, 2, 3), isr=(1,), leader=1, leader_epoch=4, partition_epoch=9
+    )
+
+    change = partition_change(p, remove=1, active=frozenset({2, 3}), unclean=True)
+
+    assert change is not None
+    assert (change.leader, change.isr) == (2, (2,))
+
+
+def test_removing_the_last_isr_member_keeps_it_in_the_isr_and_takes_the_partition_offline() -> None:
+    p = PartitionRegistration(
+        "t", 0, replicas=(1, 2, 3), isr=(1,), leader=1, leader_epoch=4, partition_epoch=9
+    )
+
+    change = partition_change(p, remove=1, active=frozenset({2, 3}), unclean=False)
+
+    assert change is not None
+    assert (change.leader, change.isr) == (NO_LEADER, None)
+
+
+def test_removing_a_follower_changes_only_the_isr() -> None:
+    p = PartitionRegistration(
+        "t", 0, replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=4, partition_epoch=9
+    )
+
+    change = partition_change(p, remove=3, active=frozenset({1, 2}), unclean=False)
+
+    assert change is not None
+    assert (change.leader, change.isr) == (None, (1, 2))
+
+
+# -- replica assignment ---------------------------------------------------------------------------
+
+
+def test_assignment_matches_kafkas_rack_unaware_layout() -> None:
+    # Kafka's AdminZkClientTest.testReplicaAssignment: 5 brokers, 10 partitions, RF 3, start index 0
+    expected = [
+        (0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4, 0), (4, 0, 1),
+        (0, 2, 3), (1, 3, 4), (2, 4, 0), (3, 0, 1), (4, 1, 2),
+    ]  # fmt: skip
+
+    assert assign_replicas_to_brokers(10, 3, [4, 2, 0, 3, 1], start_index=0, replica_shift=0) == expected
+
+
+def test_three_brokers_six_partitions_rf3_gives_each_broker_two_leaderships() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1, 2, 3)
+
+    result = cluster.controller.create_topics(
+        CreateTopicsRequest(topics=[CreatableTopic(name="orders", num_partitions=6, replication_factor=3)])
+    )
+
+    assert result.response.topics[0].error_code == ErrorCode.NONE
+    partitions = cluster.controller.image.partitions_of("orders")
+    leaders = [p.leader for p in partitions]
+    assert sorted(leaders) == [1, 1, 2, 2, 3, 3]
+    for p in partitions:
+        assert sorted(p.replicas) == [1, 2, 3]
+        assert p.isr == p.replicas
+        assert p.leader == p.replicas[0]  # the preferred replica leads
+        assert (p.leader_epoch, p.partition_epoch) == (0, 0)
+    assert len(result.changed_partitions) == 6
+    assert all(lai.is_new for lai in result.changed_partitions)
+    assert {b: len(ps) for b, ps in result.leader_and_isr_by_broker().items()} == {1: 6, 2: 6, 3: 6}
+
+
+def test_topics_are_placed_only_on_unfenced_brokers() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1, 2, 3)
+    cluster.register(4)  # registered, never heartbeated: fenced
+
+    cluster.create("t", num_partitions=8, replication_factor=2)
+
+    assert all(4 not in p.replicas for p in cluster.controller.image.partitions_of("t"))
+
+
+def test_missing_counts_take_the_configured_defaults_and_configs_carry_min_insync_replicas() -> None:
+    cluster = Cluster(num_partitions=4, default_replication_factor=2, min_insync_replicas=2)
+    cluster.start_brokers(1, 2, 3)
+
+    response = cluster.create("t", num_partitions=-1, replication_factor=-1)
+    cluster.create("u", num_partitions=1, replication_factor=1, **{"min.insync.replicas": "1"})
+
+    assert (response.topics[0].num_partitions, response.topics[0].replication_factor) == (4, 2)
+    assert cluster.controller.topic_configs("t") == {"min.insync.replicas": "2"}
+    assert cluster.controller.topic_configs("u") == {"min.insync.replicas": "1"}
+
+
+@pytest.mark.parametrize(
+    ("name", "num_partitions", "replication_factor", "error"),
+    [
+        pytest.param("t", 1, 1, ErrorCode.TOPIC_ALREADY_EXISTS, id="existing-topic"),
+        pytest.param("new", 0, 1, ErrorCode.INVALID_PARTITIONS, id="zero-partitions"),
+        pytest.param("new", -5, 1, ErrorCode.INVALID_PARTITIONS, id="negative-partitions"),
+        pytest.param("new", 1, 0, ErrorCode.INVALID_REPLICATION_FACTOR, id="zero-replication-factor"),
+        pytest.param("new", 1, 3, ErrorCode.INVALID_REPLICATION_FACTOR, id="more-replicas-than-live-brokers"),
+        pytest.param("bad/name", 1, 1, ErrorCode.INVALID_TOPIC_EXCEPTION, id="illegal-topic-name"),
+    ],
+)
+def test_topic_creation_errors(
+    name: str, num_partitions: int, replication_factor: int, error: ErrorCode
+) -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 1, 1)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(1, 2)
+    cluster.tick()  # broker 3 is fenced: two live brokers
+
+    result = cluster.controller.create_topics(
+        CreateTopicsRequest(
+            topics=[
+                CreatableTopic(
+                    name=name, num_partitions=num_partitions, replication_factor=replication_factor
+                )
+            ]
+        )
+    )
+
+    assert result.response.topics[0].error_code == error
+    assert result.response.topics[0].error_message
+    assert result.records == []
+
+
+def test_a_topic_named_twice_in_one_request_is_refused_but_others_are_created() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1)
+    topics = [CreatableTopic("a", 1, 1), CreatableTopic("b", 1, 1), CreatableTopic("a", 2, 1)]
+
+    response = cluster.controller.create_topics(CreateTopicsRequest(topics=topics)).response
+
+    assert [t.error_code for t in response.topics] == [
+        ErrorCode.INVALID_REQUEST,
+        0,
+        ErrorCode.INVALID_REQUEST,
+    ]
+    assert list(cluster.controller.image.topics) == ["b"]
+
+
+# -- registration and heartbeats ------------------------------------------------------------------
+
+
+def test_a_registered_broker_is_fenced_until_its_first_heartbeat() -> None:
+    cluster = Cluster()
+    cluster.register(1)
+    assert cluster.controller.image.brokers[1].fenced
+
+    result = cluster.heartbeat_result(1)
+
+    assert not result.response.is_fenced
+    assert result.unfenced_brokers == [1]
+    assert not cluster.controller.image.brokers[1].fenced
+
+
+def test_every_registration_of_a_new_incarnation_gets_a_higher_broker_epoch() -> None:
+    cluster = Cluster()
+    first = cluster.register(1, "one")
+    other = cluster.register(2, "two")
+    again = cluster.register(1, "one-restarted")
+
+    assert first < other < again
+
+
+def test_a_retried_registration_of_the_same_incarnation_keeps_its_epoch_and_writes_nothing() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1)
+    request = BrokerRegistrationRequest(
+        broker_id=1, host="127.0.0.1", port=9001, incarnation_id="incarnation-1"
+    )
+
+    result = cluster.controller.register_broker(request, cluster.now_ms)
+
+    assert result.response.broker_epoch == cluster.epochs[1]
+    assert result.records == []
+    assert not cluster.controller.image.brokers[1].fenced
+
+
+def test_a_heartbeat_from_an_unknown_broker_is_refused() -> None:
+    cluster = Cluster()
+
+    response = cluster.controller.heartbeat(
+        BrokerHeartbeatRequest(broker_id=5, broker_epoch=0), cluster.now_ms
+    )
+
+    assert response.response.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED
+    assert response.response.is_fenced
+
+
+def test_a_heartbeat_with_the_epoch_of_an_earlier_incarnation_is_stale() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1)
+    old_epoch = cluster.epochs[1]
+    cluster.register(1, "restarted")
+
+    response = cluster.controller.heartbeat(
+        BrokerHeartbeatRequest(broker_id=1, broker_epoch=old_epoch), cluster.now_ms
+    )
+
+    assert response.response.error_code == ErrorCode.STALE_BROKER_EPOCH
+    assert cluster.controller.image.brokers[1].fenced
+
+
+# -- fencing on missed heartbeats -----------------------------------------------------------------
+
+
+def test_a_broker_silent_for_exactly_the_session_timeout_is_still_alive() -> None:
+    cluster = three_brokers_one_partition()
+    cluster.advance(SESSION_MS)
+    cluster.keep_alive(2, 3)
+
+    result = cluster.tick()
+
+    assert result.response == []
+    assert result.records == []
+    assert not cluster.controller.image.brokers[1].fenced
+
+
+def test_a_broker_silent_one_millisecond_past_the_timeout_is_fenced_and_its_leadership_moves() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second, third)
+
+    result = cluster.tick()
+
+    assert result.response == [preferred]
+    assert result.fenced_brokers == [preferred]
+    assert cluster.controller.image.brokers[preferred].fenced
+    p = cluster.partition()
+    assert p.leader == second  # next live ISR member in replica order
+    assert p.isr == (second, third)
+    assert (p.leader_epoch, p.partition_epoch) == (1, 1)
+    [pushed] = result.changed_partitions
+    assert (pushed.leader, pushed.leader_epoch, pushed.isr, pushed.partition_epoch) == (
+        second,
+        1,
+        [second, third],
+        1,
+    )
+    assert set(result.leader_and_isr_by_broker()) == {preferred, second, third}
+
+
+def test_a_fenced_follower_leaves_the_isr_without_a_leader_epoch_bump() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(preferred, second)
+
+    cluster.tick()
+
+    p = cluster.partition()
+    assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (preferred, (preferred, second), 0, 1)
+
+
+def test_when_the_last_isr_member_dies_the_partition_goes_offline_and_keeps_it_in_the_isr() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    assert cluster.alter(preferred, [preferred]).response.partitions[0].error_code == ErrorCode.NONE
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second, third)
+
+    cluster.tick()
+
+    p = cluster.partition()
+    assert (p.leader, p.isr, p.leader_epoch) == (NO_LEADER, (preferred,), 1)
+    [meta] = cluster.controller.metadata(["t"]).topics[0].partitions
+    assert meta.error_code == ErrorCode.LEADER_NOT_AVAILABLE
+    assert meta.offline_replicas == [preferred]
+
+
+def test_with_unclean_election_the_first_live_replica_leads_with_an_isr_of_itself() -> None:
+    cluster = three_brokers_one_partition(unclean_leader_election_enable=True)
+    preferred, second, third = replicas_of(cluster)
+    cluster.alter(preferred, [preferred])
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second, third)
+
+    cluster.tick()
+
+    p = cluster.partition()
+    assert (p.leader, p.isr, p.leader_epoch) == (second, (second,), 1)
+
+
+def test_a_fenced_broker_that_heartbeats_again_is_unfenced_and_sent_its_full_state() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second, third)
+    cluster.tick()
+
+    result = cluster.heartbeat_result(preferred)
+
+    assert not result.response.is_fenced
+    assert result.unfenced_brokers == [preferred]
+    assert result.changed_partitions == []  # the partition has a leader: nothing to re-elect
+    [state] = cluster.controller.leader_and_isr_for_broker(preferred)
+    assert (state.leader, state.isr) == (second, [second, third])  # it must catch up to rejoin the ISR
+
+
+def test_an_offline_partition_comes_back_when_its_isr_member_returns() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.alter(preferred, [preferred])
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second, third)
+    cluster.tick()
+    assert cluster.partition().is_offline
+
+    result = cluster.heartbeat_result(preferred)
+
+    p = cluster.partition()
+    assert (p.leader, p.isr, p.leader_epoch) == (preferred, (preferred,), 2)
+    assert [lai.leader for lai in result.changed_partitions] == [preferred]
+
+
+def test_an_offline_partition_stays_offline_when_only_an_out_of_sync_replica_returns() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.alter(preferred, [preferred])
+    cluster.advance(SESSION_MS + 1)
+    cluster.tick()  # every broker is fenced
+    assert cluster.partition().is_offline
+
+    cluster.heartbeat(second)
+
+    assert cluster.partition().is_offline
+
+
+def test_a_broker_asking_to_be_fenced_gives_up_its_leadership() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+
+    response = cluster.heartbeat(preferred, want_fence=True)
+
+    assert response.is_fenced
+    assert (cluster.partition().leader, cluster.partition().isr) == (second, (second, third))
+
+
+def test_a_new_incarnation_fences_the_old_one_and_takes_it_out_of_leadership_and_isr() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+
+    result = cluster.controller.register_broker(
+        BrokerRegistrationRequest(
+            broker_id=preferred, host="127.0.0.1", port=9000 + preferred, incarnation_id="new"
+        ),
+        cluster.now_ms,
+    )
+
+    assert result.response.broker_epoch > cluster.epochs[preferred]
+    assert cluster.controller.image.brokers[preferred].fenced
+    p = cluster.partition()
+    assert (p.leader, p.isr, p.leader_epoch) == (second, (second, third), 1)
+
+
+# -- controlled shutdown --------------------------------------------------------------------------
+
+
+def test_controlled_shutdown_moves_leadership_first_then_says_shut_down() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+
+    first = cluster.heartbeat_result(preferred, want_shutdown=True)
+
+    assert not first.response.should_shutdown
+    p = cluster.partition()
+    assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (second, (second, third), 1, 1)
+    assert [lai.leader for lai in first.changed_partitions] == [second]
+    assert cluster.controller.image.brokers[preferred].in_controlled_shutdown
+
+    second_beat = cluster.heartbeat(preferred, want_shutdown=True)
+
+    assert second_beat.should_shutdown
+    assert second_beat.is_fenced
+
+
+def test_a_broker_leading_nothing_may_shut_down_at_once_after_leaving_the_isrs() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+
+    response = cluster.heartbeat(third, want_shutdown=True)
+
+    assert response.should_shutdown
+    assert cluster.partition().isr == (preferred, second)
+    assert cluster.partition().leader_epoch == 0
+
+
+def test_a_broker_in_controlled_shutdown_is_not_elected_when_the_leader_dies() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.heartbeat(third, want_shutdown=True)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second)
+
+    cluster.tick()
+
+    p = cluster.partition()
+    assert (p.leader, p.isr) == (second, (second,))
+
+
+def test_controlled_shutdown_of_the_only_isr_member_takes_the_partition_offline() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, _, _ = replicas_of(cluster)
+    cluster.alter(preferred, [preferred])
+
+    first = cluster.heartbeat(preferred, want_shutdown=True)
+    then = cluster.heartbeat(preferred, want_shutdown=True)
+
+    assert not first.should_shutdown and then.should_shutdown
+    assert (cluster.partition().leader, cluster.partition().isr) == (NO_LEADER, (preferred,))
+
+
+# -- ALTER_PARTITION ------------------------------------------------------------------------------
+
+
+def test_a_leader_shrinks_then_expands_its_isr() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+
+    shrink = cluster.alter(preferred, [preferred, second])
+
+    [item] = shrink.response.partitions
+    assert item.error_code == ErrorCode.NONE
+    assert (item.leader_id, item.leader_epoch, item.isr, item.partition_epoch) == (
+        preferred,
+        0,
+        [preferred, second],
+        1,
+    )
+    assert [lai.isr for lai in shrink.changed_partitions] == [[preferred, second]]
+
+    expand = cluster.alter(preferred, [third, second, preferred])
+
+    [item] = expand.response.partitions
+    assert item.error_code == ErrorCode.NONE
+    assert (item.isr, item.partition_epoch, item.leader_epoch) == ([preferred, second, third], 2, 0)
+    assert cluster.partition().isr == (preferred, second, third)
+
+
+def test_an_alter_partition_that_changes_nothing_writes_nothing() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+
+    result = cluster.alter(preferred, [preferred, second, third])
+
+    assert result.records == []
+    assert result.response.partitions[0].partition_epoch == 0
+
+
+def test_alter_partition_from_a_stale_broker_epoch_is_refused_as_a_whole() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, _ = replicas_of(cluster)
+    request = AlterPartitionRequest(
+        broker_id=preferred,
+        broker_epoch=cluster.epochs[preferred] - 1,
+        partitions=[
+            AlterPartitionItem("t", 0, leader_epoch=0, new_isr=[preferred, second], partition_epoch=0)
+        ],
+    )
+
+    result = cluster.controller.alter_partition(request, cluster.now_ms)
+
+    assert result.response.error_code == ErrorCode.STALE_BROKER_EPOCH
+    assert result.records == []
+
+
+def test_alter_partition_from_an_unregistered_broker_is_refused() -> None:
+    cluster = three_brokers_one_partition()
+    request = AlterPartitionRequest(broker_id=9, broker_epoch=0, partitions=[])
+
+    result = cluster.controller.alter_partition(request, cluster.now_ms)
+
+    assert result.response.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED
+
+
+def test_alter_partition_of_an_unknown_partition_is_refused() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, _, _ = replicas_of(cluster)
+    request = AlterPartitionRequest(
+        broker_id=preferred,
+        broker_epoch=cluster.epochs[preferred],
+        partitions=[AlterPartitionItem("t", 7, leader_epoch=0, new_isr=[preferred], partition_epoch=0)],
+    )
+
+    result = cluster.controller.alter_partition(request, cluster.now_ms)
+
+    assert result.response.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_a_deposed_leader_with_an_old_leader_epoch_is_fenced() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second, third)
+    cluster.tick()  # second leads at epoch 1
+    cluster.heartbeat(preferred)  # the old leader is back, still believing in epoch 0
+
+    result = cluster.alter(preferred, [preferred], leader_epoch=0, partition_epoch=0)
+
+    assert result.response.partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert result.records == []
+
+
+def test_a_leader_working_from_an_old_partition_epoch_gets_invalid_update_version() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(preferred, second)
+    cluster.tick()  # the controller removed the third replica: partition epoch 1
+
+    result = cluster.alter(preferred, [preferred], partition_epoch=0)
+
+    assert result.response.partitions[0].error_code == ErrorCode.INVALID_UPDATE_VERSION
+    assert cluster.partition().isr == (preferred, second)
+
+
+def test_only_the_leader_may_change_the_isr() -> None:
+    cluster = three_brokers_one_partition()
+    _, second, third = replicas_of(cluster)
+
+    result = cluster.alter(second, [second, third])
+
+    assert result.response.partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_fenced_broker_may_not_join_the_isr() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(preferred, second)
+    cluster.tick()
+
+    result = cluster.alter(preferred, [preferred, second, third])
+
+    assert result.response.partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA
+    assert cluster.partition().isr == (preferred, second)
+
+
+def test_a_broker_that_is_not_a_replica_may_not_join_the_isr() -> None:
+    cluster = three_brokers_one_partition()
+    cluster.start_brokers(4)
+    preferred, second, third = replicas_of(cluster)
+
+    result = cluster.alter(preferred, [preferred, second, third, 4])
+
+    assert result.response.partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA
+
+
+def test_an_isr_without_the_leader_is_an_invalid_request() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+
+    result = cluster.alter(preferred, [second, third])
+
+    assert result.response.partitions[0].error_code == ErrorCode.INVALID_REQUEST
+
+
+# -- durability -----------------------------------------------------------------------------------
+
+
+def test_a_restarted_controller_has_the_same_topics_leaders_and_epochs_with_brokers_fenced(
+    tmp_path: Path,
+) -> None:
+    time = ManualTime()
+    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 3, 3)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(1, 2)
+    cluster.tick()  # broker 3 fenced: leaders moved, epochs bumped
+    partitions_before = dict(cluster.controller.image.partitions)
+    brokers_before = dict(cluster.controller.image.brokers)
+
+    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    restarted.epochs = dict(cluster.epochs)
+
+    assert dict(restarted.controller.image.partitions) == partitions_before
+    assert restarted.controller.image.topics == cluster.controller.image.topics
+    for broker_id, before in brokers_before.items():
+        after = restarted.controller.image.brokers[broker_id]
+        assert after.broker_epoch == before.broker_epoch
+        assert after.fenced
+    assert restarted.controller.last_offset > cluster.controller.last_offset  # the fence records
+
+    response = restarted.heartbeat(1)
+
+    assert not response.is_fenced
+    assert dict(restarted.controller.image.partitions) == partitions_before
+    assert restarted.register(4) > max(cluster.epochs.values())
+
+
+def test_a_broker_silent_after_a_controller_restart_loses_its_leadership_after_the_session_timeout(
+    tmp_path: Path,
+) -> None:
+    time = ManualTime()
+    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 1, 3)
+    preferred, second, third = replicas_of(cluster)
+    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    restarted.epochs = dict(cluster.epochs)
+    restarted.keep_alive(second, third)
+
+    restarted.advance(SESSION_MS)
+    restarted.keep_alive(second, third)
+    assert restarted.tick().records == []
+    assert restarted.partition().leader == preferred
+
+    restarted.advance(1)
+    restarted.tick()
+
+    assert (restarted.partition().leader, restarted.partition().isr) == (second, (second, third))
+
+
+def test_a_restart_after_snapshots_rebuilds_the_same_image(tmp_path: Path) -> None:
+    time = ManualTime()
+    cluster = Cluster(store=MetadataStore(tmp_path, snapshot_interval_records=5), time=time)
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 4, 2)
+    cluster.create("u", 2, 3)
+    preferred, _, _ = cluster.controller.image.partition("u", 0).replicas  # type: ignore[union-attr]
+    cluster.heartbeat(preferred, want_shutdown=True)
+
+    restarted = Controller(cluster.config, time, MetadataStore(tmp_path))
+
+    assert dict(restarted.image.partitions) == dict(cluster.controller.image.partitions)
+    assert restarted.image.brokers[preferred].in_controlled_shutdown
+
+
+# -- metadata -------------------------------------------------------------------------------------
+
+
+def test_metadata_lists_live_brokers_and_each_partitions_leader_epoch_replicas_and_isr() -> None:
+    cluster = three_brokers_one_partition(node_id=3000)
+    preferred, second, third = replicas_of(cluster)
+    cluster.create("u", 2, 1)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(preferred, second)
+    cluster.tick()
+
+    response = cluster.controller.metadata(None)
+
+    assert response.controller_id == 3000
+    assert [(b.broker_id, b.host, b.port) for b in response.brokers] == [
+        (b, "127.0.0.1", 9000 + b) for b in sorted([preferred, second])
+    ]
+    assert [t.topic for t in response.topics] == ["t", "u"]
+    [t0] = response.topics[0].partitions
+    assert (t0.partition, t0.leader_id, t0.leader_epoch) == (0, preferred, 0)
+    assert (t0.replicas, t0.isr, t0.offline_replicas) == (
+        [preferred, second, third],
+        [preferred, second],
+        [third],
+    )
+    assert t0.error_code == ErrorCode.NONE
+    assert [p.partition for p in response.topics[1].partitions] == [0, 1]
+
+
+def test_metadata_for_an_unknown_topic_says_so() -> None:
+    cluster = three_brokers_one_partition()
+
+    response = cluster.controller.metadata(["nope", "t"])
+
+    assert response.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert response.topics[0].partitions == []
+    assert response.topics[1].error_code == ErrorCode.NONE
+
+
+def test_a_brokers_full_state_lists_every_partition_it_holds_a_replica_of() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 6, 2)
+
+    held = {(p.topic, p.partition) for p in cluster.controller.leader_and_isr_for_broker(1)}
+
+    expected = {
+        (p.topic, p.partition) for p in cluster.controller.image.partitions_of("t") if 1 in p.replicas
+    }
+    assert held == expected
+    assert len(held) == 4
+
+
+# -- configuration --------------------------------------------------------------------------------
+
+
+def test_config_reads_kafkas_dotted_keys() -> None:
+    config = ControllerConfig.from_properties(
+        {"broker.session.timeout.ms": "1000", "unclean.leader.election.enable": "true", "num.partitions": 3}
+    )
+
+    assert config.broker_session_timeout_ms == 1000
+    assert config.unclean_leader_election_enable is True
+    assert config.num_partitions == 3
+    assert config.broker_heartbeat_interval_ms == 2000
+
+
+def test_config_refuses_unknown_keys() -> None:
+    with pytest.raises(ValueError, match="session.timeout"):
+        ControllerConfig.from_properties({"session.timeout.ms": "1"})

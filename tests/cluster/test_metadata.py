@@ -1,0 +1,311 @@
+"""Metadata records, the image they build on replay, and their durable store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cluster.metadata import (
+    NO_LEADER,
+    BrokerShutdownRecord,
+    FenceBrokerRecord,
+    MetadataImage,
+    MetadataRecord,
+    MetadataReplayError,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    record_from_dict,
+    record_to_dict,
+    replay_all,
+)
+from cluster.metadata_store import LOG_FILE_NAME, SNAPSHOT_FILE_NAME, MetadataStore, MetadataStoreError, load
+
+
+def cluster_records() -> list[MetadataRecord]:
+    """Three brokers and topic t with one partition on all of them, led by broker 1."""
+    return [
+        RegisterBrokerRecord(broker_id=1, broker_epoch=0, incarnation_id="a", host="127.0.0.1", port=9001),
+        RegisterBrokerRecord(broker_id=2, broker_epoch=1, incarnation_id="b", host="127.0.0.1", port=9002),
+        RegisterBrokerRecord(broker_id=3, broker_epoch=2, incarnation_id="c", host="127.0.0.1", port=9003),
+        UnfenceBrokerRecord(broker_id=1, broker_epoch=0),
+        UnfenceBrokerRecord(broker_id=2, broker_epoch=1),
+        UnfenceBrokerRecord(broker_id=3, broker_epoch=2),
+        TopicRecord(name="t", configs={"min.insync.replicas": "2"}),
+        PartitionRecord(topic="t", partition=0, replicas=(1, 2, 3), isr=(1, 2, 3), leader=1),
+    ]
+
+
+ALL_RECORD_KINDS: list[MetadataRecord] = [
+    *cluster_records(),
+    BrokerShutdownRecord(broker_id=3, broker_epoch=2),
+    FenceBrokerRecord(broker_id=3, broker_epoch=2),
+    PartitionChangeRecord(topic="t", partition=0, isr=(1, 2)),
+    PartitionChangeRecord(topic="t", partition=0, leader=2, isr=(2,)),
+    PartitionChangeRecord(topic="t", partition=0, leader=NO_LEADER),
+]
+
+
+# -- epochs on replay -----------------------------------------------------------------------------
+
+
+def test_a_leader_change_bumps_both_the_leader_epoch_and_the_partition_epoch() -> None:
+    image = replay_all(cluster_records())
+
+    image.replay(PartitionChangeRecord(topic="t", partition=0, leader=2, isr=(2, 3)))
+
+    p = image.partition("t", 0)
+    assert p is not None
+    assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (2, (2, 3), 1, 1)
+
+
+def test_an_isr_only_change_bumps_the_partition_epoch_but_not_the_leader_epoch() -> None:
+    image = replay_all(cluster_records())
+
+    image.replay(PartitionChangeRecord(topic="t", partition=0, isr=(1, 3)))
+
+    p = image.partition("t", 0)
+    assert p is not None
+    assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (1, (1, 3), 0, 1)
+
+
+def test_going_offline_is_a_leader_change_to_minus_one() -> None:
+    image = replay_all(cluster_records())
+    image.replay(PartitionChangeRecord(topic="t", partition=0, leader=2, isr=(2,)))
+
+    image.replay(PartitionChangeRecord(topic="t", partition=0, leader=NO_LEADER))
+
+    p = image.partition("t", 0)
+    assert p is not None
+    assert p.is_offline and p.isr == (2,) and p.leader_epoch == 2 and p.partition_epoch == 2
+
+
+# -- brokers on replay ----------------------------------------------------------------------------
+
+
+def test_a_registered_broker_starts_fenced_and_unfences_by_record() -> None:
+    image = replay_all(cluster_records()[:1])
+    assert image.brokers[1].fenced and not image.brokers[1].is_active
+
+    image.replay(UnfenceBrokerRecord(broker_id=1, broker_epoch=0))
+
+    assert image.brokers[1].is_active
+    assert image.active_broker_ids() == {1}
+
+
+def test_a_broker_in_controlled_shutdown_is_not_active_though_unfenced() -> None:
+    image = replay_all(cluster_records())
+
+    image.replay(BrokerShutdownRecord(broker_id=2, broker_epoch=1))
+
+    assert not image.brokers[2].fenced
+    assert image.brokers[2].in_controlled_shutdown
+    assert image.active_broker_ids() == {1, 3}
+
+
+def test_a_re_registration_replaces_the_broker_with_its_new_epoch_fenced() -> None:
+    image = replay_all(cluster_records())
+
+    image.replay(RegisterBrokerRecord(broker_id=2, broker_epoch=8, incarnation_id="b2", host="h", port=1))
+
+    broker = image.brokers[2]
+    assert (broker.broker_epoch, broker.incarnation_id, broker.fenced) == (8, "b2", True)
+
+
+# -- replay refuses what would break an invariant -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad_record",
+    [
+        pytest.param(FenceBrokerRecord(broker_id=2, broker_epoch=99), id="fence-at-a-stale-broker-epoch"),
+        pytest.param(UnfenceBrokerRecord(broker_id=7, broker_epoch=0), id="unfence-an-unknown-broker"),
+        pytest.param(
+            RegisterBrokerRecord(broker_id=2, broker_epoch=1, incarnation_id="x", host="h", port=1),
+            id="register-without-a-newer-epoch",
+        ),
+        pytest.param(TopicRecord(name="t"), id="topic-twice"),
+        pytest.param(
+            PartitionRecord(topic="u", partition=0, replicas=(1,), isr=(1,), leader=1),
+            id="partition-of-unknown-topic",
+        ),
+        pytest.param(
+            PartitionRecord(topic="t", partition=5, replicas=(1,), isr=(1,), leader=1),
+            id="partition-out-of-order",
+        ),
+        pytest.param(PartitionChangeRecord(topic="t", partition=0, isr=()), id="empty-isr"),
+        pytest.param(PartitionChangeRecord(topic="t", partition=0, isr=(1, 4)), id="isr-outside-replicas"),
+        pytest.param(
+            PartitionChangeRecord(topic="t", partition=0, isr=(2, 1)), id="isr-out-of-replica-order"
+        ),
+        pytest.param(
+            PartitionChangeRecord(topic="t", partition=0, leader=3, isr=(1, 2)), id="leader-outside-isr"
+        ),
+        pytest.param(PartitionChangeRecord(topic="t", partition=1, isr=(1,)), id="unknown-partition"),
+    ],
+)
+def test_replay_refuses_a_record_that_breaks_an_image_invariant(bad_record: MetadataRecord) -> None:
+    image = replay_all(cluster_records())
+    before = replay_all(cluster_records())
+
+    with pytest.raises(MetadataReplayError):
+        image.replay(bad_record)
+
+    assert image == before
+
+
+# -- serialization --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("record", ALL_RECORD_KINDS, ids=lambda r: type(r).__name__)
+def test_every_record_survives_a_trip_through_a_msgpack_dict(record: MetadataRecord) -> None:
+    wire = msgpack.packb(record_to_dict(record), use_bin_type=True)
+
+    assert record_from_dict(msgpack.unpackb(wire, raw=False)) == record
+
+
+def test_an_unknown_record_type_is_a_replay_error() -> None:
+    with pytest.raises(MetadataReplayError):
+        record_from_dict({"type": "DeleteEverythingRecord"})
+
+
+def test_an_image_rebuilt_from_its_own_records_is_equal() -> None:
+    image = replay_all(ALL_RECORD_KINDS)
+
+    assert replay_all(list(image.to_records())) == image
+
+
+@given(st.lists(st.sampled_from([(1,), (1, 2), (1, 3), (1, 2, 3)]), max_size=20))
+def test_epochs_only_grow_and_the_partition_epoch_counts_every_change(isrs: list[tuple[int, ...]]) -> None:
+    image = replay_all(cluster_records())
+    for isr in isrs:
+        image.replay(PartitionChangeRecord(topic="t", partition=0, isr=isr))
+    p = image.partition("t", 0)
+    assert p is not None
+    assert p.partition_epoch == len(isrs)
+    assert p.leader_epoch == 0
+
+
+# -- the store ------------------------------------------------------------------------------------
+
+
+def test_an_empty_directory_loads_as_an_empty_image_before_offset_zero(tmp_path: Path) -> None:
+    image, last_offset = load(tmp_path)
+
+    assert image == MetadataImage()
+    assert last_offset == -1
+
+
+def test_appended_records_are_loaded_back_by_a_new_store(tmp_path: Path) -> None:
+    records = ALL_RECORD_KINDS
+    with MetadataStore(tmp_path) as store:
+        store.load()
+        store.append(0, records[:4])
+        store.append(4, records[4:])
+
+    image, last_offset = load(tmp_path)
+
+    assert image == replay_all(records)
+    assert last_offset == len(records) - 1
+
+
+def test_a_snapshot_replaces_the_log_and_later_records_follow_it(tmp_path: Path) -> None:
+    records = ALL_RECORD_KINDS
+    with MetadataStore(tmp_path, snapshot_interval_records=4) as store:
+        store.load()
+        store.append(0, records[:8])
+        assert store.snapshot_due
+        store.write_snapshot(replay_all(records[:8]), last_offset=7)
+        assert not store.snapshot_due
+        assert (tmp_path / LOG_FILE_NAME).stat().st_size == 0
+        store.append(8, records[8:])
+
+    image, last_offset = load(tmp_path)
+
+    assert (tmp_path / SNAPSHOT_FILE_NAME).exists()
+    assert image == replay_all(records)
+    assert last_offset == len(records) - 1
+
+
+def test_log_frames_already_covered_by_the_snapshot_are_skipped(tmp_path: Path) -> None:
+    # given a crash after the snapshot was renamed into place but before the log was truncated
+    records = cluster_records()
+    with MetadataStore(tmp_path) as store:
+        store.load()
+        store.append(0, records)
+    log_bytes = (tmp_path / LOG_FILE_NAME).read_bytes()
+    with MetadataStore(tmp_path) as store:
+        store.load()
+        store.write_snapshot(replay_all(records), last_offset=len(records) - 1)
+    (tmp_path / LOG_FILE_NAME).write_bytes(log_bytes)
+
+    image, last_offset = load(tmp_path)
+
+    assert image == replay_all(records)
+    assert last_offset == len(records) - 1
+
+
+def test_a_torn_tail_is_cut_off_and_appends_continue_after_the_last_good_record(tmp_path: Path) -> None:
+    records = cluster_records()
+    with MetadataStore(tmp_path) as store:
+        store.load()
+        store.append(0, records[:3])
+        store.append(3, records[3:])
+    log_path = tmp_path / LOG_FILE_NAME
+    whole = log_path.read_bytes()
+    log_path.write_bytes(whole[:-5])  # a crash in the middle of the last frame
+
+    with MetadataStore(tmp_path) as store:
+        image, last_offset = store.load()
+        assert last_offset == len(records) - 2
+        store.append(last_offset + 1, records[-1:])
+
+    image, last_offset = load(tmp_path)
+    assert image == replay_all(records)
+    assert last_offset == len(records) - 1
+
+
+def test_a_corrupted_frame_ends_the_log_there(tmp_path: Path) -> None:
+    records = cluster_records()
+    with MetadataStore(tmp_path) as store:
+        store.load()
+        store.append(0, records)
+    log_path = tmp_path / LOG_FILE_NAME
+    data = bytearray(log_path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    log_path.write_bytes(bytes(data))
+
+    image, last_offset = load(tmp_path)
+
+    assert last_offset < len(records) - 1
+    assert image == replay_all(records[: last_offset + 1])
+
+
+def test_a_corrupted_snapshot_refuses_to_load(tmp_path: Path) -> None:
+    with MetadataStore(tmp_path) as store:
+        store.load()
+        store.append(0, cluster_records())
+        store.write_snapshot(replay_all(cluster_records()), last_offset=7)
+    snapshot = tmp_path / SNAPSHOT_FILE_NAME
+    data = bytearray(snapshot.read_bytes())
+    data[-1] ^= 0xFF
+    snapshot.write_bytes(bytes(data))
+
+    with pytest.raises(MetadataStoreError):
+        load(tmp_path)
+
+
+def test_a_snapshot_is_written_without_leaving_a_temp_file(tmp_path: Path) -> None:
+    with MetadataStore(tmp_path) as store:
+        store.load()
+        store.append(0, cluster_records())
+        store.write_snapshot(replay_all(cluster_records()), last_offset=7)
+
+    assert sorted(os.listdir(tmp_path)) == [LOG_FILE_NAME, SNAPSHOT_FILE_NAME]
