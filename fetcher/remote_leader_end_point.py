@@ -63,7 +63,11 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
             if ep is None:
                 raise ConnectionError(f"no known address for leader broker {self.leader_broker_id}")
             self._connection = await BrokerConnection.connect(
-                ep.host, ep.port, self._client_id, timeout_s=self._timeout_s, max_frame_bytes=self._max_frame_bytes
+                ep.host,
+                ep.port,
+                self._client_id,
+                timeout_s=self._timeout_s,
+                max_frame_bytes=self._max_frame_bytes,
             )
             return self._connection
 
@@ -71,7 +75,7 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         conn = await self._connection_or_connect()
         try:
             return await conn.send(request, timeout_s=self._timeout_s)  # type: ignore[arg-type]
-        except (ConnectionError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, ConnectionError, OSError):
             await self._drop_connection()
             raise
 
@@ -80,7 +84,7 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         if conn is not None:
             try:
                 await asyncio.wait_for(conn.close(), 1.0)
-            except (asyncio.TimeoutError, OSError):
+            except (TimeoutError, OSError):
                 pass
 
     async def fetch(self, request: FetchRequest) -> FetchResponse:
@@ -97,7 +101,9 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
             raise error_for_code(response.error_code, response.error_message)
         return {TopicPartition(p.topic, p.partition): p for p in response.partitions}
 
-    async def _list_offset(self, tp: TopicPartition, current_leader_epoch: int, timestamp: int) -> tuple[int, int]:
+    async def _list_offset(
+        self, tp: TopicPartition, current_leader_epoch: int, timestamp: int
+    ) -> tuple[int, int]:
         request = ListOffsetsRequest(
             replica_id=self._local_broker_id,
             partitions=[ListOffsetsPartition(tp.topic, tp.partition, timestamp, current_leader_epoch)],
@@ -106,7 +112,9 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         assert isinstance(response, ListOffsetsResponse)
         code = response.error_code or (response.partitions[0].error_code if response.partitions else 0)
         if code != ErrorCode.NONE or not response.partitions:
-            message = response.error_message or (response.partitions[0].error_message if response.partitions else "")
+            message = response.error_message or (
+                response.partitions[0].error_message if response.partitions else ""
+            )
             raise error_for_code(code or -1, message or f"ListOffsets failed for {tp}")
         p = response.partitions[0]
         return p.leader_epoch, p.offset
