@@ -44,6 +44,7 @@ from client.consumer import Consumer
 from client.producer import NOT_WRITTEN
 from cluster.local_cluster import (
     LocalClusterState,
+    free_ports,
     pid_alive,
     restart_broker,
     start_cluster,
@@ -458,9 +459,11 @@ async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, 
         overrides = dict(CHAOS_OVERRIDES)
         if args.metrics_dir:
             overrides["metrics.dir"] = str(Path(args.metrics_dir).resolve())
-        base = 20000 + (os.getpid() % 2000) * 4
+        ports = free_ports(4)
         progress(f"starting a fresh 3-broker cluster in {fresh_dir.name}")
-        state = await start_cluster(Path(fresh_dir.name), 3, base_port=base, controller_port=base + 3, overrides=overrides, progress=progress)
+        state = await start_cluster(
+            Path(fresh_dir.name), 3, controller_port=ports[3], overrides=overrides, progress=progress, broker_ports=ports[:3]
+        )
     try:
         return await ChaosRun(state, args, progress).run()
     finally:

@@ -303,18 +303,6 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
     return int(run_leader_kill_command(args))
 
 
-def cmd_metrics_sink(args: argparse.Namespace) -> int:
-    from metrics.sink import main as sink_main
-
-    return int(sink_main(args.rest))
-
-
-def cmd_dashboard(args: argparse.Namespace) -> int:
-    from metrics.spark_app import main as dashboard_main
-
-    return int(dashboard_main(args.rest))
-
-
 # -- parser ---------------------------------------------------------------------------------------
 
 
@@ -438,18 +426,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     mt = sub.add_parser("metrics", help="metrics tools", description="Metrics tools.")
     msub = mt.add_subparsers(dest="metrics_command", required=True, metavar="SUBCOMMAND")
-    p = msub.add_parser("sink", help="MQTT → JSON-lines files", description="Subscribe to broker metrics on MQTT and write the JSON-lines layout (see `minibroker metrics sink -- --help`).", add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_metrics_sink)
-
-    p = sub.add_parser("dashboard", help="Spark lag tables and HTML dashboard", description="Run the Spark lag job (see `minibroker dashboard --help`).", add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_dashboard)
+    # Listed for `--help`; main() hands their arguments to their own parsers.
+    msub.add_parser("sink", help="MQTT → JSON-lines files (minibroker metrics sink --help)")
+    sub.add_parser("dashboard", help="Spark lag tables and HTML dashboard (minibroker dashboard --help)")
     return parser
+
+
+# Commands whose flags belong to another module's own parser: everything after the command goes there.
+DELEGATED: dict[tuple[str, ...], Callable[[list[str]], int]] = {
+    ("metrics", "sink"): lambda rest: __import__("metrics.sink", fromlist=["main"]).main(rest),
+    ("dashboard",): lambda rest: __import__("metrics.spark_app", fromlist=["main"]).main(rest),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for prefix, run in DELEGATED.items():
+        if tuple(argv[: len(prefix)]) == prefix:
+            return int(run(argv[len(prefix) :]))
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -462,4 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run through the imported module, not this __main__ copy, so exception classes are shared.
+    from cluster.cli import main as _main
+
+    sys.exit(_main())

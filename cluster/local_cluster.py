@@ -86,6 +86,22 @@ class LocalClusterState:
         return ",".join(f"{b.host}:{b.port}" for b in self.brokers)
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct TCP ports that were free on 127.0.0.1 a moment ago."""
+    import socket
+
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -114,7 +130,7 @@ def spawn(role: str, config_file: Path, log_file: Path) -> subprocess.Popen[byte
     env.setdefault("PYTHONUNBUFFERED", "1")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", role, "--config", str(config_file)],
+            [sys.executable, "-m", "cluster", role, "--config", str(config_file)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -215,6 +231,7 @@ async def start_cluster(
     overrides: dict[str, str] | None = None,
     timeout_s: float = 60.0,
     progress: Any = None,
+    broker_ports: list[int] | None = None,
 ) -> LocalClusterState:
     """Start a controller and `num_brokers` brokers; return once every broker is registered and unfenced."""
     overrides = overrides or {}
@@ -248,7 +265,7 @@ async def start_cluster(
             bdir = cluster_dir / f"broker-{broker_id}"
             bdir.mkdir(exist_ok=True)
             bconf = bdir / "broker.properties"
-            port = base_port + i
+            port = broker_ports[i] if broker_ports else base_port + i
             _write_properties(bconf, broker_props(cluster_dir, broker_id, port, cport, secret, overrides))
             blog = bdir / "broker.log"
             offsets.append(log_size(blog))

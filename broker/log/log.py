@@ -1,0 +1,669 @@
+"""The log of one partition replica: an ordered run of segments plus its epoch cache and offsets.
+
+How this works
+--------------
+A replica directory `<log.dir>/<topic>-<partition>/` holds:
+
+    00000000000000000000.log / .index     segments, named by base offset; the last one is active
+    00000000000000052113.log / .index
+    leader-epoch-checkpoint               the epoch cache (epoch, start offset) pairs
+    log-start-offset                      the first offset still readable (can lie inside segment 0)
+    clean-shutdown                        present only between a clean close() and the next open()
+
+    offsets:  log_start_offset ≤ high_watermark ≤ log_end_offset
+              |<- consumers read ->|<- replicated to followers, not yet committed ->|
+
+A leader appends producer batches with `append_as_leader`, which assigns offsets from the log end and
+stamps its epoch; a follower appends the leader's bytes unchanged with `append_as_follower`. Before an
+append the active segment rolls when it would pass segment.bytes, is older than segment.ms, or its index
+is full (Kafka's maybeRoll). Reads return whole batches, possibly from several segments.
+
+Opening a log recovers what a crash may have torn: without the clean-shutdown marker every segment is
+re-validated batch by batch (header and CRC); with it only the active segment is. Recovery cuts the log
+at the first bad batch, drops any later segments, rebuilds the epoch cache from batch headers when its
+checkpoint is missing, and trims the cache to the recovered log.
+
+Invariants: log_start_offset ≤ high_watermark ≤ log_end_offset; the log end offset is always a batch
+boundary; segments are contiguous and ordered by base offset; the epoch cache never mentions an offset at
+or past the log end. The high watermark lives only in memory here (the broker checkpoints it).
+Everything is synchronous and single-threaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.log.batches import OFFSET_LENGTH_EPOCH, Buffer, scan
+from broker.log.checkpoint import (
+    CorruptCheckpointError,
+    LeaderEpochCheckpoint,
+    LogStartOffsetCheckpoint,
+    fsync_dir,
+    write_atomically,
+)
+from broker.log.epoch_cache import LeaderEpochFileCache
+from broker.log.log_config import LogConfig
+from broker.log.offset_index import INDEX_SUFFIX
+from broker.log.offset_metadata import LogOffsetMetadata
+from broker.log.segment import LOG_SUFFIX, NO_TIMESTAMP, LogSegment
+from protocol.errors import CorruptRecordError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
+from protocol.record_batch import LOG_OVERHEAD
+from protocol.time import Time
+
+__all__ = ["AppendInfo", "Log", "LogConfig", "LogOffsetMetadata", "parse_topic_partition"]
+
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
+LOG_START_OFFSET_FILE = "log-start-offset"
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What one append wrote. An empty record set appends nothing: num_batches 0, last = first - 1."""
+
+    first_offset: int
+    last_offset: int
+    num_batches: int
+    num_records: int
+    size_bytes: int
+    max_timestamp: int
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int]:
+    """'orders-eu-3' -> ('orders-eu', 3): the partition is after the last dash; topics may contain dashes."""
+    topic, dash, partition = dir_name.rpartition("-")
+    if not dash or not topic or not partition.isdigit():
+        raise ValueError(f"log directory {dir_name!r} is not named <topic>-<partition>")
+    return topic, int(partition)
+
+
+class Log:
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        time: Time,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        epoch_cache: LeaderEpochFileCache,
+    ) -> None:
+        self._dir = dir
+        self.config = config
+        self._time = time
+        self._topic, self._partition = parse_topic_partition(dir.name)
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._log_start_offset = log_start_offset
+        self._log_start_checkpoint = LogStartOffsetCheckpoint(dir / LOG_START_OFFSET_FILE)
+        self._epoch_cache = epoch_cache
+        self._high_watermark = log_start_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = time.milliseconds()
+        self._closed = False
+
+    # -- opening -----------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, dir: Path, config: LogConfig, time: Time) -> Log:
+        """Open (creating if missing) the replica directory `dir`, recovering after an unclean shutdown."""
+        parse_topic_partition(dir.name)
+        dir.mkdir(parents=True, exist_ok=True)
+        marker = dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        _remove_leftovers(dir)
+
+        start_checkpoint = LogStartOffsetCheckpoint(dir / LOG_START_OFFSET_FILE)
+        try:
+            checkpointed_start = start_checkpoint.read()
+        except CorruptCheckpointError as exc:
+            logger.warning("ignoring %s; the log start offset is taken from the first segment", exc)
+            checkpointed_start = None
+
+        recovered_epochs: list[tuple[int, int]] = []
+        segments = _load_segments(dir, config, time, clean, checkpointed_start or 0, recovered_epochs.append)
+        if not segments:
+            base = checkpointed_start if checkpointed_start is not None else 0
+            segments = [_new_segment(dir, base, config, time)]
+
+        log_start = max(checkpointed_start or 0, segments[0].base_offset)
+        epoch_cache = _open_epoch_cache(dir, segments, log_start, recovered_epochs)
+        log = cls(dir, config, time, segments, log_start, epoch_cache)
+        if log_start > log.log_end_offset:
+            # Everything the segments hold was deleted before the crash; the log restarts at log start.
+            log.truncate_fully_and_start_at(log_start)
+        epoch_cache.truncate_from_end(log.log_end_offset)
+        epoch_cache.truncate_from_start(log.log_start_offset)
+        epoch_cache.flush()
+        if checkpointed_start != log.log_start_offset:
+            log._persist_log_start_offset()
+        if clean:
+            marker.unlink()
+            fsync_dir(dir)
+        return log
+
+    # -- properties --------------------------------------------------------------------------------
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def partition(self) -> int:
+        return self._partition
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._epoch_cache.latest_epoch
+
+    @property
+    def epoch_cache(self) -> LeaderEpochFileCache:
+        return self._epoch_cache
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size_in_bytes for s in self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def unflushed_messages(self) -> int:
+        """Records appended since the last flush (what log.flush.interval.messages counts)."""
+        return self._unflushed_messages
+
+    # -- append ------------------------------------------------------------------------------------
+
+    def append_as_leader(self, records: Buffer, leader_epoch: int) -> AppendInfo:
+        """Validate every batch, assign offsets from the log end, stamp `leader_epoch`, and append.
+        Raises CorruptRecordError (appending nothing) if any batch is torn, corrupt or inconsistent."""
+        result = scan(records, verify_crc=True)
+        if result.error is not None:
+            raise CorruptRecordError(result.error)
+        batches = result.batches
+        first_offset = self.log_end_offset
+        if not batches:
+            return AppendInfo(first_offset, first_offset - 1, 0, 0, 0, NO_TIMESTAMP)
+        stamped = bytearray(records)
+        pack = OFFSET_LENGTH_EPOCH.pack_into
+        placed: list[tuple[int, int]] = []
+        next_offset = first_offset
+        max_timestamp = NO_TIMESTAMP
+        num_records = 0
+        for batch in batches:
+            if batch.last_offset_delta + 1 != batch.record_count:
+                raise CorruptRecordError(
+                    f"batch at byte {batch.position} says {batch.record_count} records "
+                    f"but spans {batch.last_offset_delta + 1} offsets"
+                )
+            pack(stamped, batch.position, next_offset, batch.size - LOG_OVERHEAD, leader_epoch)
+            placed.append((next_offset, batch.size))
+            next_offset += batch.last_offset_delta + 1
+            num_records += batch.record_count
+            if batch.max_timestamp > max_timestamp:
+                max_timestamp = batch.max_timestamp
+        self._epoch_cache.assign(leader_epoch, first_offset)
+        self._append(stamped, next_offset - 1, max_timestamp, placed, num_records)
+        return AppendInfo(first_offset, next_offset - 1, len(batches), num_records, len(stamped), max_timestamp)
+
+    def append_as_follower(self, records: Buffer) -> AppendInfo:
+        """Append the leader's batches unchanged, keeping their offsets and epochs. The first batch must
+        start at the log end (UnexpectedAppendOffsetError otherwise) and offsets must increase
+        (CorruptRecordError otherwise, as for a bad CRC); nothing is appended on error."""
+        result = scan(records, verify_crc=True)
+        if result.error is not None:
+            raise CorruptRecordError(result.error)
+        batches = result.batches
+        log_end = self.log_end_offset
+        if not batches:
+            return AppendInfo(log_end, log_end - 1, 0, 0, 0, NO_TIMESTAMP)
+        first_offset = batches[0].base_offset
+        last_offset = batches[-1].base_offset + batches[-1].last_offset_delta
+        if first_offset != log_end:
+            raise UnexpectedAppendOffsetError(
+                f"{self._topic}-{self._partition}: follower append starts at offset {first_offset} "
+                f"but the log ends at {log_end}",
+                first_offset,
+                last_offset,
+            )
+        placed: list[tuple[int, int]] = []
+        epochs: list[tuple[int, int]] = []
+        expected = first_offset
+        max_timestamp = NO_TIMESTAMP
+        num_records = 0
+        for batch in batches:
+            if batch.base_offset < expected:
+                raise CorruptRecordError(
+                    f"batch at byte {batch.position} starts at offset {batch.base_offset}, before {expected}"
+                )
+            epoch = batch.partition_leader_epoch
+            if epoch >= 0 and (not epochs or epochs[-1][0] != epoch):
+                epochs.append((epoch, batch.base_offset))
+            placed.append((batch.base_offset, batch.size))
+            expected = batch.base_offset + batch.last_offset_delta + 1
+            num_records += batch.record_count
+            if batch.max_timestamp > max_timestamp:
+                max_timestamp = batch.max_timestamp
+        for epoch, start_offset in epochs:
+            self._epoch_cache.assign(epoch, start_offset)
+        self._append(records, last_offset, max_timestamp, placed, num_records)
+        return AppendInfo(first_offset, last_offset, len(batches), num_records, len(records), max_timestamp)
+
+    def _append(
+        self,
+        records: Buffer,
+        last_offset: int,
+        max_timestamp: int,
+        placed: list[tuple[int, int]],
+        num_records: int,
+    ) -> None:
+        self._check_open()
+        now_ms = self._time.milliseconds()
+        config = self.config
+        segment = self._segments[-1]
+        if segment.should_roll(len(records), last_offset, now_ms, config.segment_bytes, config.segment_ms):
+            segment = self.roll()
+        segment.append(records, last_offset, max_timestamp, placed)
+        self._unflushed_messages += num_records
+        if self._unflushed_messages >= config.flush_interval_messages or (
+            config.flush_interval_ms is not None and now_ms - self._last_flush_ms >= config.flush_interval_ms
+        ):
+            self.flush()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end (a no-op when the active segment is empty)."""
+        active = self._segments[-1]
+        if active.is_empty:
+            return active
+        active.index.flush(fsync=False)
+        segment = _new_segment(self._dir, self.log_end_offset, self.config, self._time)
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        return segment
+
+    # -- read --------------------------------------------------------------------------------------
+
+    def read(
+        self, start_offset: int, max_bytes: int, upper_bound: int | None = None, min_one_message: bool = True
+    ) -> bytes:
+        """Whole batches from the one holding `start_offset`, stopping before any batch whose base offset
+        is ≥ `upper_bound` (the log end when None; leaders pass the high watermark for consumers), at most
+        `max_bytes` long, except that `min_one_message` returns the first batch even when it is larger
+        (KIP-74). Raises OffsetOutOfRangeError outside [log_start_offset, log_end_offset]."""
+        log_end = self.log_end_offset
+        if start_offset < self._log_start_offset or start_offset > log_end:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is outside [{self._log_start_offset}, {log_end}] "
+                f"of {self._topic}-{self._partition}"
+            )
+        bound = log_end if upper_bound is None else min(upper_bound, log_end)
+        if start_offset >= bound or max_bytes < 0:
+            return b""
+        segments = self._segments
+        i = bisect_right(self._bases, start_offset) - 1
+        parts: list[bytes] = []
+        remaining = max_bytes
+        offset = start_offset
+        while i < len(segments):
+            segment = segments[i]
+            max_position = None
+            if bound < segment.next_offset:
+                max_position = segment.position_of_first_batch_from(bound)
+            found = segment.read_at(offset, remaining, max_position, min_one_message and not parts)
+            if found is not None:
+                position, data = found
+                if not data:
+                    break
+                parts.append(data)
+                remaining -= len(data)
+                reached_end = position + len(data) == segment.size_in_bytes
+                if remaining <= 0 or max_position is not None or not reached_end:
+                    break
+            i += 1
+            if i < len(segments):
+                offset = segments[i].base_offset
+        if len(parts) == 1:
+            return parts[0]
+        return b"".join(parts)
+
+    def offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        """Segment and byte position of the batch holding `offset` (the log end maps to the active
+        segment's size). Raises OffsetOutOfRangeError outside [log_start_offset, log_end_offset]."""
+        log_end = self.log_end_offset
+        if offset == log_end:
+            return self.log_end_offset_metadata
+        if offset < self._log_start_offset or offset > log_end:
+            raise OffsetOutOfRangeError(f"offset {offset} is outside [{self._log_start_offset}, {log_end}]")
+        i = bisect_right(self._bases, offset) - 1
+        segment = self._segments[i]
+        position = segment.translate_offset(offset)
+        if position is None:  # a gap at the end of the segment: the offset's data starts the next one
+            return LogOffsetMetadata(offset, self._segments[i + 1].base_offset, 0)
+        return LogOffsetMetadata(offset, segment.base_offset, position)
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        active = self._segments[-1]
+        return LogOffsetMetadata(active.next_offset, active.base_offset, active.size_in_bytes)
+
+    def bytes_available(self, from_offset: int, to_offset: int) -> int:
+        """Bytes of the log between the batches holding `from_offset` and `to_offset`."""
+        if to_offset <= from_offset:
+            return 0
+        start = self.offset_metadata(from_offset)
+        end = self.offset_metadata(to_offset)
+        if start.segment_base_offset == end.segment_base_offset:
+            return end.relative_position - start.relative_position
+        total = end.relative_position - start.relative_position
+        for segment in self._segments:
+            if start.segment_base_offset <= segment.base_offset < end.segment_base_offset:
+                total += segment.size_in_bytes
+        return total
+
+    # -- high watermark ----------------------------------------------------------------------------
+
+    def update_high_watermark(self, high_watermark: int) -> int:
+        """Follower: take the leader's high watermark, clamped into [log_start_offset, log_end_offset]."""
+        self._high_watermark = min(max(high_watermark, self._log_start_offset), self.log_end_offset)
+        return self._high_watermark
+
+    def maybe_increment_high_watermark(self, new_high_watermark: int) -> bool:
+        """Leader: move the high watermark forward (never back); it may not pass the log end."""
+        if new_high_watermark > self.log_end_offset:
+            raise ValueError(
+                f"high watermark {new_high_watermark} would pass the log end offset {self.log_end_offset}"
+            )
+        if new_high_watermark <= self._high_watermark:
+            return False
+        self._high_watermark = new_high_watermark
+        return True
+
+    # -- truncation --------------------------------------------------------------------------------
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every batch at or after `target_offset` (a batch holding it is removed whole). False
+        when there is nothing to remove. Below the first segment the log is emptied and restarts there."""
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {target_offset}")
+        if target_offset >= self.log_end_offset:
+            return False
+        self._check_open()
+        if target_offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(target_offset)
+            return True
+        while self._segments[-1].base_offset > target_offset:
+            self._segments.pop().delete()
+            self._bases.pop()
+        self._segments[-1].truncate_to(target_offset)
+        log_end = self.log_end_offset
+        self._epoch_cache.truncate_from_end(log_end)
+        if self._log_start_offset > log_end:
+            self._log_start_offset = log_end
+            self._persist_log_start_offset()
+        self._high_watermark = min(self._high_watermark, log_end)
+        self._high_watermark = max(self._high_watermark, self._log_start_offset)
+        return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and restart empty at `new_offset` (log start = log end = HW = new_offset)."""
+        if new_offset < 0:
+            raise ValueError(f"cannot restart the log at negative offset {new_offset}")
+        self._check_open()
+        for segment in reversed(self._segments):
+            segment.delete()
+        self._segments = [_new_segment(self._dir, new_offset, self.config, self._time)]
+        self._bases = [new_offset]
+        self._log_start_offset = new_offset
+        self._persist_log_start_offset()
+        self._high_watermark = new_offset
+        self._epoch_cache.clear()
+
+    # -- leader epochs -----------------------------------------------------------------------------
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetsForLeaderEpoch answers it; see LeaderEpochFileCache.end_offset_for."""
+        return self._epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    def maybe_assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        """A new leader records where its epoch starts before it appends anything (KAFKA-7415)."""
+        self._epoch_cache.assign(epoch, start_offset)
+
+    # -- log start and retention -------------------------------------------------------------------
+
+    def maybe_increment_log_start_offset(self, new_offset: int) -> bool:
+        """Advance the log start (DeleteRecords, or a follower following its leader's log start). It may
+        not pass the high watermark. Segments wholly below the new start are deleted."""
+        if new_offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset to {new_offset}: it is past the high watermark "
+                f"{self._high_watermark}"
+            )
+        if new_offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = new_offset
+        self._persist_log_start_offset()
+        self._epoch_cache.truncate_from_start(new_offset)
+        self._delete_segments_while(lambda segment, next_segment: next_segment.base_offset <= new_offset)
+        return True
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords: make `offset` the log start (≤ HW); returns the log start afterwards."""
+        self.maybe_increment_log_start_offset(offset)
+        return self._log_start_offset
+
+    def delete_old_segments(self) -> int:
+        """Apply retention.ms (by each segment's largest timestamp), retention.bytes (by total size) and
+        the log start offset. Only segments wholly below the high watermark go; the active segment stays.
+        Returns the number of segments deleted."""
+        now_ms = self._time.milliseconds()
+        retention_ms = self.config.retention_ms
+        deleted = 0
+        if retention_ms >= 0:
+            deleted += self._delete_segments_while(
+                lambda segment, _next: now_ms - segment.largest_timestamp > retention_ms
+            )
+        if self.config.retention_bytes >= 0:
+            excess = self.size_in_bytes - self.config.retention_bytes
+
+            def over_size(segment: LogSegment, _next: LogSegment) -> bool:
+                nonlocal excess
+                if excess - segment.size_in_bytes < 0:
+                    return False
+                excess -= segment.size_in_bytes
+                return True
+
+            deleted += self._delete_segments_while(over_size)
+        start = self._log_start_offset
+        deleted += self._delete_segments_while(lambda _segment, next_segment: next_segment.base_offset <= start)
+        return deleted
+
+    def _delete_segments_while(self, deletable: Callable[[LogSegment, LogSegment], bool]) -> int:
+        """Delete segments from the oldest while `deletable(segment, next segment)` holds and the segment
+        lies wholly below the high watermark; never the active segment."""
+        count = 0
+        while count < len(self._segments) - 1:
+            segment, next_segment = self._segments[count], self._segments[count + 1]
+            if next_segment.base_offset > self._high_watermark or not deletable(segment, next_segment):
+                break
+            count += 1
+        if count == 0:
+            return 0
+        doomed = self._segments[:count]
+        self._segments = self._segments[count:]
+        self._bases = self._bases[count:]
+        if self._segments[0].base_offset > self._log_start_offset:
+            # The new start is made durable before the files go, so a crash cannot resurrect them.
+            self._log_start_offset = self._segments[0].base_offset
+            self._persist_log_start_offset()
+            self._epoch_cache.truncate_from_start(self._log_start_offset)
+        for segment in doomed:
+            segment.delete()
+        return count
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment with unflushed appends."""
+        for segment in self._segments:
+            segment.flush()
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._time.milliseconds()
+
+    def close(self) -> None:
+        """Flush, persist checkpoints and leave the clean-shutdown marker so the next open skips recovery
+        of all but the active segment."""
+        if self._closed:
+            return
+        self.flush()
+        self._epoch_cache.flush()
+        self._persist_log_start_offset()
+        for segment in self._segments:
+            segment.close()
+        write_atomically(self._dir / CLEAN_SHUTDOWN_FILE, b"")
+        self._closed = True
+
+    def delete(self) -> None:
+        """Remove the replica directory and everything in it."""
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _persist_log_start_offset(self) -> None:
+        self._log_start_checkpoint.write(self._log_start_offset)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"log {self._dir} is closed")
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self._topic}-{self._partition}, log_start={self._log_start_offset}, "
+            f"hw={self._high_watermark}, leo={self.log_end_offset}, segments={len(self._segments)})"
+        )
+
+
+# -- opening helpers ---------------------------------------------------------------------------------
+
+
+def _new_segment(dir: Path, base_offset: int, config: LogConfig, time: Time) -> LogSegment:
+    return LogSegment.create(
+        dir,
+        base_offset,
+        time=time,
+        index_interval_bytes=config.index_interval_bytes,
+        segment_index_bytes=config.segment_index_bytes,
+    )
+
+
+def _remove_leftovers(dir: Path) -> None:
+    """Temporary checkpoint files from an interrupted write, and index files whose segment is gone."""
+    names = set(os.listdir(dir))
+    for name in names:
+        if name.endswith(".tmp"):
+            (dir / name).unlink(missing_ok=True)
+        elif name.endswith(INDEX_SUFFIX) and name.removesuffix(INDEX_SUFFIX) + LOG_SUFFIX not in names:
+            (dir / name).unlink(missing_ok=True)
+
+
+def _load_segments(
+    dir: Path,
+    config: LogConfig,
+    time: Time,
+    clean: bool,
+    log_start_offset: int,
+    on_batch_epoch: Callable[[tuple[int, int]], None],
+) -> list[LogSegment]:
+    """Open every segment in order. The active segment is always recovered, the others only after an
+    unclean shutdown (or when their headers do not add up). A recovery that cuts a segment short makes
+    every later segment garbage: they are deleted. Recovered batches from `log_start_offset` on report
+    their epochs through `on_batch_epoch`."""
+    bases = sorted(int(m.group(1)) for name in os.listdir(dir) if (m := _SEGMENT_FILE.match(name)))
+    segments: list[LogSegment] = []
+    interval, index_bytes = config.index_interval_bytes, config.segment_index_bytes
+    for i, base in enumerate(bases):
+        last = i == len(bases) - 1
+        segment: LogSegment | None = None
+        if clean and not last:
+            try:
+                segment = LogSegment.open_existing(
+                    dir, base, time=time, index_interval_bytes=interval, segment_index_bytes=index_bytes
+                )
+            except CorruptRecordError as exc:
+                logger.warning("segment %d of %s needs recovery: %s", base, dir, exc)
+        if segment is None:
+            segment = LogSegment(dir, base, time=time, index_interval_bytes=interval, segment_index_bytes=index_bytes)
+            truncated = segment.recover(lambda epoch, offset: on_batch_epoch((epoch, offset)), log_start_offset)
+            if truncated and not last:
+                segments.append(segment)
+                for later in bases[i + 1 :]:
+                    logger.warning("deleting segment %d of %s: it follows a torn segment", later, dir)
+                    (dir / f"{later:020d}{LOG_SUFFIX}").unlink(missing_ok=True)
+                    (dir / f"{later:020d}{INDEX_SUFFIX}").unlink(missing_ok=True)
+                break
+        segments.append(segment)
+    return segments
+
+
+def _open_epoch_cache(
+    dir: Path, segments: list[LogSegment], log_start_offset: int, recovered_epochs: list[tuple[int, int]]
+) -> LeaderEpochFileCache:
+    """The epoch cache from its checkpoint plus the epochs of recovered batches; rebuilt from the headers
+    of every batch still readable (ending at or after the log start) when the checkpoint is missing or
+    unreadable."""
+    checkpoint = LeaderEpochCheckpoint(dir / LEADER_EPOCH_CHECKPOINT_FILE)
+    rebuild = not checkpoint.path.exists()
+    cache: LeaderEpochFileCache | None = None
+    if not rebuild:
+        try:
+            cache = LeaderEpochFileCache(checkpoint)
+        except (CorruptCheckpointError, ValueError) as exc:
+            logger.warning("rebuilding the epoch cache of %s from batch headers: %s", dir, exc)
+            checkpoint.path.unlink()
+            rebuild = True
+    if cache is None:
+        cache = LeaderEpochFileCache(checkpoint)
+    if rebuild:
+        recovered_epochs = [pair for segment in segments for pair in segment.batch_epochs(log_start_offset)]
+    for epoch, start_offset in recovered_epochs:
+        # Only epochs newer than the cache knows are added (as Kafka's segment recovery does): the
+        # checkpoint is written before the batches of a new epoch, so it already knows every older start.
+        latest = cache.latest_epoch
+        if epoch >= 0 and (latest is None or epoch > latest):
+            cache.assign(epoch, start_offset, flush=False)
+    return cache

@@ -1,0 +1,73 @@
+"""Per-log configuration with Kafka's names and defaults (topic-level keys and their log.* broker forms)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+LONG_MAX = 2**63 - 1
+_DAY_MS = 24 * 60 * 60 * 1000
+_MAX_SEGMENT_BYTES = 2**31 - 1  # positions in the offset index are 32-bit, as in Kafka
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 1024 * 1024 * 1024  # log.segment.bytes
+    segment_ms: int = 7 * _DAY_MS  # log.roll.ms (log.roll.hours = 168)
+    index_interval_bytes: int = 4096  # log.index.interval.bytes
+    segment_index_bytes: int = 10 * 1024 * 1024  # log.index.size.max.bytes
+    retention_ms: int = 7 * _DAY_MS  # log.retention.ms (log.retention.hours = 168); -1 = unlimited
+    retention_bytes: int = -1  # log.retention.bytes; -1 = unlimited
+    flush_interval_messages: int = LONG_MAX  # log.flush.interval.messages; LONG_MAX = never forced
+    flush_interval_ms: int | None = None  # log.flush.interval.ms; None = never forced
+
+    def __post_init__(self) -> None:
+        if not 0 < self.segment_bytes <= _MAX_SEGMENT_BYTES:
+            raise ValueError(f"segment.bytes must be in 1..{_MAX_SEGMENT_BYTES}, got {self.segment_bytes}")
+        if self.segment_ms <= 0:
+            raise ValueError(f"segment.ms must be positive, got {self.segment_ms}")
+        if self.index_interval_bytes < 0:
+            raise ValueError(f"index.interval.bytes must not be negative, got {self.index_interval_bytes}")
+        if self.segment_index_bytes < 8:
+            raise ValueError(f"segment.index.bytes must hold at least one entry, got {self.segment_index_bytes}")
+        if self.flush_interval_messages <= 0:
+            raise ValueError(f"flush.messages must be positive, got {self.flush_interval_messages}")
+
+    @classmethod
+    def from_kafka_props(cls, props: Mapping[str, str | int]) -> LogConfig:
+        """Build from Kafka property names. Broker-level `log.*` keys and topic-level keys are both
+        accepted (the topic-level key wins), finer time units win over coarser ones as in Kafka, and
+        unrelated keys are ignored so a whole server.properties can be passed in."""
+
+        def first(*names: str) -> int | None:
+            for name in names:
+                if name in props:
+                    return int(props[name])
+            return None
+
+        def millis(ms_names: tuple[str, ...], minutes: str | None, hours: str) -> int | None:
+            value = first(*ms_names)
+            if value is None and minutes is not None and (m := first(minutes)) is not None:
+                value = m * 60_000
+            if value is None and (h := first(hours)) is not None:
+                value = h * 3_600_000
+            return value
+
+        defaults = cls()
+        segment_bytes = first("segment.bytes", "log.segment.bytes")
+        segment_ms = millis(("segment.ms", "log.roll.ms"), None, "log.roll.hours")
+        index_interval = first("index.interval.bytes", "log.index.interval.bytes")
+        index_bytes = first("segment.index.bytes", "log.index.size.max.bytes")
+        retention_ms = millis(("retention.ms", "log.retention.ms"), "log.retention.minutes", "log.retention.hours")
+        retention_bytes = first("retention.bytes", "log.retention.bytes")
+        flush_messages = first("flush.messages", "log.flush.interval.messages")
+        return cls(
+            segment_bytes=defaults.segment_bytes if segment_bytes is None else segment_bytes,
+            segment_ms=defaults.segment_ms if segment_ms is None else segment_ms,
+            index_interval_bytes=defaults.index_interval_bytes if index_interval is None else index_interval,
+            segment_index_bytes=defaults.segment_index_bytes if index_bytes is None else index_bytes,
+            retention_ms=defaults.retention_ms if retention_ms is None else retention_ms,
+            retention_bytes=defaults.retention_bytes if retention_bytes is None else retention_bytes,
+            flush_interval_messages=defaults.flush_interval_messages if flush_messages is None else flush_messages,
+            flush_interval_ms=first("flush.ms", "log.flush.interval.ms"),
+        )

@@ -1,0 +1,435 @@
+"""One segment of a partition's log: the file `<base offset, 20 digits>.log` plus its sparse offset index.
+
+How this works
+--------------
+A segment holds whole record batches laid end to end, in offset order, starting at `base_offset`:
+
+    00000000000000001000.log   | batch 1000-1004 | batch 1005-1005 | batch 1006-1099 | ...
+                               0                 4120              4211              ...
+    00000000000000001000.index   (1005 -> 4120), ...   an entry every index.interval.bytes
+
+Appends go to the end of the file with plain positional writes (the OS page cache does the buffering;
+`flush` fsyncs). Reads find the first wanted batch through the index plus a short walk over batch
+headers, then return whole batches with a single positional read, so a read never cuts a batch.
+
+Only the active (last) segment of a log is appended to. Truncation cuts the file at a batch boundary
+and trims the index. `recover` re-validates every batch header and CRC from the start of the file after
+an unclean shutdown, cuts the file at the first torn or corrupt batch and rebuilds the index.
+
+Invariants: `size_in_bytes` is the file length and always a batch boundary; `next_offset` is one past
+the last offset in the segment (`base_offset` when empty); batch base offsets increase.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from broker.log.batches import HEADER, Buffer, scan
+from broker.log.offset_index import INDEX_SUFFIX, OffsetIndex
+from protocol.errors import CorruptRecordError
+from protocol.record_batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC
+from protocol.time import Time
+
+LOG_SUFFIX = ".log"
+MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries store offsets relative to the base as int32
+NO_TIMESTAMP = -1
+
+_BATCH_LENGTH = struct.Struct(">i")
+
+_WALK_CHUNK_BYTES = 8192  # header walks start near an index entry, so they rarely need more
+_RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
+
+logger = logging.getLogger(__name__)
+
+
+def segment_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{LOG_SUFFIX}"
+
+
+class LogSegment:
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        *,
+        time: Time,
+        index_interval_bytes: int,
+        segment_index_bytes: int,
+    ) -> None:
+        self.dir = dir
+        self.base_offset = base_offset
+        self.log_path = dir / segment_file_name(base_offset)
+        self.index = OffsetIndex(dir / f"{base_offset:020d}{INDEX_SUFFIX}", base_offset, segment_index_bytes)
+        self._time = time
+        self._index_interval_bytes = index_interval_bytes
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self._next_offset = base_offset
+        self._max_timestamp: int | None = NO_TIMESTAMP if self._size == 0 else None  # None: not yet scanned
+        self._bytes_since_last_index_entry = 0
+        self._dirty = False
+        self.created_ms = time.milliseconds()
+
+    # -- opening -----------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, dir: Path, base_offset: int, *, time: Time, index_interval_bytes: int, segment_index_bytes: int
+    ) -> LogSegment:
+        """A new, empty segment; it is an error if a non-empty file with that base offset exists."""
+        path = dir / segment_file_name(base_offset)
+        if path.exists() and path.stat().st_size > 0:
+            raise FileExistsError(f"segment {path} already exists")
+        segment = cls(
+            dir,
+            base_offset,
+            time=time,
+            index_interval_bytes=index_interval_bytes,
+            segment_index_bytes=segment_index_bytes,
+        )
+        segment.index.reset()
+        segment.index.delete()
+        return segment
+
+    @classmethod
+    def open_existing(
+        cls, dir: Path, base_offset: int, *, time: Time, index_interval_bytes: int, segment_index_bytes: int
+    ) -> LogSegment:
+        """A segment from a cleanly closed log: its index is loaded (rebuilt from batch headers if missing
+        or inconsistent) and its next offset found from the last index entry. Raises CorruptRecordError
+        if the batch headers do not add up, in which case the caller should `recover` instead."""
+        segment = cls(
+            dir,
+            base_offset,
+            time=time,
+            index_interval_bytes=index_interval_bytes,
+            segment_index_bytes=segment_index_bytes,
+        )
+        try:
+            if not segment.index.load(segment._size):
+                segment._rebuild_index_from_headers()
+            segment._recompute_tail()
+        except CorruptRecordError:
+            segment.close()
+            raise
+        return segment
+
+    # -- properties --------------------------------------------------------------------------------
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._size
+
+    @property
+    def next_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def is_empty(self) -> bool:
+        return self._size == 0
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest batch max timestamp in the segment (NO_TIMESTAMP when empty)."""
+        if self._max_timestamp is None:
+            largest = NO_TIMESTAMP
+            for _, _, _, _, max_ts, _ in self._walk(0):
+                largest = max(largest, max_ts)
+            self._max_timestamp = largest
+        return self._max_timestamp
+
+    # -- append ------------------------------------------------------------------------------------
+
+    def should_roll(
+        self, incoming_bytes: int, largest_offset: int, now_ms: int, segment_bytes: int, segment_ms: int
+    ) -> bool:
+        """Kafka's LogSegment.shouldRoll: a non-empty segment rolls when the append would take it past
+        segment.bytes, when it is older than segment.ms, when its index is full, or when the append's
+        offsets no longer fit the index's 32-bit relative offsets."""
+        if self._size == 0:
+            return False
+        return (
+            self._size > segment_bytes - incoming_bytes
+            or now_ms - self.created_ms > segment_ms
+            or self.index.is_full
+            or largest_offset - self.base_offset > MAX_RELATIVE_OFFSET
+        )
+
+    def append(
+        self,
+        records: Buffer,
+        largest_offset: int,
+        largest_timestamp: int,
+        batches: Sequence[tuple[int, int]],
+    ) -> None:
+        """Write `records` (whole batches; `batches` lists each one's (base offset, size) in order) at the
+        end of the segment, and index a batch whenever index.interval.bytes have passed since the last entry."""
+        position = self._size
+        total = len(records)
+        written = os.pwrite(self._fd, records, position)
+        if written != total:
+            self._write_rest(records, position, written)
+        index = self.index
+        interval = self._index_interval_bytes
+        since = self._bytes_since_last_index_entry
+        for base_offset, size in batches:
+            if since > interval and not index.is_full:
+                index.append(base_offset, position)
+                since = 0
+            since += size
+            position += size
+        self._bytes_since_last_index_entry = since
+        self._size += total
+        self._next_offset = largest_offset + 1
+        if self._max_timestamp is not None and largest_timestamp > self._max_timestamp:
+            self._max_timestamp = largest_timestamp
+        self._dirty = True
+
+    def _write_rest(self, records: Buffer, position: int, written: int) -> None:
+        view = memoryview(records)
+        try:
+            while written < len(view):
+                n = os.pwrite(self._fd, view[written:], position + written)
+                if n <= 0:
+                    raise OSError(f"short write to {self.log_path}")
+                written += n
+        except OSError:
+            os.ftruncate(self._fd, position)  # never leave half a batch behind
+            raise
+
+    # -- read --------------------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int) -> int | None:
+        """Byte position of the first batch whose last offset is ≥ `offset`; None if there is none."""
+        found = self._locate(offset, by_base=False)
+        return None if found is None else found[0]
+
+    def position_of_first_batch_from(self, offset: int) -> int | None:
+        """Byte position of the first batch whose base offset is ≥ `offset`; None if there is none."""
+        found = self._locate(offset, by_base=True)
+        return None if found is None else found[0]
+
+    def read(
+        self, start_offset: int, max_bytes: int, max_position: int | None = None, min_one_message: bool = False
+    ) -> bytes | None:
+        """Whole batches from the batch holding `start_offset`, ending at or before byte `max_position`,
+        at most `max_bytes` long except that `min_one_message` always returns the first batch (KIP-74).
+        None when the segment has nothing at or after `start_offset`; b"" when nothing fits."""
+        found = self.read_at(start_offset, max_bytes, max_position, min_one_message)
+        return None if found is None else found[1]
+
+    def read_at(
+        self, start_offset: int, max_bytes: int, max_position: int | None = None, min_one_message: bool = False
+    ) -> tuple[int, bytes] | None:
+        """Like `read`, also giving the byte position the returned batches start at."""
+        limit = self._size if max_position is None else min(max_position, self._size)
+        found = self._locate(start_offset, by_base=False)
+        if found is None:
+            return None
+        start, first_size, _ = found
+        if start >= limit:
+            return start, b""
+        if first_size > max_bytes:
+            if not min_one_message:
+                return start, b""
+            end = start + first_size
+        else:
+            end = self._last_boundary_at_or_before(min(limit, start + max_bytes), start + first_size)
+        return start, self._pread(start, end - start)
+
+    def read_bytes(self, start: int, end: int) -> bytes:
+        """The raw bytes between two batch boundaries."""
+        return self._pread(start, end - start)
+
+    def _pread(self, position: int, length: int) -> bytes:
+        data = os.pread(self._fd, length, position)
+        while len(data) < length:  # preads of regular files are short only at end of file
+            more = os.pread(self._fd, length - len(data), position + len(data))
+            if not more:
+                raise CorruptRecordError(f"{self.log_path} is shorter than expected")
+            data += more
+        return data
+
+    def _locate(self, offset: int, by_base: bool) -> tuple[int, int, int] | None:
+        """(position, size, base offset) of the first batch whose last (or base) offset is ≥ `offset`."""
+        _, position = self.index.lookup(offset)
+        for batch_position, size, base, last, _, _ in self._walk(position):
+            if (base if by_base else last) >= offset:
+                return batch_position, size, base
+        return None
+
+    def _last_boundary_at_or_before(self, limit: int, known_boundary: int) -> int:
+        """The largest batch boundary ≤ `limit`, given that `known_boundary` ≤ `limit` is one."""
+        _, indexed = self.index.floor_position(limit)
+        end = max(indexed, known_boundary)
+        for batch_position, size, _, _, _, _ in self._walk(end):
+            if batch_position + size > limit:
+                break
+            end = batch_position + size
+        return end
+
+    def _walk(self, position: int) -> Iterator[tuple[int, int, int, int, int, int]]:
+        """(position, size, base offset, last offset, max timestamp, epoch) of every batch from byte
+        `position` (a batch boundary) to the end of the segment, reading headers only."""
+        size_limit = self._size
+        buf = b""
+        buf_start = position
+        unpack = HEADER.unpack_from
+        while position < size_limit:
+            rel = position - buf_start
+            if rel + HEADER_SIZE > len(buf):
+                buf = os.pread(self._fd, _WALK_CHUNK_BYTES, position)
+                buf_start, rel = position, 0
+                if len(buf) < HEADER_SIZE:
+                    raise CorruptRecordError(f"torn batch header at byte {position} of {self.log_path}")
+            base, length, epoch, magic, _crc, _attrs, delta, _first_ts, max_ts, _count = unpack(buf, rel)
+            size = LOG_OVERHEAD + length
+            if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or position + size > size_limit:
+                raise CorruptRecordError(f"bad batch header at byte {position} of {self.log_path}")
+            yield position, size, base, base + delta, max_ts, epoch
+            position += size
+
+    def batch_epochs(self, from_offset: int = 0) -> Iterator[tuple[int, int]]:
+        """(partition leader epoch, base offset) of every batch that ends at or after `from_offset`."""
+        for _, _, base, last, _, epoch in self._walk(0):
+            if last >= from_offset:
+                yield epoch, base
+
+    # -- truncation and recovery -------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch holding `offset` and everything after it; returns the bytes removed."""
+        found = self._locate(offset, by_base=False)
+        if found is None:
+            return 0
+        position, _, base = found
+        removed = self._size - position
+        os.ftruncate(self._fd, position)
+        self._size = position
+        self.index.truncate_to(base)
+        self._recompute_tail()
+        self._max_timestamp = NO_TIMESTAMP if position == 0 else None
+        if position == 0:
+            self.created_ms = self._time.milliseconds()  # an emptied segment starts its roll clock again
+        self._dirty = True
+        return removed
+
+    def recover(
+        self, on_batch_epoch: Callable[[int, int], None] | None = None, epochs_from_offset: int = 0
+    ) -> int:
+        """Validate every batch (framing, CRC, increasing offsets) from the start of the file, cut the file
+        at the first bad or torn one, and rebuild the index. Calls `on_batch_epoch(epoch, base_offset)`
+        for each batch whose epoch differs from the previous one's, ignoring batches that end before
+        `epochs_from_offset` (the log start: they are logically deleted). Returns the bytes truncated."""
+        self.index.reset()
+        file_size = os.fstat(self._fd).st_size
+        position = 0
+        next_offset = self.base_offset
+        largest = NO_TIMESTAMP
+        since = 0
+        last_epoch: int | None = None
+        read_size = _RECOVERY_CHUNK_BYTES
+        problem: str | None = None
+        while position < file_size and problem is None:
+            buf = os.pread(self._fd, read_size, position)
+            result = scan(buf, verify_crc=True)
+            consumed = 0
+            for batch in result.batches:
+                if batch.base_offset < next_offset:
+                    problem = f"batch at byte {position + batch.position} goes back to offset {batch.base_offset}"
+                    break
+                if since > self._index_interval_bytes and not self.index.is_full:
+                    self.index.append(batch.base_offset, position + batch.position)
+                    since = 0
+                since += batch.size
+                next_offset = batch.base_offset + batch.last_offset_delta + 1
+                if next_offset > epochs_from_offset and batch.partition_leader_epoch != last_epoch:
+                    if on_batch_epoch is not None:
+                        on_batch_epoch(batch.partition_leader_epoch, batch.base_offset)
+                    last_epoch = batch.partition_leader_epoch
+                largest = max(largest, batch.max_timestamp)
+                consumed = batch.position + batch.size
+            position += consumed
+            if problem is not None or result.error is None:
+                continue
+            if result.incomplete and result.batches:
+                continue  # the next read starts at the batch that straddled the end of this chunk
+            needed = _batch_size_if_known(buf) if result.incomplete else None
+            if needed is not None and needed > read_size and position + needed <= file_size:
+                read_size = needed  # one batch larger than the read chunk: read it whole
+                continue
+            problem = result.error
+        truncated = file_size - position
+        if truncated:
+            logger.warning(
+                "recovery of %s truncated %d bytes at byte %d: %s",
+                self.log_path,
+                truncated,
+                position,
+                problem or "torn tail",
+            )
+            os.ftruncate(self._fd, position)
+            os.fsync(self._fd)
+        self._size = position
+        self._next_offset = next_offset
+        self._max_timestamp = largest
+        self._bytes_since_last_index_entry = since
+        self.index.flush(fsync=False)
+        return truncated
+
+    def _rebuild_index_from_headers(self) -> None:
+        self.index.reset()
+        since = 0
+        for position, size, base, _, _, _ in self._walk(0):
+            if since > self._index_interval_bytes and not self.index.is_full:
+                self.index.append(base, position)
+                since = 0
+            since += size
+
+    def _recompute_tail(self) -> None:
+        """Find next_offset and the bytes since the last index entry by walking from that entry."""
+        _, position = self.index.last_entry()
+        next_offset = self.base_offset
+        since = 0
+        for _, size, _, last, _, _ in self._walk(position):
+            next_offset = last + 1
+            since += size
+        self._next_offset = next_offset
+        self._bytes_since_last_index_entry = since
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the segment file and write the index (index files are rebuilt after a crash anyway)."""
+        if self._dirty:
+            os.fsync(self._fd)
+            self._dirty = False
+        self.index.flush(fsync=True)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            self.index.flush(fsync=False)
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.log_path.unlink(missing_ok=True)
+        self.index.delete()
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self._size}, next_offset={self._next_offset})"
+
+
+def _batch_size_if_known(buf: bytes) -> int | None:
+    """The size a batch header at the start of `buf` claims, when enough of it is there to tell."""
+    if len(buf) < LOG_OVERHEAD:
+        return None
+    size = LOG_OVERHEAD + int(_BATCH_LENGTH.unpack_from(buf, 8)[0])
+    return size if size >= HEADER_SIZE else None

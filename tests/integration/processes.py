@@ -1,0 +1,164 @@
+"""Real broker and controller processes for integration tests: spawn, wait for "listening", stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from client.connection import BrokerConnection
+from cluster.local_cluster import free_ports
+from protocol.messages import (
+    BrokerEndpoint,
+    LeaderAndIsrPartition,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class BrokerProcess:
+    broker_id: int
+    port: int
+    log_dir: Path
+    log_file: Path
+    args: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> BrokerEndpoint:
+        return BrokerEndpoint(self.broker_id, "127.0.0.1", self.port)
+
+    def start(self, timeout_s: float = 20.0) -> None:
+        offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+        with open(self.log_file, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cluster", *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with open(self.log_file, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+            if '"event": "listening"' in text:
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"process exited {self.proc.returncode}:\n{text[-3000:]}")
+            time.sleep(0.02)
+        raise RuntimeError(f"not listening after {timeout_s}s; log:\n{self.log_text()[-3000:]}")
+
+    def log_text(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+def standalone_broker(tmp: Path, broker_id: int, port: int, *overrides: str) -> BrokerProcess:
+    """A broker without a controller: roles come from LEADER_AND_ISR sent by the test."""
+    log_dir = tmp / f"broker-{broker_id}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    args = [
+        "broker",
+        "--broker-id", str(broker_id),
+        "--listeners", f"127.0.0.1:{port}",
+        "--log-dirs", str(log_dir / "data"),
+        "--override", f"metrics.dir={tmp / 'metrics'}",
+        "--override", "replica.fetch.backoff.ms=100",
+        "--override", "replica.fetch.wait.max.ms=100",
+    ]
+    for o in overrides:
+        args += ["--override", o]
+    return BrokerProcess(broker_id, port, log_dir, log_dir / "broker.log", args)
+
+
+async def assign(
+    brokers: list[BrokerProcess],
+    topic: str,
+    partitions: int,
+    leader_of: dict[int, int],
+    leader_epoch: int = 0,
+    replicas: list[int] | None = None,
+    controller_epoch: int = 1,
+) -> list[LeaderAndIsrResponse]:
+    """Act as the controller: tell every broker its role for each partition, with full ISR."""
+    replica_ids = replicas or [b.broker_id for b in brokers]
+    states = [
+        LeaderAndIsrPartition(topic, p, leader_of[p], leader_epoch, list(replica_ids), leader_epoch, list(replica_ids))
+        for p in range(partitions)
+    ]
+    out = []
+    for b in brokers:
+        if not b.alive:
+            continue
+        async with await BrokerConnection.connect("127.0.0.1", b.port, "test-controller") as conn:
+            resp = await conn.send(
+                LeaderAndIsrRequest(0, controller_epoch, states, live_leaders=[x.endpoint for x in brokers])
+            )
+            out.append(resp)
+    return out
+
+
+async def wait_until(predicate, timeout_s: float = 20.0, interval_s: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = await predicate()
+        if last:
+            return last
+        await asyncio.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+
+
+@contextlib.contextmanager
+def running(*procs: BrokerProcess):  # type: ignore[no-untyped-def]
+    try:
+        for p in procs:
+            p.start()
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def parse_json_lines(text: str) -> list[dict[str, object]]:
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                out.append(json.loads(line))
+    return out
