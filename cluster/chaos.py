@@ -328,36 +328,17 @@ class ChaosRun:
 
     async def verify(self) -> dict[str, Any]:
         client = self._client("chaos-verify")
-        lost, duplicates, inconsistent, divergent = [], [], [], []
         try:
             await client.refresh_metadata([self.args.topic])
-            found: dict[str, list[tuple[TopicPartition, int]]] = defaultdict(list)
+            copies: dict[TopicPartition, dict[int, bytes]] = {}
+            leaders: dict[TopicPartition, int] = {}
             for tp in client.partitions_of(self.args.topic):
-                replicas = client.partitions[tp].replicas
-                data = {b: await self.read_replica(client, b, tp) for b in replicas}
-                reference = data[client.partitions[tp].leader_id]
-                for b, blob in data.items():
-                    if blob != reference:
-                        divergent.append({"partition": str(tp), "broker": b, "bytes": len(blob), "leader_bytes": len(reference)})
-                        by_offset_ref = {r.offset: r.value for r in iter_records(reference)}
-                        for r in iter_records(blob):
-                            if r.offset in by_offset_ref and by_offset_ref[r.offset] != r.value:
-                                inconsistent.append({"partition": str(tp), "offset": r.offset, "broker": b, "kind": "two values at one offset"})
-                for r in iter_records(reference):
-                    if r.value is not None:
-                        found[r.value.decode()].append((tp, r.offset))
-            for key, (tp, offset) in self.outcomes.acked.items():
-                where = found.get(key)
-                if not where:
-                    lost.append({"value": key, "partition": str(tp), "offset": offset})
-                elif (tp, offset) not in where:
-                    inconsistent.append({"value": key, "acked_at": [str(tp), offset], "found_at": [[str(t), o] for t, o in where]})
-            for key, where in found.items():
-                if len(where) > 1:
-                    duplicates.append({"value": key, "found_at": [[str(t), o] for t, o in where]})
+                info = client.partitions[tp]
+                leaders[tp] = info.leader_id
+                copies[tp] = {b: await self.read_replica(client, b, tp) for b in info.replicas}
         finally:
             await client.close()
-        return {"lost": lost, "duplicates": duplicates, "inconsistent": inconsistent, "divergent": divergent}
+        return find_problems(self.outcomes.acked, copies, leaders)
 
     # -- the whole run --------------------------------------------------------------------------------
 
@@ -420,6 +401,49 @@ class ChaosRun:
             "errors": dict(o.errors),
             "examples": {k: v[:5] for k, v in problems.items()},
         }
+
+
+def find_problems(
+    acked: dict[str, tuple[TopicPartition, int]],
+    copies: dict[TopicPartition, dict[int, bytes]],
+    leaders: dict[TopicPartition, int],
+) -> dict[str, list[dict[str, Any]]]:
+    """The oracle. `copies` holds every replica's bytes below its HW after convergence.
+
+    * divergent: a replica whose bytes differ from the leader's;
+    * inconsistent: two different values at one offset on two replicas, or an acked value found at
+      another offset than the one it was acked at;
+    * duplicates: one value at two offsets (producers never send a value twice);
+    * lost: an acked value found nowhere.
+    """
+    lost: list[dict[str, Any]] = []
+    duplicates: list[dict[str, Any]] = []
+    inconsistent: list[dict[str, Any]] = []
+    divergent: list[dict[str, Any]] = []
+    found: dict[str, list[tuple[TopicPartition, int]]] = defaultdict(list)
+    for tp, replicas in copies.items():
+        reference = replicas[leaders[tp]]
+        by_offset_ref = {r.offset: r.value for r in iter_records(reference)}
+        for broker, blob in replicas.items():
+            if blob == reference:
+                continue
+            divergent.append({"partition": str(tp), "broker": broker, "bytes": len(blob), "leader_bytes": len(reference)})
+            for r in iter_records(blob):
+                if r.offset in by_offset_ref and by_offset_ref[r.offset] != r.value:
+                    inconsistent.append({"partition": str(tp), "offset": r.offset, "broker": broker, "kind": "two values at one offset"})
+        for offset, value in by_offset_ref.items():
+            if value is not None:
+                found[value.decode()].append((tp, offset))
+    for key, (tp, offset) in acked.items():
+        where = found.get(key)
+        if not where:
+            lost.append({"value": key, "partition": str(tp), "offset": offset})
+        elif (tp, offset) not in where:
+            inconsistent.append({"value": key, "acked_at": [str(tp), offset], "found_at": [[str(t), o] for t, o in where]})
+    for key, where in found.items():
+        if len(where) > 1:
+            duplicates.append({"value": key, "found_at": [[str(t), o] for t, o in where]})
+    return {"lost": lost, "duplicates": duplicates, "inconsistent": inconsistent, "divergent": divergent}
 
 
 async def client_fetch_debug(conn: Any, tp: TopicPartition, offset: int) -> Any:
