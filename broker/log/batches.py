@@ -56,15 +56,40 @@ def scan(buf: Buffer, verify_crc: bool = True, start: int = 0) -> ScanResult:
         if magic != MAGIC:
             return ScanResult(batches, position, f"batch at byte {position} has magic {magic}", False)
         if length < _MIN_BATCH_LENGTH:
-            return ScanResult(batches, position, f"batch at byte {position} has impossible length {length}", False)
+            return ScanResult(
+                batches, position, f"batch at byte {position} has impossible length {length}", False
+            )
         if delta < 0 or count <= 0:
             return ScanResult(batches, position, f"batch at byte {position} has no records", False)
         size = LOG_OVERHEAD + length
         stop = position + size
         if stop > end:
-            return ScanResult(batches, position, f"batch at byte {position} runs past the end of the data", True)
+            return ScanResult(
+                batches, position, f"batch at byte {position} runs past the end of the data", True
+            )
         if verify_crc and crc32c(view[position + CRC_START : stop]) != crc:
-            return ScanResult(batches, position, f"CRC mismatch in batch at byte {position} (offset {base})", False)
+            return ScanResult(
+                batches, position, f"CRC mismatch in batch at byte {position} (offset {base})", False
+            )
         batches.append(BatchInfo(position, size, base, epoch, delta, max_ts, count))
         position = stop
     return ScanResult(batches, position, None, False)
+
+
+def single_batch(buf: Buffer) -> tuple[int, int, int, int] | None:
+    """(partition leader epoch, last offset delta, max timestamp, record count) when `buf` is exactly one
+    valid batch, CRC included; None otherwise (then `scan` tells what is wrong). The common case of one
+    producer batch per append, without building a list."""
+    if len(buf) < HEADER_SIZE:
+        return None
+    (_base, length, epoch, magic, crc, _attrs, delta, _first_ts, max_ts, count) = HEADER.unpack_from(buf, 0)
+    if (
+        magic != MAGIC
+        or LOG_OVERHEAD + length != len(buf)
+        or length < _MIN_BATCH_LENGTH
+        or delta < 0
+        or count <= 0
+        or crc32c(memoryview(buf)[CRC_START:]) != crc
+    ):
+        return None
+    return epoch, delta, max_ts, count

@@ -70,7 +70,7 @@ class LeaderEpochFileCache:
         """(epoch, end offset) for OffsetsForLeaderEpoch: the end offset is the start offset of the first
         epoch after `requested_epoch`, and the epoch is the largest known epoch ≤ the requested one.
 
-        - requested epoch undefined, or larger than every known epoch: (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
+        - requested epoch undefined, or above every known epoch: (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
         - requested epoch is the latest epoch: (requested epoch, log end offset)
         - requested epoch is below every known epoch: (requested epoch, start offset of the first epoch),
           since the log no longer holds anything older

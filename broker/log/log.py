@@ -36,11 +36,11 @@ import os
 import re
 import shutil
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.log.batches import OFFSET_LENGTH_EPOCH, Buffer, scan
+from broker.log.batches import OFFSET_LENGTH_EPOCH, Buffer, scan, single_batch
 from broker.log.checkpoint import (
     CorruptCheckpointError,
     LeaderEpochCheckpoint,
@@ -212,6 +212,16 @@ class Log:
     def append_as_leader(self, records: Buffer, leader_epoch: int) -> AppendInfo:
         """Validate every batch, assign offsets from the log end, stamp `leader_epoch`, and append.
         Raises CorruptRecordError (appending nothing) if any batch is torn, corrupt or inconsistent."""
+        single = single_batch(records)
+        if single is not None and single[1] + 1 == single[3]:
+            # One producer batch: the hot path, with nothing allocated but the stamped copy.
+            _, delta, max_timestamp, count = single
+            first_offset = self._segments[-1].next_offset
+            stamped = bytearray(records)
+            OFFSET_LENGTH_EPOCH.pack_into(stamped, 0, first_offset, len(stamped) - LOG_OVERHEAD, leader_epoch)
+            self._epoch_cache.assign(leader_epoch, first_offset)
+            self._append(stamped, first_offset + delta, max_timestamp, ((first_offset, len(stamped)),), count)
+            return AppendInfo(first_offset, first_offset + delta, 1, count, len(stamped), max_timestamp)
         result = scan(records, verify_crc=True)
         if result.error is not None:
             raise CorruptRecordError(result.error)
@@ -239,7 +249,9 @@ class Log:
                 max_timestamp = batch.max_timestamp
         self._epoch_cache.assign(leader_epoch, first_offset)
         self._append(stamped, next_offset - 1, max_timestamp, placed, num_records)
-        return AppendInfo(first_offset, next_offset - 1, len(batches), num_records, len(stamped), max_timestamp)
+        return AppendInfo(
+            first_offset, next_offset - 1, len(batches), num_records, len(stamped), max_timestamp
+        )
 
     def append_as_follower(self, records: Buffer) -> AppendInfo:
         """Append the leader's batches unchanged, keeping their offsets and epochs. The first batch must
@@ -289,7 +301,7 @@ class Log:
         records: Buffer,
         last_offset: int,
         max_timestamp: int,
-        placed: list[tuple[int, int]],
+        placed: Sequence[tuple[int, int]],
         num_records: int,
     ) -> None:
         self._check_open()
@@ -423,6 +435,8 @@ class Log:
         if target_offset >= self.log_end_offset:
             return False
         self._check_open()
+        # One line per real truncation: operators (and the chaos report) count them.
+        logger.info("%s: truncated from log end offset %d to %d", self._name(), self.log_end_offset, target_offset)
         if target_offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(target_offset)
             return True
@@ -438,6 +452,9 @@ class Log:
         self._high_watermark = min(self._high_watermark, log_end)
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
         return True
+
+    def _name(self) -> str:
+        return f"{self.topic}-{self.partition}"
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and restart empty at `new_offset` (log start = log end = HW = new_offset)."""
@@ -456,7 +473,7 @@ class Log:
     # -- leader epochs -----------------------------------------------------------------------------
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """(epoch, end offset) as OffsetsForLeaderEpoch answers it; see LeaderEpochFileCache.end_offset_for."""
+        """(epoch, end offset) as OffsetsForLeaderEpoch answers; see LeaderEpochFileCache.end_offset_for."""
         return self._epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
     def maybe_assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
@@ -509,7 +526,9 @@ class Log:
 
             deleted += self._delete_segments_while(over_size)
         start = self._log_start_offset
-        deleted += self._delete_segments_while(lambda _segment, next_segment: next_segment.base_offset <= start)
+        deleted += self._delete_segments_while(
+            lambda _segment, next_segment: next_segment.base_offset <= start
+        )
         return deleted
 
     def _delete_segments_while(self, deletable: Callable[[LogSegment, LogSegment], bool]) -> int:
@@ -627,8 +646,12 @@ def _load_segments(
             except CorruptRecordError as exc:
                 logger.warning("segment %d of %s needs recovery: %s", base, dir, exc)
         if segment is None:
-            segment = LogSegment(dir, base, time=time, index_interval_bytes=interval, segment_index_bytes=index_bytes)
-            truncated = segment.recover(lambda epoch, offset: on_batch_epoch((epoch, offset)), log_start_offset)
+            segment = LogSegment(
+                dir, base, time=time, index_interval_bytes=interval, segment_index_bytes=index_bytes
+            )
+            truncated = segment.recover(
+                lambda epoch, offset: on_batch_epoch((epoch, offset)), log_start_offset
+            )
             if truncated and not last:
                 segments.append(segment)
                 for later in bases[i + 1 :]:

@@ -149,7 +149,9 @@ class LogSegment:
     ) -> bool:
         """Kafka's LogSegment.shouldRoll: a non-empty segment rolls when the append would take it past
         segment.bytes, when it is older than segment.ms, when its index is full, or when the append's
-        offsets no longer fit the index's 32-bit relative offsets."""
+        offsets no longer fit the index's 32-bit relative offsets. Age is measured by the injected clock
+        from when the segment was created or last opened, not from record timestamps, and without
+        Kafka's roll jitter."""
         if self._size == 0:
             return False
         return (
@@ -167,7 +169,7 @@ class LogSegment:
         batches: Sequence[tuple[int, int]],
     ) -> None:
         """Write `records` (whole batches; `batches` lists each one's (base offset, size) in order) at the
-        end of the segment, and index a batch whenever index.interval.bytes have passed since the last entry."""
+        end of the segment, indexing a batch whenever index.interval.bytes have passed since the last one."""
         position = self._size
         total = len(records)
         written = os.pwrite(self._fd, records, position)
@@ -214,7 +216,11 @@ class LogSegment:
         return None if found is None else found[0]
 
     def read(
-        self, start_offset: int, max_bytes: int, max_position: int | None = None, min_one_message: bool = False
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
     ) -> bytes | None:
         """Whole batches from the batch holding `start_offset`, ending at or before byte `max_position`,
         at most `max_bytes` long except that `min_one_message` always returns the first batch (KIP-74).
@@ -223,7 +229,11 @@ class LogSegment:
         return None if found is None else found[1]
 
     def read_at(
-        self, start_offset: int, max_bytes: int, max_position: int | None = None, min_one_message: bool = False
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
     ) -> tuple[int, bytes] | None:
         """Like `read`, also giving the byte position the returned batches start at."""
         limit = self._size if max_position is None else min(max_position, self._size)
@@ -340,7 +350,9 @@ class LogSegment:
             consumed = 0
             for batch in result.batches:
                 if batch.base_offset < next_offset:
-                    problem = f"batch at byte {position + batch.position} goes back to offset {batch.base_offset}"
+                    problem = (
+                        f"batch at byte {position + batch.position} goes back to offset {batch.base_offset}"
+                    )
                     break
                 if since > self._index_interval_bytes and not self.index.is_full:
                     self.index.append(batch.base_offset, position + batch.position)
@@ -424,7 +436,9 @@ class LogSegment:
         self.index.delete()
 
     def __repr__(self) -> str:
-        return f"LogSegment(base_offset={self.base_offset}, size={self._size}, next_offset={self._next_offset})"
+        return (
+            f"LogSegment(base_offset={self.base_offset}, size={self._size}, next_offset={self._next_offset})"
+        )
 
 
 def _batch_size_if_known(buf: bytes) -> int | None:
