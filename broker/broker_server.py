@@ -30,6 +30,7 @@ from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.purgatory import DelayedOperationPurgatory
 from broker.replica_manager import ReplicaManager
+from broker.replication_quota import quota_manager_from_kafka_props
 from broker.server import SocketServer
 from broker.timer import SystemTimer, TimerReaper
 from client.controller_client import ControllerClient
@@ -90,12 +91,16 @@ class BrokerServer:
             # Live (unfenced, not shutting down) brokers are exactly those the controller lists.
             self.replica_manager.is_broker_eligible = lambda b: b in self.metadata_cache.brokers
         self.fetcher_config = FetcherConfig.from_kafka_props(set_keys)
+        # KIP-73 replication quotas: throttled out-of-sync replicas only (F18 follower side, L13 leader side).
+        self.follower_quota = quota_manager_from_kafka_props(set_keys, "follower", time)
+        self.leader_quota = quota_manager_from_kafka_props(set_keys, "leader", time)
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id,
             self.fetcher_config,
             self.replica_manager,
             self._leader_end_point,
             time,
+            quota=self.follower_quota,
         )
         self.replica_manager.fetcher_manager = self.fetcher_manager
         self.fetch_manager = FetchManager(

@@ -1,0 +1,342 @@
+"""The lag job as an application: Spark session, reading the metrics dir, writing tables and the page.
+
+How this works:
+- Batch: list the rolled ``broker-<id>-<first_ts_ms>.jsonl`` files and the ``_active/broker-<id>.jsonl``
+  files (Spark's own listing skips ``_`` paths, so the job passes explicit paths), read them with the
+  fixed schema (lines cut by a crash are dropped), keep the parsed records in memory once, compute every
+  table (metrics.lag_job), write each as Parquet under the out dir and render ``dashboard.html``.
+- Follow (``--follow``): Structured Streaming over the rolled files only (an active file is still being
+  written). Records get an event time and a watermark of three windows; duplicates (MQTT QoS 1 may
+  deliver a message twice) are dropped within the watermark. Each micro-batch is appended to
+  ``<out>/_stream/records`` and the batch logic reruns over everything accumulated, rewriting the
+  tables and the page (window functions over the whole history cannot run as a streaming aggregation).
+  Stops on Ctrl-C or after ``max_batches`` micro-batches with data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.storagelevel import StorageLevel
+
+from metrics import dashboard, lag_job
+from metrics import schema as s
+from metrics.lag_job import LagJobConfig
+
+DASHBOARD_FILE = "dashboard.html"
+ACTIVE_DIR = "_active"
+ROLLED_GLOB = "broker-*.jsonl"
+STREAM_DIR = "_stream"
+WINDOW_S_DEFAULT = 10
+TRIGGER_S_DEFAULT = 10
+DEDUP_KEY = (s.KIND, s.BROKER_ID, s.TS_MS, s.TOPIC, s.PARTITION)
+
+
+class NoMetricsError(Exception):
+    """The metrics dir is missing or holds no readable records."""
+
+
+@dataclass(frozen=True)
+class DashboardResult:
+    """What a run wrote: the page, one Parquet folder per table, and a few headline numbers."""
+
+    out_dir: str
+    dashboard_html: str
+    tables: dict[str, str]
+    row_counts: dict[str, int]
+    records: int
+    files: int
+    status_counts: dict[str, int]
+    wall_s: float
+    batches: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def create_session(
+    master: str | None = None,
+    app_name: str = "minibroker-lag-job",
+    conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """A Spark session on ``master`` (``local[*]`` when none), UI off, quiet logs, UTC times."""
+    builder = (
+        SparkSession.builder.master(master or "local[*]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        # The parsed records are cached once and read by every table; 1 GiB (the default) is tight.
+        .config("spark.driver.memory", "4g")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def list_metric_files(metrics_dir: Path, include_active: bool = True) -> list[Path]:
+    """Rolled files, then (for the batch job) the active ones, sorted for a stable order."""
+    if not metrics_dir.is_dir():
+        raise NoMetricsError(f"metrics dir {metrics_dir} does not exist or is not a directory")
+    files = sorted(p for p in metrics_dir.glob(ROLLED_GLOB) if p.is_file())
+    if include_active:
+        files += sorted(p for p in (metrics_dir / ACTIVE_DIR).glob("broker-*.jsonl") if p.is_file())
+    return files
+
+
+def read_records(spark: SparkSession, paths: Sequence[Path]) -> DataFrame:
+    """The records of the given JSON-lines files, read with ``RECORD_SCHEMA`` (never inferred).
+
+    DROPMALFORMED skips a line cut by a crash; rows without kind or ts_ms are dropped too.
+    """
+    raw = spark.read.schema(s.RECORD_SCHEMA).option("mode", "DROPMALFORMED").json([str(p) for p in paths])
+    return raw.where(F.col(s.KIND).isNotNull() & F.col(s.TS_MS).isNotNull())
+
+
+def publish(
+    records: DataFrame,
+    out_dir: Path,
+    config: LagJobConfig,
+    title: str,
+) -> tuple[dict[str, str], dict[str, int], dict[str, int], int]:
+    """Compute and write every table and the page from ``records`` (already cached by the caller).
+
+    Returns (table paths, table row counts, follower status counts, record count).
+    """
+    spark = records.sparkSession
+    newest = records.agg(F.count(F.lit(1)).alias("n"), F.max(s.TS_MS).alias("now")).first()
+    assert newest is not None
+    if newest["n"] == 0:
+        raise NoMetricsError("the metrics files hold no readable records")
+    tables = lag_job.compute_tables(records, config, now_ms=newest["now"])
+    paths: dict[str, str] = {}
+    for name, df in tables.items():
+        path = out_dir / name
+        df.write.mode("overwrite").parquet(str(path))
+        paths[name] = str(path)
+    # Read the tables back: the page's aggregates then start from the written Parquet, not a recompute.
+    written = {name: spark.read.parquet(path) for name, path in paths.items()}
+    counts = {name: df.count() for name, df in written.items()}
+    data = dashboard.collect_dashboard_data(title, records, written, config.window_ms)
+    page = out_dir / DASHBOARD_FILE
+    tmp = page.with_suffix(".html.tmp")
+    tmp.write_text(dashboard.render_dashboard(data), encoding="utf-8")
+    tmp.replace(page)  # a browser reloading mid-refresh never sees half a page
+    return paths, counts, data.status_counts, newest["n"]
+
+
+def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: LagJobConfig) -> DashboardResult:
+    started = time.monotonic()
+    files = list_metric_files(metrics_dir)
+    if not files:
+        raise NoMetricsError(f"no broker-*.jsonl files in {metrics_dir} or {metrics_dir / ACTIVE_DIR}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = read_records(spark, files).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        paths, counts, statuses, n = publish(records, out_dir, config, f"minibroker lag — {metrics_dir.name}")
+    finally:
+        records.unpersist()
+    return DashboardResult(
+        out_dir=str(out_dir),
+        dashboard_html=str(out_dir / DASHBOARD_FILE),
+        tables=paths,
+        row_counts=counts,
+        records=n,
+        files=len(files),
+        status_counts=statuses,
+        wall_s=round(time.monotonic() - started, 3),
+    )
+
+
+@dataclass
+class _FollowState:
+    batches: int = 0
+    last: DashboardResult | None = None
+    error: BaseException | None = None
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+
+def run_follow(
+    spark: SparkSession,
+    metrics_dir: Path,
+    out_dir: Path,
+    config: LagJobConfig,
+    trigger_s: float = TRIGGER_S_DEFAULT,
+    max_batches: int | None = None,
+) -> DashboardResult:
+    """Stream the rolled files, republishing after every micro-batch with data (see module docstring)."""
+    if not metrics_dir.is_dir():
+        raise NoMetricsError(f"metrics dir {metrics_dir} does not exist or is not a directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stream_dir = out_dir / STREAM_DIR
+    accumulated = stream_dir / "records"
+    started = time.monotonic()
+    state = _FollowState()
+    watermark_s = 3 * config.window_ms // 1000 or 1
+    stream = (
+        spark.readStream.schema(s.RECORD_SCHEMA)
+        .option("mode", "DROPMALFORMED")
+        .option("pathGlobFilter", ROLLED_GLOB)
+        .json(str(metrics_dir))
+        .where(F.col(s.KIND).isNotNull() & F.col(s.TS_MS).isNotNull())
+        .withColumn("event_time", F.timestamp_millis(F.col(s.TS_MS)))
+        .withWatermark("event_time", f"{watermark_s} seconds")
+        .dropDuplicatesWithinWatermark(list(DEDUP_KEY))
+        .drop("event_time")
+    )
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        if batch.isEmpty():
+            return  # a no-data batch that only moved the watermark
+        batch.write.mode("append").parquet(str(accumulated))
+        records = (
+            spark.read.schema(s.RECORD_SCHEMA).parquet(str(accumulated)).persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        try:
+            paths, counts, statuses, n = publish(
+                records, out_dir, config, f"minibroker lag — {metrics_dir.name}"
+            )
+        finally:
+            records.unpersist()
+        with state.changed:
+            state.batches += 1
+            state.last = DashboardResult(
+                out_dir=str(out_dir),
+                dashboard_html=str(out_dir / DASHBOARD_FILE),
+                tables=paths,
+                row_counts=counts,
+                records=n,
+                files=0,
+                status_counts=statuses,
+                wall_s=round(time.monotonic() - started, 3),
+                batches=state.batches,
+            )
+            state.changed.notify_all()
+        print(f"batch {batch_id}: {n} records, dashboard {out_dir / DASHBOARD_FILE}", flush=True)
+
+    query = (
+        stream.writeStream.foreachBatch(process)
+        .option("checkpointLocation", str(stream_dir / "checkpoint"))
+        .trigger(processingTime=f"{trigger_s} seconds")
+        .start()
+    )
+    try:
+        with state.changed:
+            while query.isActive and (max_batches is None or state.batches < max_batches):
+                state.changed.wait(timeout=1.0)  # woken by each batch; the timeout notices a failed query
+    except KeyboardInterrupt:
+        pass
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"the streaming query failed: {query.exception()}")
+    if state.last is None:
+        raise NoMetricsError(f"no records arrived in rolled files under {metrics_dir}")
+    return state.last
+
+
+def run_dashboard(
+    metrics_dir: str | Path,
+    out_dir: str | Path,
+    master: str | None = None,
+    follow: bool = False,
+    window_s: int = WINDOW_S_DEFAULT,
+    trigger_s: float = TRIGGER_S_DEFAULT,
+    max_batches: int | None = None,
+    spark: SparkSession | None = None,
+) -> DashboardResult:
+    """Build the tables and ``dashboard.html`` once (batch) or keep refreshing them (follow).
+
+    Uses ``spark`` when given (tests share one session); otherwise gets one on ``master`` and stops
+    it afterwards if it started it. Raises NoMetricsError when the metrics dir is missing or holds no records.
+    """
+    metrics_path, out_path = Path(metrics_dir), Path(out_dir)
+    if not metrics_path.is_dir():
+        raise NoMetricsError(f"metrics dir {metrics_path} does not exist or is not a directory")
+    if not follow and not list_metric_files(metrics_path):
+        raise NoMetricsError(f"no broker-*.jsonl files in {metrics_path} or {metrics_path / ACTIVE_DIR}")
+    config = LagJobConfig(window_ms=window_s * 1000)
+    # Stop the session afterwards only if this call started it (getOrCreate may hand back a running one).
+    owned = spark is None and SparkSession.getActiveSession() is None
+    session = spark or create_session(master)
+    try:
+        if follow:
+            return run_follow(session, metrics_path, out_path, config, trigger_s, max_batches)
+        return run_batch(session, metrics_path, out_path, config)
+    finally:
+        if owned:
+            session.stop()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="minibroker dashboard",
+        description="Turn a metrics dir (JSON lines) into lag/byte-rate Parquet tables and dashboard.html.",
+    )
+    p.add_argument("--metrics", required=True, type=Path, metavar="DIR", help="metrics dir to read")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="where tables and the page go")
+    p.add_argument("--master", default=None, metavar="M", help="Spark master (default local[*])")
+    p.add_argument(
+        "--follow", action="store_true", help="keep refreshing as rolled files arrive (Ctrl-C stops)"
+    )
+    p.add_argument(
+        "--window-s",
+        type=int,
+        default=WINDOW_S_DEFAULT,
+        metavar="N",
+        help=f"window for percentiles, rates and follower status (default {WINDOW_S_DEFAULT})",
+    )
+    p.add_argument(
+        "--trigger-s",
+        type=float,
+        default=TRIGGER_S_DEFAULT,
+        metavar="N",
+        help=f"--follow: seconds between refreshes (default {TRIGGER_S_DEFAULT})",
+    )
+    p.add_argument(
+        "--max-batches", type=int, default=None, metavar="N", help="--follow: stop after N refreshes"
+    )
+    p.add_argument("--json", action="store_true", help="print the run summary as one JSON line")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.window_s <= 0:
+        print("minibroker dashboard: --window-s must be positive", file=sys.stderr)
+        return 2
+    try:
+        result = run_dashboard(
+            args.metrics,
+            args.out,
+            master=args.master,
+            follow=args.follow,
+            window_s=args.window_s,
+            trigger_s=args.trigger_s,
+            max_batches=args.max_batches,
+        )
+    except NoMetricsError as e:
+        print(f"minibroker dashboard: {e}", file=sys.stderr)
+        return 1
+    print(f"dashboard: {result.dashboard_html}")
+    for name, path in result.tables.items():
+        print(f"table {name}: {path} ({result.row_counts[name]} rows)")
+    if args.json:
+        print(result.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""One small local SparkSession for every Spark test in the session (starting one costs ~10 s)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    if shutil.which("java") is None:
+        pytest.fail("java is not on PATH; the Spark tests need Java 17 (see scripts/setup.sh)")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("minibroker-metrics-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

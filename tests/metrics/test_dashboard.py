@@ -1,0 +1,447 @@
+"""The lag job end to end: a metrics dir written the way brokers write it, to tables and a page."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from metrics import schema as s
+from metrics import spark_app
+
+pytestmark = pytest.mark.slow
+
+T0 = 1_700_000_000_000
+SAMPLES = 40
+KILLED = range(20, 30)  # broker 1 is down for these samples and restarts before sample 30
+STALL_FROM = 25  # broker 3 stops fetching partition 1 here
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _partition_record(
+    i: int,
+    broker: int,
+    partition: int,
+    *,
+    role: str,
+    leader: int,
+    epoch: int,
+    start_ms: int,
+    leo: int,
+    fetch: int | None = None,
+    lag: int | None = None,
+    in_sync: dict[int, bool] | None = None,
+    role_since_ms: int = 0,
+) -> dict[str, Any]:
+    ts = T0 + i * 1000
+    since_start = (ts - max(start_ms, role_since_ms)) // 1000  # counters grow only while in the role
+    record: dict[str, Any] = {
+        "kind": "partition",
+        "ts_ms": ts,
+        "broker_id": broker,
+        "broker_start_ms": start_ms,
+        "topic": "orders",
+        "partition": partition,
+        "role": role,
+        "leader_id": leader,
+        "leader_epoch": epoch,
+        "log_start_offset": 0,
+        "log_end_offset": leo,
+        "high_watermark": leo,
+        "fetch_offset": fetch,
+        "lag_messages": lag,
+        "lag_ms": None if lag is None else lag * 20,
+        "isr_size": None,
+        "replica_count": None,
+        "under_replicated": None,
+        "under_min_isr": None,
+        "followers": None,
+        "BytesInPerSec": 0,
+        "BytesOutPerSec": 0,
+        "ReplicationBytesInPerSec": 0,
+        "ReplicationBytesOutPerSec": 0,
+        "MessagesInPerSec": 0,
+        "IsrShrinksPerSec": 0,
+        "IsrExpandsPerSec": 0,
+    }
+    if role == "leader":
+        isr = 1 + sum((in_sync or {}).values())
+        record.update(
+            isr_size=isr,
+            replica_count=3,
+            under_replicated=isr < 3,
+            under_min_isr=isr < 2,
+            BytesInPerSec=since_start * 10_000,
+            BytesOutPerSec=since_start * 8000,
+            ReplicationBytesOutPerSec=since_start * 20_000,
+            MessagesInPerSec=since_start * 10,
+            followers=[
+                {"broker_id": b, "log_end_offset": leo, "last_caught_up_ms": ts, "in_sync": ok}
+                for b, ok in (in_sync or {}).items()
+            ],
+        )
+    else:
+        record.update(ReplicationBytesInPerSec=since_start * 10_000)
+    return record
+
+
+def cluster_records() -> dict[int, list[dict[str, Any]]]:
+    """A 3-broker run of 40 s: broker 1 (leader of orders-0) is killed at 20 s and back at 30 s.
+
+    orders-0: leader 1 (epoch 0) until the kill, then leader 2 (epoch 1); broker 3 truncates right
+    after the epoch change; broker 1 returns as a follower and catches up.
+    orders-1: leader 2 throughout; broker 3 stalls (fetch offset stuck) from 25 s on.
+    """
+    out: dict[int, list[dict[str, Any]]] = {1: [], 2: [], 3: []}
+    restart_ms = T0 + 29_500
+    for i in range(SAMPLES):
+        ts = T0 + i * 1000
+        leo = 100 + 10 * i
+        start1 = T0 - 5000 if i < KILLED.start else restart_ms
+        alive1 = i not in KILLED
+        # orders-0
+        if i < KILLED.start:
+            out[1].append(
+                _partition_record(
+                    i,
+                    1,
+                    0,
+                    role="leader",
+                    leader=1,
+                    epoch=0,
+                    start_ms=start1,
+                    leo=leo,
+                    in_sync={2: True, 3: True},
+                )
+            )
+        epoch0, leader0 = (0, 1) if i <= KILLED.start else (1, 2)
+        if i <= KILLED.start:
+            out[2].append(
+                _partition_record(
+                    i, 2, 0, role="follower", leader=1, epoch=0, start_ms=T0 - 5000, leo=leo, fetch=leo, lag=0
+                )
+            )
+        else:
+            out[2].append(
+                _partition_record(
+                    i,
+                    2,
+                    0,
+                    role="leader",
+                    leader=2,
+                    epoch=1,
+                    start_ms=T0 - 5000,
+                    leo=leo,
+                    in_sync={1: i >= 35, 3: True},
+                    role_since_ms=T0 + 20_500,
+                )
+            )
+        fetch3 = leo - 20 if i == KILLED.start + 2 else leo
+        out[3].append(
+            _partition_record(
+                i,
+                3,
+                0,
+                role="follower",
+                leader=leader0,
+                epoch=epoch0,
+                start_ms=T0 - 5000,
+                leo=fetch3,
+                fetch=fetch3,
+                lag=0,
+            )
+        )
+        if i >= KILLED.stop:
+            lag = max(0, 50 - 10 * (i - KILLED.stop))
+            out[1].append(
+                _partition_record(
+                    i,
+                    1,
+                    0,
+                    role="follower",
+                    leader=2,
+                    epoch=1,
+                    start_ms=start1,
+                    leo=leo - lag,
+                    fetch=leo - lag,
+                    lag=lag,
+                )
+            )
+        # orders-1
+        out[2].append(
+            _partition_record(
+                i,
+                2,
+                1,
+                role="leader",
+                leader=2,
+                epoch=0,
+                start_ms=T0 - 5000,
+                leo=leo,
+                in_sync={1: alive1, 3: i < STALL_FROM + 10},
+            )
+        )
+        if alive1:
+            out[1].append(
+                _partition_record(
+                    i, 1, 1, role="follower", leader=2, epoch=0, start_ms=start1, leo=leo, fetch=leo, lag=0
+                )
+            )
+        stuck = min(leo, 100 + 10 * STALL_FROM)
+        out[3].append(
+            _partition_record(
+                i,
+                3,
+                1,
+                role="follower",
+                leader=2,
+                epoch=0,
+                start_ms=T0 - 5000,
+                leo=stuck,
+                fetch=stuck,
+                lag=leo - stuck,
+            )
+        )
+        for broker in (1, 2, 3):
+            if broker == 1 and not alive1:
+                continue
+            out[broker].append(
+                {
+                    "kind": "broker",
+                    "ts_ms": ts,
+                    "broker_id": broker,
+                    "broker_start_ms": start1 if broker == 1 else T0 - 5000,
+                    "FetchPurgatorySize": 2,
+                    "ProducePurgatorySize": 0,
+                    "ActiveConnections": 3,
+                    "RequestsPerSec": i * 40,
+                    "UnderReplicatedPartitions": 0,
+                    "MaxLag": 0,
+                    "MetricsDropped": 0,
+                }
+            )
+    return out
+
+
+def write_metrics_dir(root: Path) -> tuple[int, int]:
+    """Rolled files every 10 s per broker, the last 10 s in _active/, and a line cut by a crash.
+
+    Returns (records in rolled files, records in active files), the cut line not counted.
+    """
+    (root / "_active").mkdir(parents=True)
+    rolled = active = 0
+    for broker, records in cluster_records().items():
+        chunks: dict[int, list[dict[str, Any]]] = {}
+        for r in records:
+            chunks.setdefault((r["ts_ms"] - T0) // 10_000, []).append(r)
+        last = max(chunks)
+        for n, chunk in sorted(chunks.items()):
+            lines = "".join(json.dumps(r) + "\n" for r in chunk)
+            if n == last:
+                (root / "_active" / f"broker-{broker}.jsonl").write_text(
+                    lines + '{"kind": "partition", "ts_ms": 17'
+                )
+                active += len(chunk)
+            else:
+                (root / f"broker-{broker}-{chunk[0]['ts_ms']}.jsonl").write_text(lines)
+                rolled += len(chunk)
+    return rolled, active
+
+
+@pytest.fixture(scope="module")
+def batch_run(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[spark_app.DashboardResult, int]:
+    root = tmp_path_factory.mktemp("lag")
+    rolled, active = write_metrics_dir(root / "metrics")
+    result = spark_app.run_dashboard(root / "metrics", root / "out", window_s=10, spark=spark)
+    return result, rolled + active
+
+
+@pytest.mark.timeout(300)
+def test_the_batch_job_reads_rolled_and_active_files_and_skips_the_cut_line(
+    batch_run: tuple[spark_app.DashboardResult, int],
+) -> None:
+    result, written = batch_run
+    assert result.records == written
+    assert result.files == 11  # per broker 3 rolled files and 1 active one, minus the 10 s broker 1 was down
+
+
+@pytest.mark.timeout(300)
+def test_every_table_is_written_as_parquet_with_the_expected_rows(
+    spark: SparkSession,
+    batch_run: tuple[spark_app.DashboardResult, int],
+) -> None:
+    result, _ = batch_run
+    assert sorted(result.tables) == sorted(s.TABLES)
+    for name, path in result.tables.items():
+        assert any(Path(path).glob("*.parquet")), name
+    # orders-0: broker 2 until promoted (21), broker 3 (40), broker 1 after its restart (10);
+    # orders-1: broker 1 while alive (30), broker 3 (40)
+    assert result.row_counts[s.TABLE_FOLLOWER_LAG] == 21 + 40 + 10 + 30 + 40
+    timeline = spark.read.parquet(result.tables[s.TABLE_LEADER_TIMELINE])
+    rows = (
+        timeline.where("partition = 0").orderBy("first_seen_ms").select("leader_epoch", "leader_id").collect()
+    )
+    assert [tuple(r) for r in rows] == [(0, 1), (1, 2)]
+    status = spark.read.parquet(result.tables[s.TABLE_FOLLOWER_STATUS])
+    assert sorted(tuple(r) for r in status.select("partition", "follower_id", "status").collect()) == [
+        (0, 1, "OK"),
+        (0, 3, "OK"),
+        (1, 1, "OK"),
+        (1, 3, "STALL"),
+    ]
+    assert result.status_counts == {"OK": 3, "STALL": 1}
+    truncations = status.where("partition = 0 AND follower_id = 3").select("truncations").first()
+    assert (
+        truncations is not None and truncations[0] == 0
+    )  # the truncation at 22 s is outside the last window
+    rates = spark.read.parquet(result.tables[s.TABLE_BYTE_RATES])
+    assert rates.where("client_in_bytes_per_s < 0 OR replication_in_bytes_per_s < 0").count() == 0
+    leader_rate = rates.where("broker_id = 2 AND partition = 1").agg({"client_in_bytes_per_s": "max"}).first()
+    assert leader_rate is not None and leader_rate[0] == pytest.approx(10_000.0)
+
+
+@pytest.mark.timeout(300)
+def test_the_page_is_one_self_contained_file_with_the_summary_first_and_the_figures(
+    batch_run: tuple[spark_app.DashboardResult, int],
+) -> None:
+    result, _ = batch_run
+    page = Path(result.dashboard_html).read_text(encoding="utf-8")
+    assert page.count("plotly.js v") == 1  # the bundle's banner: inlined once, not per figure
+    assert page.count("Plotly.newPlot(") == 3  # lag for orders-0 and orders-1, byte rates
+    assert "<script src=" not in page and "<link " not in page  # nothing fetched from the network
+    assert (
+        page.index("<h2>Partitions</h2>")
+        < page.index("<h2>Follower lag</h2>")
+        < page.index("<h2>Byte rates per broker</h2>")
+        < page.index("<h2>Follower status</h2>")
+    )
+    assert "epoch 1: leader 2" in page and "broker 1 restarted" in page and "broker 1 down" in page
+
+
+def _png_distinct_pixels(png: bytes) -> int:
+    """Distinct RGB(A) pixel values of an 8-bit, non-interlaced PNG (what Chromium writes)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, channels = 8, b"", 0, 0, 0
+    while pos < len(png):
+        (length,) = struct.unpack(">I", png[pos : pos + 4])
+        kind, body = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and colour in (2, 6)
+            channels = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw, stride = zlib.decompress(idat), width * channels
+    prev, seen = bytearray(stride), set()
+    for y in range(height):
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for x in range(stride):
+            a = line[x - channels] if x >= channels else 0
+            b, c = prev[x], prev[x - channels] if x >= channels else 0
+            if f == 1:
+                line[x] = (line[x] + a) & 255
+            elif f == 2:
+                line[x] = (line[x] + b) & 255
+            elif f == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        if y % 4 == 0:
+            seen.update(bytes(line[i : i + 3]) for i in range(0, stride, channels * 2))
+        prev = line
+    return len(seen)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (scripts/test.sh installs it)"
+)
+def test_the_page_renders_in_a_headless_browser_without_network(
+    batch_run: tuple[spark_app.DashboardResult, int],
+    tmp_path: Path,
+) -> None:
+    result, _ = batch_run
+    shot = tmp_path / "dashboard.png"
+    subprocess.run(
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1400,2000",
+            "--virtual-time-budget=5000",
+            Path(result.dashboard_html).resolve().as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=90,
+    )
+    keep = Path(result.out_dir) / "dashboard.png"
+    shutil.copy(shot, keep)  # left next to the page for a person to look at
+    # a blank or error page has a handful of colours; text, badges and plotted lines give hundreds
+    assert _png_distinct_pixels(shot.read_bytes()) > 200
+
+
+@pytest.mark.timeout(300)
+def test_follow_mode_streams_the_rolled_files_only_and_refreshes_the_page(
+    spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    rolled, _ = write_metrics_dir(tmp_path / "metrics")
+    result = spark_app.run_dashboard(
+        tmp_path / "metrics", tmp_path / "out", follow=True, trigger_s=1, max_batches=1, spark=spark
+    )
+    assert result.batches == 1
+    assert result.records == rolled
+    assert Path(result.dashboard_html).exists()
+    assert result.row_counts[s.TABLE_LEADER_TIMELINE] == 3  # orders-0 epochs 0 and 1, orders-1 epoch 0
+
+
+def test_a_missing_metrics_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = spark_app.main(["--metrics", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
+    assert code == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_metrics_dir_without_files_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "metrics" / "_active").mkdir(parents=True)
+    code = spark_app.main(["--metrics", str(tmp_path / "metrics"), "--out", str(tmp_path / "out")])
+    assert code == 1
+    assert "no broker-*.jsonl files" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+def test_the_command_line_prints_where_it_wrote_and_a_json_summary(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    spark: SparkSession,
+) -> None:
+    write_metrics_dir(tmp_path / "metrics")
+    # the session fixture is already running, so main's getOrCreate reuses it rather than starting one
+    code = spark_app.main(["--metrics", str(tmp_path / "metrics"), "--out", str(tmp_path / "out"), "--json"])
+    assert code == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == f"dashboard: {tmp_path / 'out' / 'dashboard.html'}"
+    summary = json.loads(lines[-1])
+    assert summary["status_counts"] == {"OK": 3, "STALL": 1}
