@@ -1,0 +1,111 @@
+"""End to end: a real 3-broker cluster under load loses a leader, its metrics go to files, the Spark job
+(run as the real CLI) builds the lag tables, and the tables tell the story of the kill."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from client.cluster_client import ClusterClient
+from client.producer import send_batch
+from cluster.chaos import CHAOS_OVERRIDES
+from cluster.local_cluster import free_ports, restart_broker, start_cluster, stop_cluster
+from protocol.errors import ErrorCode
+from protocol.messages import TopicPartition
+from tests.integration.processes import ROOT, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+
+def table(out: Path, name: str) -> list[dict[str, object]]:
+    return pq.read_table(out / name).to_pylist()  # type: ignore[no-any-return]
+
+
+async def run_cluster_with_one_kill(cluster_dir: Path) -> int:
+    ports = free_ports(4)
+    overrides = {**CHAOS_OVERRIDES, "metrics.interval.ms": "200", "metrics.file.roll.ms": "1000"}
+    state = await start_cluster(cluster_dir, 3, controller_port=ports[3], overrides=overrides, broker_ports=ports[:3])
+    client = ClusterClient(state.bootstrap)
+    stop = asyncio.Event()
+    try:
+        resp = await client.create_topic("lag", 3, 3, {"min.insync.replicas": "2"})
+        assert resp.topics[0].error_code == ErrorCode.NONE
+        await client.wait_for_leaders("lag")
+
+        async def load() -> None:
+            i = 0
+            while not stop.is_set():
+                tp = TopicPartition("lag", i % 3)
+                await send_batch(client, tp, [b"x" * 200] * 20, acks=-1, retries=3, timeout_ms=3000)
+                i += 1
+
+        task = asyncio.create_task(load())
+        await asyncio.sleep(3.0)
+        victim = client.leader_of(TopicPartition("lag", 0)).leader_id
+        os.kill(state.broker(victim).pid, signal.SIGKILL)
+
+        async def moved() -> bool:
+            await client.refresh_metadata(["lag"])
+            return client.leader_of(TopicPartition("lag", 0)).leader_id not in (-1, victim)
+
+        await wait_until(moved, what="a new leader for lag-0")
+        await asyncio.sleep(3.0)
+        await restart_broker(state, victim)
+
+        async def isr_full() -> bool:
+            await client.refresh_metadata(["lag"])
+            return all(len(client.leader_of(TopicPartition("lag", p)).isr) == 3 for p in range(3))
+
+        await wait_until(isr_full, timeout_s=30, what="full ISRs after the restart")
+        await asyncio.sleep(2.0)
+        stop.set()
+        await task
+        return victim
+    finally:
+        stop.set()
+        await client.close()
+        stop_cluster(state)
+
+
+def test_a_leader_kill_shows_up_in_the_lag_tables(tmp_path: Path) -> None:
+    cluster_dir = tmp_path / "cluster"
+    victim = asyncio.run(run_cluster_with_one_kill(cluster_dir))
+    out = tmp_path / "dashboard"
+    result = subprocess.run(
+        [sys.executable, "-m", "cluster", "dashboard", "--metrics", str(cluster_dir / "metrics"), "--out", str(out),
+         "--master", "local[2]", "--window-s", "2", "--json"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["records"] > 100
+    assert (out / "dashboard.html").stat().st_size > 100_000
+
+    timeline = [r for r in table(out, "leader_timeline") if r["topic"] == "lag" and r["partition"] == 0]
+    epochs = sorted({(r["leader_epoch"], r["leader_id"]) for r in timeline if r["leader_id"] != -1})
+    assert epochs[0] == (0, victim), epochs
+    assert any(epoch > 0 and leader != victim for epoch, leader in epochs), "the election is on the timeline"
+
+    lag = table(out, "follower_lag")
+    followers = {(r["partition"], r["follower_id"]) for r in lag if r["topic"] == "lag"}
+    assert len(followers) >= 6, "every partition's two followers were sampled"
+    assert all(r["lag_messages"] is None or r["lag_messages"] >= 0 for r in lag)
+
+    statuses = {(r["partition"], r["follower_id"]): r["status"] for r in table(out, "follower_status") if r["topic"] == "lag"}
+    assert statuses, "a status per follower"
+    assert set(statuses.values()) <= {"OK", "WARN", "STALL", "TRUNCATE"}, statuses
+
+    under = {r["partition"]: r for r in table(out, "under_replicated") if r["topic"] == "lag"}
+    assert under[0]["under_replicated_ms"] > 0, "lag-0 ran without the killed replica for seconds"
+
+    rates = [r for r in table(out, "byte_rates") if r["topic"] == "lag"]
+    assert sum(r["client_in_bytes"] for r in rates) > 0
+    assert sum(r["replication_in_bytes"] for r in rates) > 0
