@@ -65,7 +65,7 @@ class AlterPartitionManager:
             request = AlterPartitionRequest(self.broker_id, self.broker_epoch(), list(batch.values()))
             try:
                 response: AlterPartitionResponse = await self.controller.send(request)
-            except (ConnectionError, OSError, asyncio.TimeoutError, PermissionError) as exc:
+            except (TimeoutError, ConnectionError, OSError, PermissionError) as exc:
                 log.info("ALTER_PARTITION failed (%s); retrying", exc)
                 for tp, item in batch.items():
                     self._queued.setdefault(tp, item)

@@ -64,7 +64,7 @@ class BrokerLifecycleManager:
                     log.info("registered with the controller, broker epoch %d", self.broker_epoch)
                     return self.broker_epoch
                 log.warning("registration refused: %s %s", ErrorCode(resp.error_code).name, resp.error_message)
-            except (ConnectionError, OSError, asyncio.TimeoutError, PermissionError) as exc:
+            except (TimeoutError, ConnectionError, OSError, PermissionError) as exc:
                 log.info("controller not reachable yet (%s); retrying", exc)
             await self.time.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, 1.0)
@@ -74,7 +74,7 @@ class BrokerLifecycleManager:
             resp: BrokerHeartbeatResponse = await self.controller.send(
                 BrokerHeartbeatRequest(self.broker_id, self.broker_epoch, want_shutdown=want_shutdown)
             )
-        except (ConnectionError, OSError, asyncio.TimeoutError, PermissionError) as exc:
+        except (TimeoutError, ConnectionError, OSError, PermissionError) as exc:
             log.info("heartbeat failed: %s", exc)
             return None
         self.heartbeats_sent += 1

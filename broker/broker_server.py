@@ -34,8 +34,8 @@ from broker.replication_quota import quota_manager_from_kafka_props
 from broker.server import SocketServer
 from broker.timer import SystemTimer, TimerReaper
 from client.controller_client import ControllerClient
-from fetcher.remote_leader_end_point import RemoteLeaderEndPoint
 from fetcher.partition_fetch_state import InitialFetchState
+from fetcher.remote_leader_end_point import RemoteLeaderEndPoint
 from fetcher.replica_fetcher import FetcherConfig
 from fetcher.replica_fetcher_manager import ReplicaFetcherManager
 from metrics.emitter import MetricsEmitter
@@ -193,15 +193,17 @@ class BrokerServer:
 
     async def start(self) -> None:
         self.fetch_reaper = TimerReaper(self.fetch_timer, self.time, on_advance=self.fetch_purgatory.maybe_purge)
-        self.produce_reaper = TimerReaper(
-            self.produce_timer, self.time, on_advance=self.produce_purgatory.maybe_purge
-        )
+        self.produce_reaper = TimerReaper(self.produce_timer, self.time, on_advance=self.produce_purgatory.maybe_purge)
         await self.fetch_reaper.start()
         await self.produce_reaper.start()
         await self.server.start()
         advertised = self.config.get("advertised.listeners")
         adv_host, adv_port = parse_host_port(advertised) if advertised else (self.listen_host, self.server.port)
-        self._every(max(self.config["replica.lag.time.max.ms"] // 2, 10), self.replica_manager.maybe_shrink_isr, "isr-expiration")
+        self._every(
+            max(self.config["replica.lag.time.max.ms"] // 2, 10),
+            self.replica_manager.maybe_shrink_isr,
+            "isr-expiration",
+        )
         self._every(
             self.config["replica.high.watermark.checkpoint.interval.ms"],
             self.replica_manager.checkpoint_high_watermarks,
@@ -210,7 +212,11 @@ class BrokerServer:
         self._every(self.config["log.retention.check.interval.ms"], self.log_manager.cleanup_logs, "log-retention")
         if self.controller is not None:
             self.lifecycle = BrokerLifecycleManager(
-                self.broker_id, adv_host, adv_port, self.controller, self.time,
+                self.broker_id,
+                adv_host,
+                adv_port,
+                self.controller,
+                self.time,
                 heartbeat_interval_ms=self.config["broker.heartbeat.interval.ms"],
             )
             self.alter_partition = AlterPartitionManager(

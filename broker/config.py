@@ -179,7 +179,9 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("log.flush.interval.messages", int, LONG_MAX, "fsync after this many messages"),
         ConfigKey("log.flush.interval.ms", int, None, "fsync after this many ms (unset: leave it to the OS)"),
         ConfigKey("leader.replication.throttled.rate", int, LONG_MAX, "bytes/s a leader sends to throttled replicas"),
-        ConfigKey("follower.replication.throttled.rate", int, LONG_MAX, "bytes/s a follower fetches for throttled replicas"),
+        ConfigKey(
+            "follower.replication.throttled.rate", int, LONG_MAX, "bytes/s a follower fetches for throttled replicas"
+        ),
         ConfigKey("leader.replication.throttled.replicas", str, "", "topic:partition list or * (leader side)"),
         ConfigKey("follower.replication.throttled.replicas", str, "", "topic:partition list or * (follower side)"),
         ConfigKey("metrics.interval.ms", int, 1000, "metrics emission period"),

@@ -25,9 +25,6 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
-    DescribeLogDirsRequest,
-    DescribeLogDirsResponse,
-    ReplicaLogInfo,
     SUPPORTED_VERSIONS,
     ApiVersionRange,
     ApiVersionsRequest,
@@ -37,6 +34,8 @@ from protocol.messages import (
     DeleteRecordsPartitionResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
     EpochEndOffset,
     ErrorResponse,
     FetchRequest,
@@ -50,6 +49,7 @@ from protocol.messages import (
     OffsetForLeaderEpochResponse,
     ProduceRequest,
     ProduceResponse,
+    ReplicaLogInfo,
     RequestHeader,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -73,7 +73,9 @@ def check_secret(ctx: ConnectionContext, secret: str | None) -> ErrorResponse | 
     )
 
 
-def authenticate(ctx: ConnectionContext, secret: str | None, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
+def authenticate(
+    ctx: ConnectionContext, secret: str | None, request: SaslAuthenticateRequest
+) -> SaslAuthenticateResponse:
     if secret is None or hmac.compare_digest(request.auth_bytes, secret.encode()):
         ctx.authenticated = True
         return SaslAuthenticateResponse()
@@ -180,7 +182,9 @@ class KafkaApis:
             out.append(resp)
         return OffsetForLeaderEpochResponse(partitions=out)
 
-    async def handle_delete_records(self, ctx: ConnectionContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    async def handle_delete_records(
+        self, ctx: ConnectionContext, request: DeleteRecordsRequest
+    ) -> DeleteRecordsResponse:
         out = []
         for p in request.partitions:
             resp = DeleteRecordsPartitionResponse(p.topic, p.partition)

@@ -77,9 +77,7 @@ class MetadataCache:
             parts = by_topic.get(name)
             if parts is None:
                 out.append(
-                    TopicMetadata(
-                        name, [], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), f"unknown topic {name!r}"
-                    )
+                    TopicMetadata(name, [], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), f"unknown topic {name!r}")
                 )
             else:
                 out.append(TopicMetadata(name, parts))

@@ -95,7 +95,7 @@ class ClusterClient:
         for c in conns:
             try:
                 await asyncio.wait_for(c.close(), 1.0)
-            except (asyncio.TimeoutError, OSError):
+            except (TimeoutError, OSError):
                 pass
 
     async def connection(self, host: str, port: int) -> BrokerConnection:
@@ -125,7 +125,7 @@ class ClusterClient:
             try:
                 conn = await self.connection(host, port)
                 return await conn.send(request, timeout_s=timeout_s or self.request_timeout_s)
-            except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ConnectionError, OSError) as exc:
                 self._connections.pop((host, port), None)
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
         raise ClusterUnavailableError("no broker reachable (" + "; ".join(errors) + ")")
@@ -178,9 +178,11 @@ class ClusterClient:
     ) -> ProduceResponse | None:
         info = self.leader_of(tp)
         req = ProduceRequest(acks, timeout_ms, [ProducePartition(tp.topic, tp.partition, records)])
-        return await self.send_to(
-            info.leader_id, req, timeout_s=timeout_ms / 1000.0 + 5.0
-        ) if acks != 0 else await self._send_no_response(info.leader_id, req)
+        return (
+            await self.send_to(info.leader_id, req, timeout_s=timeout_ms / 1000.0 + 5.0)
+            if acks != 0
+            else await self._send_no_response(info.leader_id, req)
+        )
 
     async def _send_no_response(self, broker_id: int, req: Message) -> None:
         ep = self.brokers[broker_id]

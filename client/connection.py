@@ -137,7 +137,12 @@ class BrokerConnection:
         if transport is None or transport.is_closing():
             raise ConnectionError(f"connection to {self.host}:{self.port} is closed")
         correlation_id = next(self._correlation)
-        header = {"api_key": int(api_key), "api_version": 0, "correlation_id": correlation_id, "client_id": self.client_id}
+        header = {
+            "api_key": int(api_key),
+            "api_version": 0,
+            "correlation_id": correlation_id,
+            "client_id": self.client_id,
+        }
         payload = packb([header, to_wire(body)])
         future: asyncio.Future[Message] | None = None
         if expect_response:

@@ -40,7 +40,7 @@ class Consumer:
         for _ in range(50):
             try:
                 code, offset = await self.client.list_offset(tp, earliest)
-            except (ConnectionError, OSError, asyncio.TimeoutError, KeyError):
+            except (TimeoutError, ConnectionError, OSError, KeyError):
                 code, offset = int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1
             if code == ErrorCode.NONE:
                 return offset
@@ -56,7 +56,9 @@ class Consumer:
             if info is None or info.leader_id < 0:
                 continue
             by_leader.setdefault(info.leader_id, []).append(
-                FetchPartition(tp.topic, tp.partition, self.positions[tp], 1024 * 1024, current_leader_epoch=info.leader_epoch)
+                FetchPartition(
+                    tp.topic, tp.partition, self.positions[tp], 1024 * 1024, current_leader_epoch=info.leader_epoch
+                )
             )
         if not by_leader:
             await asyncio.sleep(0.1)

@@ -40,7 +40,7 @@ class ControllerClient:
         conn = await self._connected()
         try:
             return await conn.send(request, timeout_s=timeout_s or self.timeout_s)
-        except (ConnectionError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, ConnectionError, OSError):
             await self.close()
             raise
 
@@ -49,5 +49,5 @@ class ControllerClient:
         if conn is not None:
             try:
                 await asyncio.wait_for(conn.close(), 1.0)
-            except (asyncio.TimeoutError, OSError):
+            except (TimeoutError, OSError):
                 pass

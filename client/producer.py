@@ -32,7 +32,12 @@ def _chunks(values: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
 
 
 async def send_batch(
-    client: ClusterClient, tp: TopicPartition, values: list[bytes], acks: int, retries: int = 20, timeout_ms: int = 30000
+    client: ClusterClient,
+    tp: TopicPartition,
+    values: list[bytes],
+    acks: int,
+    retries: int = 20,
+    timeout_ms: int = 30000,
 ) -> tuple[str, int, str]:
     """('acked' | 'failed', base offset, message). Retries only errors that mean "not written"."""
     records = build_batch(values)  # type: ignore[arg-type]
@@ -42,7 +47,7 @@ async def send_batch(
             resp = await client.produce(tp, records, acks=acks, timeout_ms=timeout_ms)
         except (ConnectionRefusedError, ClusterUnavailableError) as exc:
             last = str(exc)
-        except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, ConnectionError, OSError) as exc:
             return "failed", -1, f"indeterminate: {exc or type(exc).__name__}"
         else:
             if resp is None:
@@ -76,7 +81,9 @@ async def produce_command(args: argparse.Namespace, values: Iterable[bytes] | No
             raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
         topic = meta.topics[0]
         if topic.error_code != ErrorCode.NONE:
-            raise CliError(f"unknown topic {args.topic!r} (create it with `minibroker topic create`)", EXIT_CLUSTER_ERROR)
+            raise CliError(
+                f"unknown topic {args.topic!r} (create it with `minibroker topic create`)", EXIT_CLUSTER_ERROR
+            )
         partitions = client.partitions_of(args.topic)
         if args.partition is not None:
             if TopicPartition(args.topic, args.partition) not in partitions:

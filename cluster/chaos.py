@@ -116,7 +116,11 @@ class ChaosRun:
 
     async def _leaders(self, client: ClusterClient) -> dict[TopicPartition, tuple[int, int, list[int]]]:
         await client.refresh_metadata([self.args.topic])
-        return {tp: (i.leader_id, i.leader_epoch, i.isr) for tp, i in client.partitions.items() if tp.topic == self.args.topic}
+        return {
+            tp: (i.leader_id, i.leader_epoch, i.isr)
+            for tp, i in client.partitions.items()
+            if tp.topic == self.args.topic
+        }
 
     # -- load -----------------------------------------------------------------------------------------
 
@@ -155,7 +159,7 @@ class ChaosRun:
             self.outcomes.errors["CONNECTION_REFUSED"] += 1
             await self._refresh(client)
             return
-        except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, ConnectionError, OSError) as exc:
             self.outcomes.indeterminate.update(keys)
             self.outcomes.errors[type(exc).__name__] += 1
             await self._refresh(client)
@@ -191,7 +195,7 @@ class ChaosRun:
             while not self.stop_load.is_set():
                 try:
                     await consumer.poll()
-                except (ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError):
+                except (TimeoutError, ClusterUnavailableError, ConnectionError, OSError):
                     await asyncio.sleep(0.05)
                     with contextlib.suppress(Exception):
                         await client.refresh_metadata([self.args.topic])
@@ -218,7 +222,10 @@ class ChaosRun:
         killed_at = time.monotonic()
         os.kill(info.pid, signal.SIGKILL)
         report = KillReport(round_no, victim, info.pid, len(led), int(time.time() * 1000))
-        self.progress(f"round {round_no}/{self.args.rounds}: SIGKILL broker {victim} (pid {info.pid}), leader of {len(led)} partitions")
+        self.progress(
+            f"round {round_no}/{self.args.rounds}: SIGKILL broker {victim} (pid {info.pid}), "
+            f"leader of {len(led)} partitions"
+        )
         # Wait for every partition it led to get a new leader.
         deadline = killed_at + 30.0
         while time.monotonic() < deadline:
@@ -267,7 +274,9 @@ class ChaosRun:
             await client.close()
         with open(info.log, "rb") as f:
             f.seek(log_offset)
-            report.follower_truncations = sum(1 for line in f if b"truncated" in line and self.args.topic.encode() in line)
+            report.follower_truncations = sum(
+                1 for line in f if b"truncated" in line and self.args.topic.encode() in line
+            )
         self.progress(
             f"  broker {report.broker_id} restarted; ISRs full again after {report.isr_full_after_ms} ms; "
             f"{report.follower_truncations} truncations"
@@ -349,18 +358,26 @@ class ChaosRun:
             resp = await admin.create_topic(args.topic, args.partitions, 3, {"min.insync.replicas": "2"})
             code = resp.topics[0].error_code if resp.topics else resp.error_code
             if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-                raise RuntimeError(f"cannot create topic {args.topic}: {resp.topics[0].error_message if resp.topics else resp.error_message}")
+                raise RuntimeError(
+                    f"cannot create topic {args.topic}: "
+                    f"{resp.topics[0].error_message if resp.topics else resp.error_message}"
+                )
             await admin.wait_for_leaders(args.topic)
             partitions = admin.partitions_of(args.topic)
             load_start = time.monotonic()
-            tasks = [asyncio.create_task(self.producer(i, partitions), name=f"producer-{i}") for i in range(args.producers)]
+            tasks = [
+                asyncio.create_task(self.producer(i, partitions), name=f"producer-{i}") for i in range(args.producers)
+            ]
             tasks.append(asyncio.create_task(self.consumer(partitions), name="consumer"))
             try:
                 await asyncio.sleep(1.0)
                 for round_no in range(1, args.rounds + 1):
                     await asyncio.sleep(args.interval_ms / 1000.0)
                     self.kills.append(await self.kill_round(round_no, admin))
-                    self.progress(f"  load so far: {len(self.outcomes.acked)} acked, {len(self.outcomes.failed)} failed, {len(self.outcomes.indeterminate)} indeterminate")
+                    self.progress(
+                        f"  load so far: {len(self.outcomes.acked)} acked, {len(self.outcomes.failed)} failed, "
+                        f"{len(self.outcomes.indeterminate)} indeterminate"
+                    )
                 await asyncio.sleep(1.0)
             finally:
                 self.stop_load.set()
@@ -427,10 +444,14 @@ def find_problems(
         for broker, blob in replicas.items():
             if blob == reference:
                 continue
-            divergent.append({"partition": str(tp), "broker": broker, "bytes": len(blob), "leader_bytes": len(reference)})
+            divergent.append(
+                {"partition": str(tp), "broker": broker, "bytes": len(blob), "leader_bytes": len(reference)}
+            )
             for r in iter_records(blob):
                 if r.offset in by_offset_ref and by_offset_ref[r.offset] != r.value:
-                    inconsistent.append({"partition": str(tp), "offset": r.offset, "broker": broker, "kind": "two values at one offset"})
+                    inconsistent.append(
+                        {"partition": str(tp), "offset": r.offset, "broker": broker, "kind": "two values at one offset"}
+                    )
         for offset, value in by_offset_ref.items():
             if value is not None:
                 found[value.decode()].append((tp, offset))
@@ -439,7 +460,9 @@ def find_problems(
         if not where:
             lost.append({"value": key, "partition": str(tp), "offset": offset})
         elif (tp, offset) not in where:
-            inconsistent.append({"value": key, "acked_at": [str(tp), offset], "found_at": [[str(t), o] for t, o in where]})
+            inconsistent.append(
+                {"value": key, "acked_at": [str(tp), offset], "found_at": [[str(t), o] for t, o in where]}
+            )
     for key, where in found.items():
         if len(where) > 1:
             duplicates.append({"value": key, "found_at": [[str(t), o] for t, o in where]})
@@ -449,25 +472,33 @@ def find_problems(
 async def client_fetch_debug(conn: Any, tp: TopicPartition, offset: int) -> Any:
     from protocol.messages import FetchRequest
 
-    req = FetchRequest(DEBUGGING_REPLICA_ID, 0, 1, 8 * 1024 * 1024, [FetchPartition(tp.topic, tp.partition, offset, 8 * 1024 * 1024)])
+    req = FetchRequest(
+        DEBUGGING_REPLICA_ID, 0, 1, 8 * 1024 * 1024, [FetchPartition(tp.topic, tp.partition, offset, 8 * 1024 * 1024)]
+    )
     return await conn.send(req, timeout_s=10.0)
 
 
 def render_report(report: dict[str, Any]) -> str:
     lines = [
         f"verdict: {'VALID' if report['valid'] else 'INVALID'}",
-        f"rounds {report['rounds']}  acked {report['acked']}  failed {report['failed']}  indeterminate {report['indeterminate']}"
+        f"rounds {report['rounds']}  acked {report['acked']}  failed {report['failed']}  "
+        f"indeterminate {report['indeterminate']}"
         f"  throughput {report['throughput_records_s']} records/s",
         f"ack latency ms: p50 {report['ack_latency_ms']['p50']}  p99 {report['ack_latency_ms']['p99']}"
         f"  failover ms: p50 {report['failover_ms']['p50']}  p99 {report['failover_ms']['p99']}",
         f"lost writes {report['lost_writes']}  duplicates {report['duplicates']}  inconsistent offsets "
-        f"{report['inconsistent_offsets']}  divergent replicas {report['divergent_replicas']}  nonmonotonic {report['nonmonotonic']}",
+        f"{report['inconsistent_offsets']}  divergent replicas {report['divergent_replicas']}  "
+        f"nonmonotonic {report['nonmonotonic']}",
     ]
     for k in report["kills"]:
         lines.append(
             f"  kill {k['round']}: broker {k['broker_id']} (led {k['led_partitions']}) -> leaders {k['new_leaders']} "
             f"epochs {k['new_epochs']}; no leader for {k['time_without_leader_ms']} ms; failover {k['failover_ms']} ms"
-            + (f"; ISR full after {k['isr_full_after_ms']} ms; truncations {k['follower_truncations']}" if k["restarted"] else "")
+            + (
+                f"; ISR full after {k['isr_full_after_ms']} ms; truncations {k['follower_truncations']}"
+                if k["restarted"]
+                else ""
+            )
         )
     if not report["converged"]:
         lines.append("replicas did not converge within the time limit")
@@ -486,7 +517,12 @@ async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, 
         ports = free_ports(4)
         progress(f"starting a fresh 3-broker cluster in {fresh_dir.name}")
         state = await start_cluster(
-            Path(fresh_dir.name), 3, controller_port=ports[3], overrides=overrides, progress=progress, broker_ports=ports[:3]
+            Path(fresh_dir.name),
+            3,
+            controller_port=ports[3],
+            overrides=overrides,
+            progress=progress,
+            broker_ports=ports[:3],
         )
     try:
         return await ChaosRun(state, args, progress).run()
@@ -501,7 +537,10 @@ def run_leader_kill_command(args: argparse.Namespace) -> int:
     from cluster.local_cluster import ClusterError
 
     if args.rounds < 1 or args.interval_ms < 0 or args.producers < 1 or args.partitions < 1:
-        print("minibroker: error: --rounds, --producers and --partitions must be >= 1, --interval-ms >= 0", file=sys.stderr)
+        print(
+            "minibroker: error: --rounds, --producers and --partitions must be >= 1, --interval-ms >= 0",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
 
     def progress(message: str) -> None:
@@ -519,5 +558,3 @@ def run_leader_kill_command(args: argparse.Namespace) -> int:
         Path(args.json).write_text(text + "\n")
     print(render_report(report), file=sys.stderr if args.json == "-" else sys.stdout)
     return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED
-
-

@@ -68,7 +68,12 @@ def cmd_broker(args: argparse.Namespace) -> int:
     config = _load(
         BROKER_CONFIG,
         args,
-        {"broker.id": args.broker_id, "listeners": args.listeners, "log.dirs": args.log_dirs, "controller.quorum.voters": args.controller},
+        {
+            "broker.id": args.broker_id,
+            "listeners": args.listeners,
+            "log.dirs": args.log_dirs,
+            "controller.quorum.voters": args.controller,
+        },
     )
     configure_logging(args.log_level)
     _run(run_broker(config))
@@ -102,7 +107,9 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if not args.json else None
     try:
         state: LocalClusterState = _run(
-            start_cluster(cluster_dir, args.brokers, args.base_port, secret=args.secret, overrides=overrides, progress=say)
+            start_cluster(
+                cluster_dir, args.brokers, args.base_port, secret=args.secret, overrides=overrides, progress=say
+            )
         )
     except ClusterError as exc:
         raise CliError(str(exc), EXIT_CLUSTER_ERROR) from None
@@ -111,7 +118,9 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         "bootstrap_server": state.bootstrap,
         "controller": f"{state.controller.host}:{state.controller.port}",
         "metrics_dir": state.metrics_dir,
-        "brokers": [{"id": b.node_id, "address": f"{b.host}:{b.port}", "pid": b.pid, "log": b.log} for b in state.brokers],
+        "brokers": [
+            {"id": b.node_id, "address": f"{b.host}:{b.port}", "pid": b.pid, "log": b.log} for b in state.brokers
+        ],
     }
     _emit(args, info, lambda: _describe_up(info, args.detach))
     sys.stdout.flush()
@@ -145,7 +154,9 @@ def _describe_up(info: dict[str, Any], detached: bool) -> str:
         "try:  minibroker topic create demo --partitions 3 --replication-factor 3",
         f"      minibroker cluster status --dir {info['dir']}",
     ]
-    lines.append("stop with: minibroker cluster down --dir " + info["dir"] if detached else "Ctrl-C stops every process cleanly.")
+    lines.append(
+        "stop with: minibroker cluster down --dir " + info["dir"] if detached else "Ctrl-C stops every process cleanly."
+    )
     return "\n".join(lines)
 
 
@@ -217,13 +228,22 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
                 raise CliError(f"create failed: {resp.error_message}", EXIT_CLUSTER_ERROR)
             result = resp.topics[0]
             if result.error_code != ErrorCode.NONE:
-                raise CliError(f"create failed: {ErrorCode(result.error_code).name}: {result.error_message}", EXIT_CLUSTER_ERROR)
+                raise CliError(
+                    f"create failed: {ErrorCode(result.error_code).name}: {result.error_message}", EXIT_CLUSTER_ERROR
+                )
             await client.wait_for_leaders(args.topic, timeout_s=30.0)
             return result
 
     result = _run(go())
     data = {"topic": result.name, "partitions": result.num_partitions, "replication_factor": result.replication_factor}
-    _emit(args, data, lambda: f"created topic {result.name} ({result.num_partitions} partitions, replication factor {result.replication_factor})")
+    _emit(
+        args,
+        data,
+        lambda: (
+            f"created topic {result.name} ({result.num_partitions} partitions, "
+            f"replication factor {result.replication_factor})"
+        ),
+    )
     return EXIT_OK
 
 
@@ -246,7 +266,13 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
             {
                 "topic": t.topic,
                 "partitions": [
-                    {"partition": p.partition, "leader": p.leader_id, "leader_epoch": p.leader_epoch, "replicas": p.replicas, "isr": p.isr}
+                    {
+                        "partition": p.partition,
+                        "leader": p.leader_id,
+                        "leader_epoch": p.leader_epoch,
+                        "replicas": p.replicas,
+                        "isr": p.isr,
+                    }
                     for p in t.partitions
                 ],
             }
@@ -323,7 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("broker", help="run one broker process", description="Run one broker: config file, then MINIBROKER_* env vars, then flags.")
+    p = sub.add_parser(
+        "broker",
+        help="run one broker process",
+        description="Run one broker: config file, then MINIBROKER_* env vars, then flags.",
+    )
     p.add_argument("--config", help="properties file with Kafka-style keys (broker.id, listeners, log.dirs, ...)")
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="set any config key (repeatable)")
     p.add_argument("--broker-id", type=int, help="broker.id")
@@ -333,7 +363,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=cmd_broker)
 
-    p = sub.add_parser("controller", help="run the controller process", description="Run the controller: config file, then MINIBROKER_* env vars, then flags.")
+    p = sub.add_parser(
+        "controller",
+        help="run the controller process",
+        description="Run the controller: config file, then MINIBROKER_* env vars, then flags.",
+    )
     p.add_argument("--config", help="properties file (node.id, listeners, metadata.log.dir, ...)")
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="set any config key (repeatable)")
     p.add_argument("--listeners", help="listeners, HOST:PORT")
@@ -341,9 +375,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=cmd_controller)
 
-    cl = sub.add_parser("cluster", help="start, stop and inspect a local cluster", description="A local cluster of processes.")
+    cl = sub.add_parser(
+        "cluster", help="start, stop and inspect a local cluster", description="A local cluster of processes."
+    )
     csub = cl.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
-    p = csub.add_parser("up", help="start a controller and N brokers", description="Start a controller and N brokers as local processes; stays in the foreground unless --detach.")
+    p = csub.add_parser(
+        "up",
+        help="start a controller and N brokers",
+        description="Start a controller and N brokers as local processes; stays in the foreground unless --detach.",
+    )
     p.add_argument("--brokers", type=int, default=3)
     p.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
     p.add_argument("--base-port", type=int, default=9092, help="first broker's port; the controller uses base+100")
@@ -352,21 +392,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="return once the cluster is up")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cluster_up)
-    p = csub.add_parser("down", help="stop a local cluster", description="Stop every process of the local cluster in --dir.")
+    p = csub.add_parser(
+        "down", help="stop a local cluster", description="Stop every process of the local cluster in --dir."
+    )
     p.add_argument("--dir", default=DEFAULT_DIR)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cluster_down)
-    p = csub.add_parser("status", help="brokers, partitions, leaders, epochs, ISR, HW/LEO and lag", description="Show the local cluster in --dir.")
+    p = csub.add_parser(
+        "status",
+        help="brokers, partitions, leaders, epochs, ISR, HW/LEO and lag",
+        description="Show the local cluster in --dir.",
+    )
     p.add_argument("--dir", default=DEFAULT_DIR)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cluster_status)
 
     tp = sub.add_parser("topic", help="create, list and describe topics", description="Topic administration.")
     tsub = tp.add_subparsers(dest="topic_command", required=True, metavar="SUBCOMMAND")
-    p = tsub.add_parser("create", help="create a topic", description="Create a topic and wait until every partition has a leader.")
+    p = tsub.add_parser(
+        "create", help="create a topic", description="Create a topic and wait until every partition has a leader."
+    )
     p.add_argument("topic")
     p.add_argument("--partitions", type=int, default=-1, help="default: the controller's num.partitions")
-    p.add_argument("--replication-factor", type=int, default=-1, help="default: the controller's default.replication.factor")
+    p.add_argument(
+        "--replication-factor", type=int, default=-1, help="default: the controller's default.replication.factor"
+    )
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config, e.g. min.insync.replicas=2")
     p.add_argument("--json", action="store_true")
     _add_client(p)
@@ -381,7 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_client(p)
     p.set_defaults(func=cmd_topic_describe)
 
-    p = sub.add_parser("produce", help="write records", description="Write lines from stdin, or --count generated records, to a topic.")
+    p = sub.add_parser(
+        "produce", help="write records", description="Write lines from stdin, or --count generated records, to a topic."
+    )
     p.add_argument("topic")
     p.add_argument("--count", type=int, help="generate this many records instead of reading stdin")
     p.add_argument("--size", type=int, default=100, help="bytes per generated record")
@@ -392,7 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_client(p)
     p.set_defaults(func=cmd_produce)
 
-    p = sub.add_parser("consume", help="read records", description="Read records and print their values, like kafka-console-consumer.")
+    p = sub.add_parser(
+        "consume", help="read records", description="Read records and print their values, like kafka-console-consumer."
+    )
     p.add_argument("topic")
     p.add_argument("--from-beginning", action="store_true")
     p.add_argument("--partition", type=int)
@@ -413,7 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
         "offsets going backwards. Exit 0 only when valid.",
     )
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--dir", help="use the running local cluster in this dir (default: a fresh 3-broker cluster in a temp dir)")
+    p.add_argument(
+        "--dir", help="use the running local cluster in this dir (default: a fresh 3-broker cluster in a temp dir)"
+    )
     p.add_argument("--interval-ms", type=int, default=3000, help="time between kills")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--restart", action="store_true", help="restart each killed broker before the next kill")

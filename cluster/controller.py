@@ -215,9 +215,7 @@ def partition_change(
     new_isr = target_isr if target_isr != partition.isr else None
     if new_leader is None and new_isr is None:
         return None
-    return PartitionChangeRecord(
-        topic=partition.topic, partition=partition.partition, leader=new_leader, isr=new_isr
-    )
+    return PartitionChangeRecord(topic=partition.topic, partition=partition.partition, leader=new_leader, isr=new_isr)
 
 
 # -- replica assignment ---------------------------------------------------------------------------
@@ -284,11 +282,7 @@ class Controller:
         # Brokers loaded from the store: their session starts with the first now_ms we are given.
         self._sessions_to_start: set[int] = set(self._image.brokers)
         self._commit(
-            [
-                FenceBrokerRecord(b.broker_id, b.broker_epoch)
-                for b in self._image.brokers.values()
-                if not b.fenced
-            ],
+            [FenceBrokerRecord(b.broker_id, b.broker_epoch) for b in self._image.brokers.values() if not b.fenced],
             [],
         )
 
@@ -386,9 +380,7 @@ class Controller:
         if broker is None:
             return self._result(
                 committed,
-                _heartbeat_error(
-                    ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {request.broker_id} is not registered"
-                ),
+                _heartbeat_error(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {request.broker_id} is not registered"),
             )
         if request.broker_epoch != broker.broker_epoch:
             return self._result(
@@ -407,9 +399,7 @@ class Controller:
         elif broker.fenced:
             self._unfence(broker.broker_id, committed)
         after = self._image.brokers[broker.broker_id]
-        response = BrokerHeartbeatResponse(
-            is_caught_up=True, is_fenced=after.fenced, should_shutdown=should_shutdown
-        )
+        response = BrokerHeartbeatResponse(is_caught_up=True, is_fenced=after.fenced, should_shutdown=should_shutdown)
         return self._result(committed, response)
 
     def tick(self, now_ms: int | None = None) -> ControllerResult[list[int]]:
@@ -445,9 +435,7 @@ class Controller:
 
     def _fence(self, broker_id: int, committed: list[MetadataRecord]) -> None:
         broker = self._image.brokers[broker_id]
-        fence: list[MetadataRecord] = (
-            [] if broker.fenced else [FenceBrokerRecord(broker_id, broker.broker_epoch)]
-        )
+        fence: list[MetadataRecord] = [] if broker.fenced else [FenceBrokerRecord(broker_id, broker.broker_epoch)]
         self._commit([*fence, *self._removal_changes(broker_id)], committed)
 
     def _unfence(self, broker_id: int, committed: list[MetadataRecord]) -> None:
@@ -468,9 +456,7 @@ class Controller:
         touched = {p.topic_partition: p for p in self._image.partitions_with_isr_member(broker_id)}
         touched.update((p.topic_partition, p) for p in self._image.partitions_led_by(broker_id))
         return [
-            change
-            for p in touched.values()
-            if (change := partition_change(p, broker_id, active, unclean)) is not None
+            change for p in touched.values() if (change := partition_change(p, broker_id, active, unclean)) is not None
         ]
 
     # -- topics -----------------------------------------------------------------------------------
@@ -496,9 +482,7 @@ class Controller:
     def _create_topic(self, topic: CreatableTopic, committed: list[MetadataRecord]) -> CreatableTopicResult:
         num_partitions = self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
         replication_factor = (
-            self.config.default_replication_factor
-            if topic.replication_factor == -1
-            else topic.replication_factor
+            self.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
         )
         active = sorted(self._image.active_broker_ids())
 
@@ -510,9 +494,7 @@ class Controller:
         if topic.name in self._image.topics:
             return error(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name} already exists")
         if num_partitions <= 0:
-            return error(
-                ErrorCode.INVALID_PARTITIONS, f"number of partitions must be positive, got {num_partitions}"
-            )
+            return error(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be positive, got {num_partitions}")
         if replication_factor <= 0:
             return error(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -534,9 +516,7 @@ class Controller:
         configs = {"min.insync.replicas": str(self.config.min_insync_replicas), **topic.configs}
         records: list[MetadataRecord] = [TopicRecord(name=topic.name, configs=configs)]
         records += [
-            PartitionRecord(
-                topic=topic.name, partition=i, replicas=replicas, isr=replicas, leader=replicas[0]
-            )
+            PartitionRecord(topic=topic.name, partition=i, replicas=replicas, isr=replicas, leader=replicas[0])
             for i, replicas in enumerate(assignment)
         ]
         self._commit(records, committed)

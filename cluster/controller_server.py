@@ -63,7 +63,9 @@ CONTROLLER_CONFIG = ConfigDef(
         ConfigKey("cluster.secret", str, None, "shared secret brokers and admin clients must present"),
         ConfigKey("broker.session.timeout.ms", int, 9000, "fence a broker silent this long"),
         ConfigKey("broker.heartbeat.interval.ms", int, 2000, "heartbeat period brokers are told to use"),
-        ConfigKey("unclean.leader.election.enable", bool, False, "elect an out-of-sync replica when no ISR member lives"),
+        ConfigKey(
+            "unclean.leader.election.enable", bool, False, "elect an out-of-sync replica when no ISR member lives"
+        ),
         ConfigKey("default.replication.factor", int, 1, "replication factor when a request gives -1"),
         ConfigKey("num.partitions", int, 1, "partitions when a request gives -1"),
         ConfigKey("min.insync.replicas", int, 1, "default min.insync.replicas for new topics"),
@@ -150,7 +152,7 @@ class BrokerChannel:
                     if resp.error_code != ErrorCode.NONE:
                         log.warning("broker %d refused LEADER_AND_ISR: %s", self.broker_id, resp.error_message)
                 backoff_s = 0.05
-            except (ConnectionError, OSError, asyncio.TimeoutError, PermissionError) as exc:
+            except (TimeoutError, ConnectionError, OSError, PermissionError) as exc:
                 self.metadata_dirty = True
                 log.info("push to broker %d failed (%s); retrying in %.2fs", self.broker_id, exc, backoff_s)
                 await self._disconnect()
@@ -265,7 +267,14 @@ class ControllerServer:
         self._tasks.add(tick)
         tick.add_done_callback(self._tasks.discard)
         print(
-            json.dumps({"event": "listening", "controller_id": self.node_id, "host": self.server.host, "port": self.server.port}),
+            json.dumps(
+                {
+                    "event": "listening",
+                    "controller_id": self.node_id,
+                    "host": self.server.host,
+                    "port": self.server.port,
+                }
+            ),
             flush=True,
         )
 

@@ -68,7 +68,9 @@ class LocalClusterState:
         try:
             raw = json.loads(path.read_text())
         except FileNotFoundError:
-            raise ClusterError(f"no cluster in {cluster_dir} (no {STATE_FILE}); start one with `minibroker cluster up`") from None
+            raise ClusterError(
+                f"no cluster in {cluster_dir} (no {STATE_FILE}); start one with `minibroker cluster up`"
+            ) from None
         except (OSError, json.JSONDecodeError) as exc:
             raise ClusterError(f"cannot read {path}: {exc}") from None
         raw["controller"] = ProcessInfo(**raw["controller"])
@@ -203,7 +205,9 @@ async def wait_for_listening(log_file: Path, proc: Any, timeout_s: float, offset
         if '"event": "listening"' in text:
             return
         if proc.poll() is not None:
-            raise ClusterError(f"process exited with status {proc.returncode} during start-up; log {log_file}:\n{text[-2000:]}")
+            raise ClusterError(
+                f"process exited with status {proc.returncode} during start-up; log {log_file}:\n{text[-2000:]}"
+            )
         await asyncio.sleep(0.05)
     raise ClusterError(f"process did not start listening within {timeout_s}s; see {log_file}")
 
@@ -211,12 +215,12 @@ async def wait_for_listening(log_file: Path, proc: Any, timeout_s: float, offset
 async def registered_brokers(host: str, port: int) -> set[int]:
     try:
         conn = await BrokerConnection.connect(host, port, "launcher", timeout_s=1.0)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return set()
     try:
         resp = await conn.send(MetadataRequest([]), timeout_s=2.0)
         return {b.broker_id for b in resp.brokers}
-    except (ConnectionError, OSError, asyncio.TimeoutError):
+    except (TimeoutError, ConnectionError, OSError):
         return set()
     finally:
         await conn.close()
@@ -242,7 +246,9 @@ async def start_cluster(
         state = LocalClusterState.load(cluster_dir)
         alive = [p.pid for p in [state.controller, *state.brokers] if pid_alive(p.pid)]
         if alive:
-            raise ClusterError(f"a cluster is already running in {cluster_dir} (pids {alive}); `minibroker cluster down` first")
+            raise ClusterError(
+                f"a cluster is already running in {cluster_dir} (pids {alive}); `minibroker cluster down` first"
+            )
     cport = controller_port if controller_port is not None else base_port + 100
     (cluster_dir / "controller").mkdir(exist_ok=True)
     (cluster_dir / "metrics").mkdir(exist_ok=True)
@@ -255,7 +261,9 @@ async def start_cluster(
         offsets.append(log_size(clog))
         cproc = spawn("controller", cconf, clog)
         procs.append(cproc)
-        controller = ProcessInfo("controller", 3000, "127.0.0.1", cport, cproc.pid, str(cluster_dir / "controller"), str(clog), str(cconf))
+        controller = ProcessInfo(
+            "controller", 3000, "127.0.0.1", cport, cproc.pid, str(cluster_dir / "controller"), str(clog), str(cconf)
+        )
         await wait_for_listening(clog, cproc, timeout_s, offsets[0])
         if progress:
             progress(f"controller listening on 127.0.0.1:{cport} (pid {cproc.pid})")
@@ -271,7 +279,9 @@ async def start_cluster(
             offsets.append(log_size(blog))
             bproc = spawn("broker", bconf, blog)
             procs.append(bproc)
-            brokers.append(ProcessInfo("broker", broker_id, "127.0.0.1", port, bproc.pid, str(bdir), str(blog), str(bconf)))
+            brokers.append(
+                ProcessInfo("broker", broker_id, "127.0.0.1", port, bproc.pid, str(bdir), str(blog), str(bconf))
+            )
         for info, proc, offset in zip(brokers, procs[1:], offsets[1:], strict=True):
             await wait_for_listening(Path(info.log), proc, timeout_s, offset)
             if progress:

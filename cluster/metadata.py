@@ -305,9 +305,7 @@ class MetadataImage:
         if not isinstance(other, MetadataImage):
             return NotImplemented
         return (
-            self._brokers == other._brokers
-            and self._topics == other._topics
-            and self._partitions == other._partitions
+            self._brokers == other._brokers and self._topics == other._topics and self._partitions == other._partitions
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable through replay
@@ -373,9 +371,7 @@ class MetadataImage:
     def _replay_topic(self, record: TopicRecord) -> None:
         if record.name in self._topics:
             raise MetadataReplayError(f"topic {record.name} already exists")
-        self._topics[record.name] = TopicImage(
-            name=record.name, configs=dict(record.configs), num_partitions=0
-        )
+        self._topics[record.name] = TopicImage(name=record.name, configs=dict(record.configs), num_partitions=0)
 
     def _replay_partition(self, record: PartitionRecord) -> None:
         topic = self._topics.get(record.topic)

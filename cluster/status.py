@@ -13,11 +13,11 @@ from protocol.messages import DescribeLogDirsRequest, MetadataRequest
 async def _ask(host: str, port: int, request: Any) -> Any:
     try:
         conn = await BrokerConnection.connect(host, port, "status", timeout_s=1.0)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return None
     try:
         return await conn.send(request, timeout_s=3.0)
-    except (ConnectionError, OSError, asyncio.TimeoutError):
+    except (TimeoutError, ConnectionError, OSError):
         return None
     finally:
         await conn.close()
@@ -98,7 +98,8 @@ def render_status(status: dict[str, Any]) -> str:
     for b in status["brokers"]:
         state = "up" if b["alive"] and b["registered"] else ("up, fenced" if b["alive"] else "DOWN")
         lines.append(
-            f"{b['id']:>6}  {b['address']:<16} {b['pid']:>7}  {state:<12} {b['leader_count']:>7} {b['follower_count']:>9}"
+            f"{b['id']:>6}  {b['address']:<16} {b['pid']:>7}  {state:<12} "
+            f"{b['leader_count']:>7} {b['follower_count']:>9}"
         )
     lines.append("")
     if not status["partitions"]:

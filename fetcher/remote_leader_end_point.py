@@ -101,9 +101,7 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
             raise error_for_code(response.error_code, response.error_message)
         return {TopicPartition(p.topic, p.partition): p for p in response.partitions}
 
-    async def _list_offset(
-        self, tp: TopicPartition, current_leader_epoch: int, timestamp: int
-    ) -> tuple[int, int]:
+    async def _list_offset(self, tp: TopicPartition, current_leader_epoch: int, timestamp: int) -> tuple[int, int]:
         request = ListOffsetsRequest(
             replica_id=self._local_broker_id,
             partitions=[ListOffsetsPartition(tp.topic, tp.partition, timestamp, current_leader_epoch)],
@@ -112,9 +110,7 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         assert isinstance(response, ListOffsetsResponse)
         code = response.error_code or (response.partitions[0].error_code if response.partitions else 0)
         if code != ErrorCode.NONE or not response.partitions:
-            message = response.error_message or (
-                response.partitions[0].error_message if response.partitions else ""
-            )
+            message = response.error_message or (response.partitions[0].error_message if response.partitions else "")
             raise error_for_code(code or -1, message or f"ListOffsets failed for {tp}")
         p = response.partitions[0]
         return p.leader_epoch, p.offset

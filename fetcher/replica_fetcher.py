@@ -150,9 +150,7 @@ class ReplicaFetcher:
 
     # -- membership -------------------------------------------------------------------------------
 
-    def add_partitions(
-        self, initial_states: Mapping[TopicPartition, InitialFetchState]
-    ) -> set[TopicPartition]:
+    def add_partitions(self, initial_states: Mapping[TopicPartition, InitialFetchState]) -> set[TopicPartition]:
         """Follow these partitions. A partition already followed at the same leader epoch keeps its
         state (no second truncation); otherwise it starts TRUNCATING at its initial offset."""
         now = self._time.milliseconds()
@@ -162,9 +160,7 @@ class ReplicaFetcher:
             if current is not None and current.current_leader_epoch == initial.current_leader_epoch:
                 state = current
             else:
-                state = PartitionFetchState(
-                    initial.init_offset, initial.current_leader_epoch, ReplicaState.TRUNCATING
-                )
+                state = PartitionFetchState(initial.init_offset, initial.current_leader_epoch, ReplicaState.TRUNCATING)
             self._states.update_and_move_to_end(tp, state)
             self._lag.add(tp, now)
         self._wakeup.set()
@@ -449,10 +445,7 @@ class ReplicaFetcher:
     def _should_follower_throttle(self, tp: TopicPartition, state: PartitionFetchState) -> bool:
         quota = self._quota
         return (
-            quota is not None
-            and not state.is_replica_in_sync
-            and quota.is_throttled(tp)
-            and quota.is_quota_exceeded()
+            quota is not None and not state.is_replica_in_sync and quota.is_throttled(tp) and quota.is_quota_exceeded()
         )
 
     async def _await_backoff(self) -> None:
@@ -554,9 +547,7 @@ class ReplicaFetcher:
             self._mark_partition_failed(tp)
             return True
         valid_bytes = info.size_bytes if info is not None else 0
-        next_offset = (
-            info.last_offset + 1 if info is not None and info.num_records > 0 else state.fetch_offset
-        )
+        next_offset = info.last_offset + 1 if info is not None and info.num_records > 0 else state.fetch_offset
         if valid_bytes > 0 and self._quota is not None and self._quota.is_throttled(tp):
             self._quota.record(valid_bytes)
         lag = self._lag.record_response(tp, next_offset, partition.high_watermark, valid_bytes, now_ms)
@@ -587,9 +578,7 @@ class ReplicaFetcher:
 
     # -- out of range -----------------------------------------------------------------------------
 
-    async def _handle_out_of_range(
-        self, tp: TopicPartition, state: PartitionFetchState, request_epoch: int
-    ) -> bool:
+    async def _handle_out_of_range(self, tp: TopicPartition, state: PartitionFetchState, request_epoch: int) -> bool:
         """Reset the fetch offset from the leader's offsets. True: delay and retry."""
         try:
             new_state = await self._fetch_offset_and_truncate(tp, state)
@@ -656,9 +645,7 @@ class ReplicaFetcher:
         if state is None:
             return False
         if request_epoch == state.current_leader_epoch:
-            log.info(
-                "%s: %s is fenced at epoch %d; waiting for a new leader epoch", self.name, tp, request_epoch
-            )
+            log.info("%s: %s is fenced at epoch %d; waiting for a new leader epoch", self.name, tp, request_epoch)
             self._mark_partition_failed(tp)
             return False
         return True

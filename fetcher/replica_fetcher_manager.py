@@ -124,9 +124,7 @@ class ReplicaFetcherManager:
             self._failed.difference_update(group)
             self._fetcher(key).add_partitions(group)
 
-    def remove_fetcher_for_partitions(
-        self, tps: Iterable[TopicPartition]
-    ) -> dict[TopicPartition, PartitionFetchState]:
+    def remove_fetcher_for_partitions(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionFetchState]:
         """Stop following `tps` (also forgetting that they failed); returns their last fetch states."""
         wanted = set(tps)
         removed: dict[TopicPartition, PartitionFetchState] = {}
@@ -150,9 +148,7 @@ class ReplicaFetcherManager:
             moved: dict[TopicPartition, InitialFetchState] = {}
             for key, fetcher in list(self._fetchers.items()):
                 for tp, state in fetcher.remove_all_partitions().items():
-                    moved[tp] = InitialFetchState(
-                        key.broker_id, state.current_leader_epoch, state.fetch_offset
-                    )
+                    moved[tp] = InitialFetchState(key.broker_id, state.current_leader_epoch, state.fetch_offset)
                 if key.fetcher_id >= new_size:
                     await self._shutdown_fetcher(key)
             self.add_fetcher_for_partitions(moved)

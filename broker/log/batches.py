@@ -56,21 +56,15 @@ def scan(buf: Buffer, verify_crc: bool = True, start: int = 0) -> ScanResult:
         if magic != MAGIC:
             return ScanResult(batches, position, f"batch at byte {position} has magic {magic}", False)
         if length < _MIN_BATCH_LENGTH:
-            return ScanResult(
-                batches, position, f"batch at byte {position} has impossible length {length}", False
-            )
+            return ScanResult(batches, position, f"batch at byte {position} has impossible length {length}", False)
         if delta < 0 or count <= 0:
             return ScanResult(batches, position, f"batch at byte {position} has no records", False)
         size = LOG_OVERHEAD + length
         stop = position + size
         if stop > end:
-            return ScanResult(
-                batches, position, f"batch at byte {position} runs past the end of the data", True
-            )
+            return ScanResult(batches, position, f"batch at byte {position} runs past the end of the data", True)
         if verify_crc and crc32c(view[position + CRC_START : stop]) != crc:
-            return ScanResult(
-                batches, position, f"CRC mismatch in batch at byte {position} (offset {base})", False
-            )
+            return ScanResult(batches, position, f"CRC mismatch in batch at byte {position} (offset {base})", False)
         batches.append(BatchInfo(position, size, base, epoch, delta, max_ts, count))
         position = stop
     return ScanResult(batches, position, None, False)

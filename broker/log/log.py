@@ -249,9 +249,7 @@ class Log:
                 max_timestamp = batch.max_timestamp
         self._epoch_cache.assign(leader_epoch, first_offset)
         self._append(stamped, next_offset - 1, max_timestamp, placed, num_records)
-        return AppendInfo(
-            first_offset, next_offset - 1, len(batches), num_records, len(stamped), max_timestamp
-        )
+        return AppendInfo(first_offset, next_offset - 1, len(batches), num_records, len(stamped), max_timestamp)
 
     def append_as_follower(self, records: Buffer) -> AppendInfo:
         """Append the leader's batches unchanged, keeping their offsets and epochs. The first batch must
@@ -417,9 +415,7 @@ class Log:
     def maybe_increment_high_watermark(self, new_high_watermark: int) -> bool:
         """Leader: move the high watermark forward (never back); it may not pass the log end."""
         if new_high_watermark > self.log_end_offset:
-            raise ValueError(
-                f"high watermark {new_high_watermark} would pass the log end offset {self.log_end_offset}"
-            )
+            raise ValueError(f"high watermark {new_high_watermark} would pass the log end offset {self.log_end_offset}")
         if new_high_watermark <= self._high_watermark:
             return False
         self._high_watermark = new_high_watermark
@@ -526,9 +522,7 @@ class Log:
 
             deleted += self._delete_segments_while(over_size)
         start = self._log_start_offset
-        deleted += self._delete_segments_while(
-            lambda _segment, next_segment: next_segment.base_offset <= start
-        )
+        deleted += self._delete_segments_while(lambda _segment, next_segment: next_segment.base_offset <= start)
         return deleted
 
     def _delete_segments_while(self, deletable: Callable[[LogSegment, LogSegment], bool]) -> int:
@@ -646,12 +640,8 @@ def _load_segments(
             except CorruptRecordError as exc:
                 logger.warning("segment %d of %s needs recovery: %s", base, dir, exc)
         if segment is None:
-            segment = LogSegment(
-                dir, base, time=time, index_interval_bytes=interval, segment_index_bytes=index_bytes
-            )
-            truncated = segment.recover(
-                lambda epoch, offset: on_batch_epoch((epoch, offset)), log_start_offset
-            )
+            segment = LogSegment(dir, base, time=time, index_interval_bytes=interval, segment_index_bytes=index_bytes)
+            truncated = segment.recover(lambda epoch, offset: on_batch_epoch((epoch, offset)), log_start_offset)
             if truncated and not last:
                 segments.append(segment)
                 for later in bases[i + 1 :]:

@@ -29,9 +29,7 @@ class LogConfig:
         if self.index_interval_bytes < 0:
             raise ValueError(f"index.interval.bytes must not be negative, got {self.index_interval_bytes}")
         if self.segment_index_bytes < 8:
-            raise ValueError(
-                f"segment.index.bytes must hold at least one entry, got {self.segment_index_bytes}"
-            )
+            raise ValueError(f"segment.index.bytes must hold at least one entry, got {self.segment_index_bytes}")
         if self.flush_interval_messages <= 0:
             raise ValueError(f"flush.messages must be positive, got {self.flush_interval_messages}")
 
@@ -60,9 +58,7 @@ class LogConfig:
         segment_ms = millis(("segment.ms", "log.roll.ms"), None, "log.roll.hours")
         index_interval = first("index.interval.bytes", "log.index.interval.bytes")
         index_bytes = first("segment.index.bytes", "log.index.size.max.bytes")
-        retention_ms = millis(
-            ("retention.ms", "log.retention.ms"), "log.retention.minutes", "log.retention.hours"
-        )
+        retention_ms = millis(("retention.ms", "log.retention.ms"), "log.retention.minutes", "log.retention.hours")
         retention_bytes = first("retention.bytes", "log.retention.bytes")
         flush_messages = first("flush.messages", "log.flush.interval.messages")
         return cls(
@@ -72,8 +68,6 @@ class LogConfig:
             segment_index_bytes=defaults.segment_index_bytes if index_bytes is None else index_bytes,
             retention_ms=defaults.retention_ms if retention_ms is None else retention_ms,
             retention_bytes=defaults.retention_bytes if retention_bytes is None else retention_bytes,
-            flush_interval_messages=defaults.flush_interval_messages
-            if flush_messages is None
-            else flush_messages,
+            flush_interval_messages=defaults.flush_interval_messages if flush_messages is None else flush_messages,
             flush_interval_ms=first("flush.ms", "log.flush.interval.ms"),
         )

@@ -139,9 +139,7 @@ class OffsetIndex:
         for i in range(1, len(offsets)):
             if offsets[i] <= offsets[i - 1] or positions[i] <= positions[i - 1]:
                 return False
-        if offsets and (
-            offsets[0] <= self.base_offset - 1 or positions[0] < 0 or positions[-1] >= segment_size
-        ):
+        if offsets and (offsets[0] <= self.base_offset - 1 or positions[0] < 0 or positions[-1] >= segment_size):
             return False
         self._offsets = offsets
         self._positions = positions

@@ -328,9 +328,7 @@ class LogSegment:
         self._dirty = True
         return removed
 
-    def recover(
-        self, on_batch_epoch: Callable[[int, int], None] | None = None, epochs_from_offset: int = 0
-    ) -> int:
+    def recover(self, on_batch_epoch: Callable[[int, int], None] | None = None, epochs_from_offset: int = 0) -> int:
         """Validate every batch (framing, CRC, increasing offsets) from the start of the file, cut the file
         at the first bad or torn one, and rebuild the index. Calls `on_batch_epoch(epoch, base_offset)`
         for each batch whose epoch differs from the previous one's, ignoring batches that end before
@@ -350,9 +348,7 @@ class LogSegment:
             consumed = 0
             for batch in result.batches:
                 if batch.base_offset < next_offset:
-                    problem = (
-                        f"batch at byte {position + batch.position} goes back to offset {batch.base_offset}"
-                    )
+                    problem = f"batch at byte {position + batch.position} goes back to offset {batch.base_offset}"
                     break
                 if since > self._index_interval_bytes and not self.index.is_full:
                     self.index.append(batch.base_offset, position + batch.position)
@@ -436,9 +432,7 @@ class LogSegment:
         self.index.delete()
 
     def __repr__(self) -> str:
-        return (
-            f"LogSegment(base_offset={self.base_offset}, size={self._size}, next_offset={self._next_offset})"
-        )
+        return f"LogSegment(base_offset={self.base_offset}, size={self._size}, next_offset={self._next_offset})"
 
 
 def _batch_size_if_known(buf: bytes) -> int | None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from cluster.chaos import find_problems
 from protocol.messages import TopicPartition
 from protocol.record_batch import build_batch
-from cluster.chaos import find_problems
 
 TP = TopicPartition("chaos", 0)
 
@@ -47,8 +47,12 @@ def test_replicas_that_differ_are_divergent_and_name_the_offset() -> None:
     leader = log_of([b"a", b"b"])
     follower = log_of([b"a", b"z"])
     problems = find_problems({"a": (TP, 0)}, {TP: {1: leader, 2: follower}}, {TP: 1})
-    assert problems["divergent"] == [{"partition": "chaos-0", "broker": 2, "bytes": len(follower), "leader_bytes": len(leader)}]
-    assert problems["inconsistent"] == [{"partition": "chaos-0", "offset": 1, "broker": 2, "kind": "two values at one offset"}]
+    assert problems["divergent"] == [
+        {"partition": "chaos-0", "broker": 2, "bytes": len(follower), "leader_bytes": len(leader)}
+    ]
+    assert problems["inconsistent"] == [
+        {"partition": "chaos-0", "offset": 1, "broker": 2, "kind": "two values at one offset"}
+    ]
 
 
 def test_same_records_with_a_different_epoch_stamp_still_diverge() -> None:

@@ -38,9 +38,7 @@ SESSION_MS = 1000
 class Cluster:
     """A controller on a manual clock, plus the epoch each broker was last given."""
 
-    def __init__(
-        self, store: MetadataStore | None = None, time: ManualTime | None = None, **config: Any
-    ) -> None:
+    def __init__(self, store: MetadataStore | None = None, time: ManualTime | None = None, **config: Any) -> None:
         self.time = time or ManualTime()
         self.config = ControllerConfig(broker_session_timeout_ms=SESSION_MS, **config)
         self.controller = Controller(self.config, self.time, store)
@@ -74,9 +72,7 @@ class Cluster:
             self.register(broker_id)
             assert not self.heartbeat(broker_id).is_fenced
 
-    def create(
-        self, name: str, num_partitions: int, replication_factor: int, **configs: str
-    ) -> CreateTopicsResponse:
+    def create(self, name: str, num_partitions: int, replication_factor: int, **configs: str) -> CreateTopicsResponse:
         topic = CreatableTopic(
             name=name, num_partitions=num_partitions, replication_factor=replication_factor, configs=configs
         )
@@ -112,9 +108,7 @@ class Cluster:
             new_isr=new_isr,
             partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
         )
-        request = AlterPartitionRequest(
-            broker_id=broker_id, broker_epoch=self.epochs[broker_id], partitions=[item]
-        )
+        request = AlterPartitionRequest(broker_id=broker_id, broker_epoch=self.epochs[broker_id], partitions=[item])
         return self.controller.alter_partition(request, self.now_ms)
 
 
@@ -156,9 +150,7 @@ def test_leader_election_choices(
 
 
 def test_an_unclean_election_resets_the_isr_to_the_new_leader() -> None:
-    p = PartitionRegistration(
-        "t", 0, replicas=(1, 2, 3), isr=(1,), leader=1, leader_epoch=4, partition_epoch=9
-    )
+    p = PartitionRegistration("t", 0, replicas=(1, 2, 3), isr=(1,), leader=1, leader_epoch=4, partition_epoch=9)
 
     change = partition_change(p, remove=1, active=frozenset({2, 3}), unclean=True)
 
@@ -167,9 +159,7 @@ def test_an_unclean_election_resets_the_isr_to_the_new_leader() -> None:
 
 
 def test_removing_the_last_isr_member_keeps_it_in_the_isr_and_takes_the_partition_offline() -> None:
-    p = PartitionRegistration(
-        "t", 0, replicas=(1, 2, 3), isr=(1,), leader=1, leader_epoch=4, partition_epoch=9
-    )
+    p = PartitionRegistration("t", 0, replicas=(1, 2, 3), isr=(1,), leader=1, leader_epoch=4, partition_epoch=9)
 
     change = partition_change(p, remove=1, active=frozenset({2, 3}), unclean=False)
 
@@ -178,9 +168,7 @@ def test_removing_the_last_isr_member_keeps_it_in_the_isr_and_takes_the_partitio
 
 
 def test_removing_a_follower_changes_only_the_isr() -> None:
-    p = PartitionRegistration(
-        "t", 0, replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=4, partition_epoch=9
-    )
+    p = PartitionRegistration("t", 0, replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=4, partition_epoch=9)
 
     change = partition_change(p, remove=3, active=frozenset({1, 2}), unclean=False)
 
@@ -256,9 +244,7 @@ def test_missing_counts_take_the_configured_defaults_and_configs_carry_min_insyn
         pytest.param("bad/name", 1, 1, ErrorCode.INVALID_TOPIC_EXCEPTION, id="illegal-topic-name"),
     ],
 )
-def test_topic_creation_errors(
-    name: str, num_partitions: int, replication_factor: int, error: ErrorCode
-) -> None:
+def test_topic_creation_errors(name: str, num_partitions: int, replication_factor: int, error: ErrorCode) -> None:
     cluster = Cluster()
     cluster.start_brokers(1, 2, 3)
     cluster.create("t", 1, 1)
@@ -268,11 +254,7 @@ def test_topic_creation_errors(
 
     result = cluster.controller.create_topics(
         CreateTopicsRequest(
-            topics=[
-                CreatableTopic(
-                    name=name, num_partitions=num_partitions, replication_factor=replication_factor
-                )
-            ]
+            topics=[CreatableTopic(name=name, num_partitions=num_partitions, replication_factor=replication_factor)]
         )
     )
 
@@ -323,9 +305,7 @@ def test_every_registration_of_a_new_incarnation_gets_a_higher_broker_epoch() ->
 def test_a_retried_registration_of_the_same_incarnation_keeps_its_epoch_and_writes_nothing() -> None:
     cluster = Cluster()
     cluster.start_brokers(1)
-    request = BrokerRegistrationRequest(
-        broker_id=1, host="127.0.0.1", port=9001, incarnation_id="incarnation-1"
-    )
+    request = BrokerRegistrationRequest(broker_id=1, host="127.0.0.1", port=9001, incarnation_id="incarnation-1")
 
     result = cluster.controller.register_broker(request, cluster.now_ms)
 
@@ -337,9 +317,7 @@ def test_a_retried_registration_of_the_same_incarnation_keeps_its_epoch_and_writ
 def test_a_heartbeat_from_an_unknown_broker_is_refused() -> None:
     cluster = Cluster()
 
-    response = cluster.controller.heartbeat(
-        BrokerHeartbeatRequest(broker_id=5, broker_epoch=0), cluster.now_ms
-    )
+    response = cluster.controller.heartbeat(BrokerHeartbeatRequest(broker_id=5, broker_epoch=0), cluster.now_ms)
 
     assert response.response.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED
     assert response.response.is_fenced
@@ -351,9 +329,7 @@ def test_a_heartbeat_with_the_epoch_of_an_earlier_incarnation_is_stale() -> None
     old_epoch = cluster.epochs[1]
     cluster.register(1, "restarted")
 
-    response = cluster.controller.heartbeat(
-        BrokerHeartbeatRequest(broker_id=1, broker_epoch=old_epoch), cluster.now_ms
-    )
+    response = cluster.controller.heartbeat(BrokerHeartbeatRequest(broker_id=1, broker_epoch=old_epoch), cluster.now_ms)
 
     assert response.response.error_code == ErrorCode.STALE_BROKER_EPOCH
     assert cluster.controller.image.brokers[1].fenced
@@ -500,9 +476,7 @@ def test_a_new_incarnation_fences_the_old_one_and_takes_it_out_of_leadership_and
     preferred, second, third = replicas_of(cluster)
 
     result = cluster.controller.register_broker(
-        BrokerRegistrationRequest(
-            broker_id=preferred, host="127.0.0.1", port=9000 + preferred, incarnation_id="new"
-        ),
+        BrokerRegistrationRequest(broker_id=preferred, host="127.0.0.1", port=9000 + preferred, incarnation_id="new"),
         cluster.now_ms,
     )
 
@@ -612,9 +586,7 @@ def test_alter_partition_from_a_stale_broker_epoch_is_refused_as_a_whole() -> No
     request = AlterPartitionRequest(
         broker_id=preferred,
         broker_epoch=cluster.epochs[preferred] - 1,
-        partitions=[
-            AlterPartitionItem("t", 0, leader_epoch=0, new_isr=[preferred, second], partition_epoch=0)
-        ],
+        partitions=[AlterPartitionItem("t", 0, leader_epoch=0, new_isr=[preferred, second], partition_epoch=0)],
     )
 
     result = cluster.controller.alter_partition(request, cluster.now_ms)
@@ -832,9 +804,7 @@ def test_a_brokers_full_state_lists_every_partition_it_holds_a_replica_of() -> N
 
     held = {(p.topic, p.partition) for p in cluster.controller.leader_and_isr_for_broker(1)}
 
-    expected = {
-        (p.topic, p.partition) for p in cluster.controller.image.partitions_of("t") if 1 in p.replicas
-    }
+    expected = {(p.topic, p.partition) for p in cluster.controller.image.partitions_of("t") if 1 in p.replicas}
     assert held == expected
     assert len(held) == 4
 

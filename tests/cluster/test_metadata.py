@@ -142,12 +142,8 @@ def test_a_re_registration_replaces_the_broker_with_its_new_epoch_fenced() -> No
         ),
         pytest.param(PartitionChangeRecord(topic="t", partition=0, isr=()), id="empty-isr"),
         pytest.param(PartitionChangeRecord(topic="t", partition=0, isr=(1, 4)), id="isr-outside-replicas"),
-        pytest.param(
-            PartitionChangeRecord(topic="t", partition=0, isr=(2, 1)), id="isr-out-of-replica-order"
-        ),
-        pytest.param(
-            PartitionChangeRecord(topic="t", partition=0, leader=3, isr=(1, 2)), id="leader-outside-isr"
-        ),
+        pytest.param(PartitionChangeRecord(topic="t", partition=0, isr=(2, 1)), id="isr-out-of-replica-order"),
+        pytest.param(PartitionChangeRecord(topic="t", partition=0, leader=3, isr=(1, 2)), id="leader-outside-isr"),
         pytest.param(PartitionChangeRecord(topic="t", partition=1, isr=(1,)), id="unknown-partition"),
     ],
 )

@@ -111,9 +111,7 @@ class MemoryLog:
             self.truncate_fully_and_start_at(offset)
             return True
         self.batches = [b for b in self.batches if _header(b).last_offset < offset]
-        self._log_end_offset = (
-            _header(self.batches[-1]).next_offset if self.batches else self._log_start_offset
-        )
+        self._log_end_offset = _header(self.batches[-1]).next_offset if self.batches else self._log_start_offset
         self.epochs.truncate_from_end(self._log_end_offset)
         self._high_watermark = min(self._high_watermark, self._log_end_offset)
         return True
@@ -195,9 +193,7 @@ class MemoryLog:
         self._high_watermark = hw
 
     @staticmethod
-    def with_batches(
-        tp: TopicPartition, spec: list[tuple[int, int]], high_watermark: int | None = None
-    ) -> MemoryLog:
+    def with_batches(tp: TopicPartition, spec: list[tuple[int, int]], high_watermark: int | None = None) -> MemoryLog:
         """A log with one batch per (record count, epoch) in `spec`."""
         mlog = MemoryLog(tp)
         for count, epoch in spec:

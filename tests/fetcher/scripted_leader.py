@@ -45,9 +45,7 @@ class _Session:
 
 
 class ScriptedLeader(LeaderEndPoint):
-    def __init__(
-        self, leader_broker_id: int = 1, *, sessions: bool = False, batches_per_fetch: int = 1
-    ) -> None:
+    def __init__(self, leader_broker_id: int = 1, *, sessions: bool = False, batches_per_fetch: int = 1) -> None:
         self.leader_broker_id = leader_broker_id
         self.supports_offsets_for_leader_epoch = True
         self.partitions: dict[TopicPartition, LeaderPartition] = {}
@@ -73,14 +71,14 @@ class ScriptedLeader(LeaderEndPoint):
         self.epoch_errors: dict[TopicPartition, collections.deque[ErrorCode]] = collections.defaultdict(
             collections.deque
         )
-        self.epoch_answers: dict[TopicPartition, collections.deque[tuple[int, int]]] = (
-            collections.defaultdict(collections.deque)
+        self.epoch_answers: dict[TopicPartition, collections.deque[tuple[int, int]]] = collections.defaultdict(
+            collections.deque
         )
-        self.latest_offset_errors: dict[TopicPartition, collections.deque[ErrorCode]] = (
-            collections.defaultdict(collections.deque)
+        self.latest_offset_errors: dict[TopicPartition, collections.deque[ErrorCode]] = collections.defaultdict(
+            collections.deque
         )
-        self.earliest_offset_errors: dict[TopicPartition, collections.deque[ErrorCode]] = (
-            collections.defaultdict(collections.deque)
+        self.earliest_offset_errors: dict[TopicPartition, collections.deque[ErrorCode]] = collections.defaultdict(
+            collections.deque
         )
         self.before_list_offsets: Callable[[TopicPartition], Awaitable[None] | None] | None = None
         self.fetched = asyncio.Event()  # set by every fetch, for tests that run the loop as a task
@@ -88,9 +86,7 @@ class ScriptedLeader(LeaderEndPoint):
         self.corrupt_next_fetch: set[TopicPartition] = set()
         self.extra_epoch_partition: TopicPartition | None = None
         self.before_fetch_answer: Callable[[FetchRequest], Awaitable[None] | None] | None = None
-        self.before_epoch_answer: (
-            Callable[[list[OffsetForLeaderEpochPartition]], Awaitable[None] | None] | None
-        ) = None
+        self.before_epoch_answer: Callable[[list[OffsetForLeaderEpochPartition]], Awaitable[None] | None] | None = None
 
     # -- script -----------------------------------------------------------------------------------
 
@@ -147,9 +143,7 @@ class ScriptedLeader(LeaderEndPoint):
         answers = []
         for a in self._answer(list(session.partitions.values()), request.max_bytes):
             tp = TopicPartition(a.topic, a.partition)
-            changed = (
-                a.records or a.error_code or session.sent.get(tp) != (a.high_watermark, a.log_start_offset)
-            )
+            changed = a.records or a.error_code or session.sent.get(tp) != (a.high_watermark, a.log_start_offset)
             if changed:
                 answers.append(a)
                 session.sent[tp] = (a.high_watermark, a.log_start_offset)
@@ -175,9 +169,7 @@ class ScriptedLeader(LeaderEndPoint):
     ) -> FetchPartitionResponse:
         leader = self.partitions.get(tp)
         if leader is None:
-            return FetchPartitionResponse(
-                p.topic, p.partition, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            )
+            return FetchPartitionResponse(p.topic, p.partition, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         queued = self.fetch_errors.get(tp)
         if queued:
             return FetchPartitionResponse(p.topic, p.partition, error_code=queued.popleft())

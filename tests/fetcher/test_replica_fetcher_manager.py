@@ -96,10 +96,7 @@ async def test_partitions_are_grouped_by_leader_and_fetcher_id_exactly_once() ->
         moved = TopicPartition("orders", 0)
         c.manager.add_fetcher_for_partitions({moved: InitialFetchState(2, 1, 0)})
         assert c.assignment() == sorted(states)
-        assert (
-            c.manager.fetcher_for(moved)
-            is c.manager.fetchers[BrokerIdAndFetcherId(2, fetcher_id_for(moved, 2))]
-        )
+        assert c.manager.fetcher_for(moved) is c.manager.fetchers[BrokerIdAndFetcherId(2, fetcher_id_for(moved, 2))]
     finally:
         await c.manager.close()
 

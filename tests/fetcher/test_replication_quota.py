@@ -26,9 +26,7 @@ def test_only_the_defined_replicas_are_throttled() -> None:
 def test_marking_a_whole_topic_throttles_every_partition() -> None:
     quota = ReplicationQuotaManager(100, ManualTime())
     quota.mark_throttled("MyTopic")
-    assert quota.is_throttled(TopicPartition("MyTopic", 0)) and quota.is_throttled(
-        TopicPartition("MyTopic", 99)
-    )
+    assert quota.is_throttled(TopicPartition("MyTopic", 0)) and quota.is_throttled(TopicPartition("MyTopic", 99))
 
 
 def test_rate_exceeds_the_quota_then_falls_back_below_it_as_time_passes() -> None:
@@ -65,13 +63,9 @@ def test_kafka_config_names_build_the_follower_manager() -> None:
     }
     quota = quota_manager_from_kafka_props(props, "follower", ManualTime())
     assert quota.rate_bytes_s == 1000
-    assert quota.is_throttled(TopicPartition("orders", 2)) and not quota.is_throttled(
-        TopicPartition("orders", 1)
-    )
+    assert quota.is_throttled(TopicPartition("orders", 2)) and not quota.is_throttled(TopicPartition("orders", 1))
     assert quota.is_throttled(TopicPartition("audit", 7))
-    wildcard = quota_manager_from_kafka_props(
-        {"leader.replication.throttled.replicas": "*"}, "leader", ManualTime()
-    )
+    wildcard = quota_manager_from_kafka_props({"leader.replication.throttled.replicas": "*"}, "leader", ManualTime())
     assert wildcard.is_throttled(TopicPartition("any", 3))
 
 

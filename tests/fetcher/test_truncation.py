@@ -82,9 +82,7 @@ def test_follower_without_an_epoch_at_or_below_the_leaders_truncates_to_the_lead
             mlog.append_as_leader(1, 5)
         h.replicas.logs[tp] = mlog
         h.add(tp, leader_epoch=5, init_offset=0)
-    low = h.fetcher.offset_truncation_state(
-        T0, h.state(T0), EpochEndOffset("topic", 0, leader_epoch=4, end_offset=156)
-    )
+    low = h.fetcher.offset_truncation_state(T0, h.state(T0), EpochEndOffset("topic", 0, leader_epoch=4, end_offset=156))
     high = h.fetcher.offset_truncation_state(
         T1, h.state(T1), EpochEndOffset("topic", 1, leader_epoch=4, end_offset=202)
     )

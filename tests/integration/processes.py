@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from client.connection import BrokerConnection
-from cluster.local_cluster import free_ports
 from protocol.messages import (
     BrokerEndpoint,
     LeaderAndIsrPartition,
@@ -93,12 +92,18 @@ def standalone_broker(tmp: Path, broker_id: int, port: int, *overrides: str) -> 
     log_dir.mkdir(parents=True, exist_ok=True)
     args = [
         "broker",
-        "--broker-id", str(broker_id),
-        "--listeners", f"127.0.0.1:{port}",
-        "--log-dirs", str(log_dir / "data"),
-        "--override", f"metrics.dir={tmp / 'metrics'}",
-        "--override", "replica.fetch.backoff.ms=100",
-        "--override", "replica.fetch.wait.max.ms=100",
+        "--broker-id",
+        str(broker_id),
+        "--listeners",
+        f"127.0.0.1:{port}",
+        "--log-dirs",
+        str(log_dir / "data"),
+        "--override",
+        f"metrics.dir={tmp / 'metrics'}",
+        "--override",
+        "replica.fetch.backoff.ms=100",
+        "--override",
+        "replica.fetch.wait.max.ms=100",
     ]
     for o in overrides:
         args += ["--override", o]

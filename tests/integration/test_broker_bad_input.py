@@ -13,6 +13,7 @@ import msgpack
 import pytest
 
 from client.connection import BrokerConnection
+from cluster.local_cluster import free_ports
 from protocol.codec import packb
 from protocol.errors import ErrorCode
 from protocol.messages import (
@@ -23,7 +24,7 @@ from protocol.messages import (
     ProduceRequest,
 )
 from protocol.record_batch import build_batch, iter_records
-from tests.integration.processes import BrokerProcess, assign, free_ports, standalone_broker
+from tests.integration.processes import BrokerProcess, assign, standalone_broker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -126,7 +127,9 @@ def test_unknown_api_and_unknown_topic_are_answered_with_kafka_error_codes(broke
             assert fetch.partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
 
     asyncio.run(go())
-    reply = raw_exchange(broker.port, frame(packb([{"api_key": 999, "api_version": 0, "correlation_id": 3}, {}])), timeout_s=1.0)
+    reply = raw_exchange(
+        broker.port, frame(packb([{"api_key": 999, "api_version": 0, "correlation_id": 3}, {}])), timeout_s=1.0
+    )
     (header, body) = msgpack.unpackb(reply[4:], raw=False)
     assert header["correlation_id"] == 3
     assert body["error_code"] == ErrorCode.INVALID_REQUEST and "999" in body["error_message"]

@@ -19,9 +19,27 @@ pytestmark = [pytest.mark.slow]
 def test_three_leader_kills_with_restarts_lose_no_acked_write(tmp_path: Path) -> None:
     report_file = tmp_path / "report.json"
     result = subprocess.run(
-        [sys.executable, "-m", "cluster", "chaos", "leader-kill", "--rounds", "3", "--restart",
-         "--interval-ms", "1500", "--seed", "7", "--json", str(report_file)],
-        capture_output=True, text=True, timeout=280, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [
+            sys.executable,
+            "-m",
+            "cluster",
+            "chaos",
+            "leader-kill",
+            "--rounds",
+            "3",
+            "--restart",
+            "--interval-ms",
+            "1500",
+            "--seed",
+            "7",
+            "--json",
+            str(report_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert report_file.exists(), result.stderr[-3000:]
     report = json.loads(report_file.read_text())

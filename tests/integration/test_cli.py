@@ -160,7 +160,9 @@ def test_topic_produce_consume_and_status_round_trip(running_cluster: tuple[Path
     assert {f"line-{i}" for i in range(50)} <= set(values)
     assert "Processed a total of 80 messages" in consumed.stderr
 
-    one = cli("consume", "orders", "--partition", "0", "--from-beginning", "--timeout-ms", "1500", "--print-offsets", *b)
+    one = cli(
+        "consume", "orders", "--partition", "0", "--from-beginning", "--timeout-ms", "1500", "--print-offsets", *b
+    )
     offsets = [int(line.split("\t")[1]) for line in one.stdout.splitlines()]
     assert offsets == sorted(offsets) == list(range(len(offsets)))
 
@@ -184,7 +186,11 @@ def test_topic_produce_consume_and_status_round_trip(running_cluster: tuple[Path
 def test_unknown_topic_errors_name_the_topic(running_cluster: tuple[Path, str]) -> None:
     _, bootstrap = running_cluster
     b = ["--bootstrap-server", bootstrap]
-    for command in (["produce", "ghost", "--count", "1"], ["consume", "ghost", "--timeout-ms", "500"], ["topic", "describe", "ghost"]):
+    for command in (
+        ["produce", "ghost", "--count", "1"],
+        ["consume", "ghost", "--timeout-ms", "500"],
+        ["topic", "describe", "ghost"],
+    ):
         result = cli(*command, *b)
         assert result.returncode == 4, (command, result.stderr)
         assert "ghost" in result.stderr

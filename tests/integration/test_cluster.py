@@ -29,7 +29,8 @@ from cluster.local_cluster import (
 from protocol.errors import ErrorCode
 from protocol.messages import DEBUGGING_REPLICA_ID, DescribeLogDirsRequest, FetchPartition, FetchRequest, TopicPartition
 from protocol.record_batch import iter_records
-from tests.integration.processes import free_ports, wait_until
+from cluster.local_cluster import free_ports
+from tests.integration.processes import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -55,7 +56,9 @@ async def read_partition(state: LocalClusterState, broker_id: int, tp: TopicPart
     offset = 0
     async with await BrokerConnection.connect(b.host, b.port) as conn:
         while True:
-            req = FetchRequest(DEBUGGING_REPLICA_ID, 0, 1, 1 << 22, [FetchPartition(tp.topic, tp.partition, offset, 1 << 22)])
+            req = FetchRequest(
+                DEBUGGING_REPLICA_ID, 0, 1, 1 << 22, [FetchPartition(tp.topic, tp.partition, offset, 1 << 22)]
+            )
             p = (await conn.send(req)).partitions[0]
             if p.error_code != ErrorCode.NONE or not p.records:
                 return bytes(out)
@@ -162,7 +165,9 @@ async def test_a_restarted_controller_keeps_topics_leaders_and_epochs(cluster: L
 
             await wait_until(all_unfenced, what="brokers heartbeating to the restarted controller")
             meta = await conn.send(MetadataRequest(["durable"]))
-        after = {TopicPartition("durable", p.partition): (p.leader_id, p.leader_epoch) for p in meta.topics[0].partitions}
+        after = {
+            TopicPartition("durable", p.partition): (p.leader_id, p.leader_epoch) for p in meta.topics[0].partitions
+        }
         assert after == before
         # The cluster still works end to end through the restarted controller.
         resp = await client.create_topic("after-restart", 1, 3)

@@ -80,9 +80,26 @@ def test_a_leader_kill_shows_up_in_the_lag_tables(tmp_path: Path) -> None:
     victim = asyncio.run(run_cluster_with_one_kill(cluster_dir))
     out = tmp_path / "dashboard"
     result = subprocess.run(
-        [sys.executable, "-m", "cluster", "dashboard", "--metrics", str(cluster_dir / "metrics"), "--out", str(out),
-         "--master", "local[2]", "--window-s", "2", "--json"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [
+            sys.executable,
+            "-m",
+            "cluster",
+            "dashboard",
+            "--metrics",
+            str(cluster_dir / "metrics"),
+            "--out",
+            str(out),
+            "--master",
+            "local[2]",
+            "--window-s",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
@@ -99,7 +116,9 @@ def test_a_leader_kill_shows_up_in_the_lag_tables(tmp_path: Path) -> None:
     assert len(followers) >= 6, "every partition's two followers were sampled"
     assert all(r["lag_messages"] is None or r["lag_messages"] >= 0 for r in lag)
 
-    statuses = {(r["partition"], r["follower_id"]): r["status"] for r in table(out, "follower_status") if r["topic"] == "lag"}
+    statuses = {
+        (r["partition"], r["follower_id"]): r["status"] for r in table(out, "follower_status") if r["topic"] == "lag"
+    }
     assert statuses, "a status per follower"
     assert set(statuses.values()) <= {"OK", "WARN", "STALL", "TRUNCATE"}, statuses
 

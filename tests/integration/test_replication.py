@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from client.connection import BrokerConnection
+from cluster.local_cluster import free_ports
 from protocol.errors import ErrorCode
 from protocol.messages import (
     DEBUGGING_REPLICA_ID,
@@ -23,7 +24,7 @@ from protocol.messages import (
     TopicPartition,
 )
 from protocol.record_batch import build_batch, iter_records
-from tests.integration.processes import BrokerProcess, assign, free_ports, standalone_broker, wait_until
+from tests.integration.processes import BrokerProcess, assign, standalone_broker, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -49,7 +50,9 @@ async def replica_bytes(port: int, tp: TopicPartition) -> bytes:
     offset = 0
     async with await BrokerConnection.connect("127.0.0.1", port) as conn:
         while True:
-            req = FetchRequest(DEBUGGING_REPLICA_ID, 0, 1, 1 << 22, [FetchPartition(tp.topic, tp.partition, offset, 1 << 22)])
+            req = FetchRequest(
+                DEBUGGING_REPLICA_ID, 0, 1, 1 << 22, [FetchPartition(tp.topic, tp.partition, offset, 1 << 22)]
+            )
             p = (await conn.send(req)).partitions[0]
             assert p.error_code == ErrorCode.NONE, p.error_message
             if not p.records:
@@ -75,7 +78,9 @@ async def test_acks_all_writes_are_on_every_replica_byte_for_byte(brokers: list[
             p = i % PARTITIONS
             tp = TopicPartition("r", p)
             values = [f"v{i}-{j}".encode() for j in range(5)]
-            resp = await conns[leader_of[p]].send(ProduceRequest(-1, 10000, [ProducePartition("r", p, build_batch(values))]))
+            resp = await conns[leader_of[p]].send(
+                ProduceRequest(-1, 10000, [ProducePartition("r", p, build_batch(values))])
+            )
             part = resp.partitions[0]
             assert part.error_code == ErrorCode.NONE, part.error_message
             acked.setdefault(tp, []).append((part.base_offset, values))
@@ -85,7 +90,9 @@ async def test_acks_all_writes_are_on_every_replica_byte_for_byte(brokers: list[
 
     async def converged() -> bool:
         all_ends = [await ends(b.port) for b in brokers]
-        return all(len({e[tp] for e in all_ends}) == 1 and all_ends[0][tp][0] == all_ends[0][tp][1] for tp in all_ends[0])
+        return all(
+            len({e[tp] for e in all_ends}) == 1 and all_ends[0][tp][0] == all_ends[0][tp][1] for tp in all_ends[0]
+        )
 
     await wait_until(converged, what="every replica at the same LEO = HW")
     for p in range(PARTITIONS):
@@ -100,9 +107,10 @@ async def test_acks_all_writes_are_on_every_replica_byte_for_byte(brokers: list[
 
 async def test_a_parked_fetch_answers_early_when_data_arrives(brokers: list[BrokerProcess]) -> None:
     await assign(brokers, "d", 1, {0: 1})
-    async with await BrokerConnection.connect("127.0.0.1", brokers[0].port) as consumer, await BrokerConnection.connect(
-        "127.0.0.1", brokers[0].port
-    ) as producer:
+    async with (
+        await BrokerConnection.connect("127.0.0.1", brokers[0].port) as consumer,
+        await BrokerConnection.connect("127.0.0.1", brokers[0].port) as producer,
+    ):
         started = time.monotonic()
         parked = asyncio.ensure_future(
             consumer.send(FetchRequest(-1, 5000, 1, 1 << 20, [FetchPartition("d", 0, 0, 1 << 20)]))

@@ -99,7 +99,9 @@ def _fetch_body(**overrides: Any) -> dict[str, Any]:
 
 def _request(api_key: int, body: Any, version: int = 0) -> Any:
     """A request as the broker sees it: through real msgpack bytes."""
-    return unpackb(packb([{"api_key": int(api_key), "api_version": version, "correlation_id": 5, "client_id": "c"}, body]))
+    return unpackb(
+        packb([{"api_key": int(api_key), "api_version": version, "correlation_id": 5, "client_id": "c"}, body])
+    )
 
 
 def test_a_wrong_field_type_names_the_field() -> None:

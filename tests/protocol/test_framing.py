@@ -69,7 +69,9 @@ def test_any_split_of_any_frames_round_trips(bodies: list[bytes], cuts: list[int
     st.lists(st.integers(1, 120), min_size=1, max_size=30),
     st.booleans(),
 )
-def test_frames_larger_than_the_scratch_buffer_round_trip(bodies: list[bytes], cuts: list[int], pull_late: bool) -> None:
+def test_frames_larger_than_the_scratch_buffer_round_trip(
+    bodies: list[bytes], cuts: list[int], pull_late: bool
+) -> None:
     """With a 64-byte scratch buffer most frames take the frame-sized buffer path and compaction runs."""
     wire = b"".join(encode_frame(b) for b in bodies)
     decoder = FrameDecoder(scratch_bytes=64)

@@ -71,9 +71,7 @@ def test_the_log_start_offset_round_trips(tmp_path: Path) -> None:
         ("0\n1\norders zero 5\n", "not an integer"),
     ],
 )
-def test_a_damaged_high_watermark_checkpoint_raises_a_clear_error(
-    tmp_path: Path, contents: str, problem: str
-) -> None:
+def test_a_damaged_high_watermark_checkpoint_raises_a_clear_error(tmp_path: Path, contents: str, problem: str) -> None:
     path = tmp_path / "replication-offset-checkpoint"
     path.write_text(contents)
     with pytest.raises(CorruptCheckpointError, match=problem) as raised:

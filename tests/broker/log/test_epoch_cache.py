@@ -200,9 +200,7 @@ def test_clearing_removes_every_entry_and_truncating_an_empty_cache_is_harmless(
 # -- persistence -----------------------------------------------------------------------------------
 
 
-def test_epochs_persist_between_instances(
-    checkpoint: LeaderEpochCheckpoint, cache: LeaderEpochFileCache
-) -> None:
+def test_epochs_persist_between_instances(checkpoint: LeaderEpochCheckpoint, cache: LeaderEpochFileCache) -> None:
     given_epochs(cache, (2, 6), (5, 9))
     assert LeaderEpochFileCache(checkpoint).epoch_entries() == entries((2, 6), (5, 9))
 

@@ -137,9 +137,7 @@ def test_the_log_rolls_before_an_append_that_would_pass_segment_bytes(open_log: 
     assert [o for o, _ in all_values(log)] == list(range(10))
 
 
-def test_the_log_rolls_when_the_active_segment_is_older_than_segment_ms(
-    open_log: OpenLog, time: ManualTime
-) -> None:
+def test_the_log_rolls_when_the_active_segment_is_older_than_segment_ms(open_log: OpenLog, time: ManualTime) -> None:
     log = open_log(segment_ms=1_000)
     fill(log, 3)
     time.advance(1_000)
@@ -490,9 +488,7 @@ def test_kafkas_defaults_are_the_config_defaults() -> None:
     assert (config.flush_interval_messages, config.flush_interval_ms) == (2**63 - 1, None)
 
 
-def test_record_batches_written_by_the_log_are_byte_identical_on_a_follower(
-    tmp_path: Path, time: ManualTime
-) -> None:
+def test_record_batches_written_by_the_log_are_byte_identical_on_a_follower(tmp_path: Path, time: ManualTime) -> None:
     leader = Log.open(tmp_path / "leader" / "t-0", LogConfig(segment_bytes=300), time)
     follower = Log.open(tmp_path / "follower" / "t-0", LogConfig(segment_bytes=300), time)
     for epoch in (0, 0, 1, 1, 1, 3):

@@ -92,9 +92,7 @@ def test_a_log_killed_mid_append_reopens_with_every_whole_batch_and_appends_agai
     assert values_by_offset(log.read(end, 1000)) == [(end, b"after the crash")]
 
 
-def test_half_a_batch_at_the_end_is_cut_off_on_reopen(
-    open_log: OpenLog, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_half_a_batch_at_the_end_is_cut_off_on_reopen(open_log: OpenLog, caplog: pytest.LogCaptureFixture) -> None:
     log = open_log(segment_bytes=300)
     fill(log, 12)
     expected = log.read(0, 1 << 20)
