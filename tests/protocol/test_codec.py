@@ -60,9 +60,11 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
 
 def _message_strategy(cls: type) -> st.SearchStrategy[Any]:
     hints = typing.get_type_hints(cls)
-    return st.builds(
-        cls, **{f.name: FIELD_VALUES.get(f.name) or _strategy(hints[f.name]) for f in dataclasses.fields(cls)}
-    )
+    fields = {
+        f.name: FIELD_VALUES[f.name] if f.name in FIELD_VALUES else _strategy(hints[f.name])
+        for f in dataclasses.fields(cls)
+    }
+    return st.builds(cls, **fields)
 
 
 def _valid(msg: Message) -> bool:
