@@ -78,10 +78,10 @@ class AlterPartitionManager:
                 for tp in batch:
                     self.on_rejected(tp)
                 continue
-            for item in response.partitions:
-                tp = TopicPartition(item.topic, item.partition)
-                if item.error_code == ErrorCode.NONE:
-                    self.on_committed(tp, item.leader_epoch, item.isr, item.partition_epoch)
+            for answer in response.partitions:
+                tp = TopicPartition(answer.topic, answer.partition)
+                if answer.error_code == ErrorCode.NONE:
+                    self.on_committed(tp, answer.leader_epoch, answer.isr, answer.partition_epoch)
                 else:
-                    log.info("%s: ISR change rejected: %s", tp, item.error_message)
+                    log.info("%s: ISR change rejected: %s", tp, answer.error_message)
                     self.on_rejected(tp)

@@ -61,10 +61,10 @@ class BrokerServer:
         self.log_manager = LogManager(self.log_dir, LogConfig.from_kafka_props(set_keys), time)
         self.fetch_timer = SystemTimer(time)
         self.produce_timer = SystemTimer(time)
-        self.fetch_purgatory = DelayedOperationPurgatory(
+        self.fetch_purgatory: DelayedOperationPurgatory[Any] = DelayedOperationPurgatory(
             "Fetch", self.fetch_timer, purge_interval=config["fetch.purgatory.purge.interval.requests"]
         )
-        self.produce_purgatory = DelayedOperationPurgatory(
+        self.produce_purgatory: DelayedOperationPurgatory[Any] = DelayedOperationPurgatory(
             "Produce", self.produce_timer, purge_interval=config["producer.purgatory.purge.interval.requests"]
         )
         self.metadata_cache = MetadataCache(self.broker_id)

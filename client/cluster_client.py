@@ -169,7 +169,8 @@ class ClusterClient:
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str] | None = None
     ) -> CreateTopicsResponse:
         req = CreateTopicsRequest([CreatableTopic(name, partitions, replication_factor, configs or {})])
-        return await self.send_any(req)
+        response: CreateTopicsResponse = await self.send_any(req)
+        return response
 
     # -- data ---------------------------------------------------------------------------------------
 
@@ -178,11 +179,11 @@ class ClusterClient:
     ) -> ProduceResponse | None:
         info = self.leader_of(tp)
         req = ProduceRequest(acks, timeout_ms, [ProducePartition(tp.topic, tp.partition, records)])
-        return (
-            await self.send_to(info.leader_id, req, timeout_s=timeout_ms / 1000.0 + 5.0)
-            if acks != 0
-            else await self._send_no_response(info.leader_id, req)
-        )
+        if acks == 0:
+            await self._send_no_response(info.leader_id, req)
+            return None
+        response: ProduceResponse = await self.send_to(info.leader_id, req, timeout_s=timeout_ms / 1000.0 + 5.0)
+        return response
 
     async def _send_no_response(self, broker_id: int, req: Message) -> None:
         ep = self.brokers[broker_id]
@@ -209,7 +210,10 @@ class ClusterClient:
         replica_id: int = -1,
     ) -> FetchResponse:
         req = FetchRequest(replica_id, max_wait_ms, min_bytes, max_bytes, list(partitions))
-        return await self.send_to(broker_id, req, timeout_s=max_wait_ms / 1000.0 + self.request_timeout_s)
+        response: FetchResponse = await self.send_to(
+            broker_id, req, timeout_s=max_wait_ms / 1000.0 + self.request_timeout_s
+        )
+        return response
 
 
 def _info(topic: str, p: PartitionMetadata) -> PartitionInfo:

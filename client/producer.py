@@ -40,7 +40,7 @@ async def send_batch(
     timeout_ms: int = 30000,
 ) -> tuple[str, int, str]:
     """('acked' | 'failed', base offset, message). Retries only errors that mean "not written"."""
-    records = build_batch(values)  # type: ignore[arg-type]
+    records = build_batch(values)
     last = ""
     for attempt in range(retries + 1):
         try:

@@ -148,7 +148,7 @@ class ChaosRun:
         try:
             if leader < 0:
                 raise ClusterUnavailableError("no leader")
-            resp = await client.produce(tp, build_batch(values), acks=-1, timeout_ms=5000)  # type: ignore[arg-type]
+            resp = await client.produce(tp, build_batch(values), acks=-1, timeout_ms=5000)
         except ClusterUnavailableError:
             self.outcomes.failed.update(keys)  # never sent
             self.outcomes.errors["NO_LEADER"] += 1

@@ -56,7 +56,7 @@ def _load(definition: Any, args: argparse.Namespace, extra: dict[str, Any]) -> d
     try:
         overrides = parse_overrides(args.override or [])
         overrides.update({k: v for k, v in extra.items() if v is not None})
-        return load_config(definition, Path(args.config) if args.config else None, overrides)  # type: ignore[no-any-return]
+        return load_config(definition, Path(args.config) if args.config else None, overrides)
     except ConfigError as exc:
         raise CliError(f"config error: {exc}", EXIT_USAGE) from None
 

@@ -250,7 +250,7 @@ class ControllerServer:
         else:
             return ErrorResponse(int(ErrorCode.INVALID_REQUEST), f"the controller does not serve {type(body).__name__}")
         self.publish(result)
-        return result.response  # type: ignore[no-any-return]
+        return result.response  # type: ignore[no-any-return,unused-ignore]
 
     async def _tick_loop(self) -> None:
         period_s = self.config["controller.tick.ms"] / 1000.0

@@ -117,15 +117,15 @@ def _encoder_for(tp: Any) -> Encoder | None:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        inner = _encoder_for(args[0])
-        if inner is None:
+        optional_inner = _encoder_for(args[0])
+        if optional_inner is None:
             return None
-        return lambda v: None if v is None else inner(v)
+        return lambda v: None if v is None else optional_inner(v)
     if origin is list:
-        inner = _encoder_for(typing.get_args(tp)[0])
-        if inner is None:
+        item_encoder = _encoder_for(typing.get_args(tp)[0])
+        if item_encoder is None:
             return None
-        return lambda v: [inner(x) for x in v]
+        return lambda v: [item_encoder(x) for x in v]
     if origin is dict:
         inner = _encoder_for(typing.get_args(tp)[1])
         if inner is None:
@@ -196,7 +196,7 @@ def packb(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
 
 
-def unpackb(data: bytes) -> Any:
+def unpackb(data: bytes | bytearray | memoryview) -> Any:
     """Exactly one msgpack value; trailing bytes, bad bytes or non-string map keys are ProtocolErrors."""
     try:
         return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)

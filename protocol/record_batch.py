@@ -126,8 +126,12 @@ def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batch
     """Parse the header at `position`; raises CorruptRecordError when it is short or malformed."""
     if len(buf) - position < HEADER_SIZE:
         raise CorruptRecordError(f"truncated batch header at byte {position}")
-    fields = _HEADER.unpack_from(buf, position)
-    header = BatchHeader(*fields, position=position)
+    base_offset, batch_length, epoch, magic, crc, attributes, last_delta, first_ts, max_ts, count = _HEADER.unpack_from(
+        buf, position
+    )
+    header = BatchHeader(
+        base_offset, batch_length, epoch, magic, crc, attributes, last_delta, first_ts, max_ts, count, position
+    )
     if header.magic != MAGIC:
         raise CorruptRecordError(f"batch at byte {position} has magic {header.magic}, expected {MAGIC}")
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:

@@ -6,7 +6,6 @@ import dataclasses
 import typing
 from typing import Any
 
-from protocol.codec import Message
 from protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
 
 BEGIN = "<!-- BEGIN GENERATED SCHEMAS: python -m protocol.schema_doc -->"
@@ -33,7 +32,7 @@ def _type_name(tp: Any) -> str:
     if origin is not None and type(None) in typing.get_args(tp):
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
         return f"{_type_name(inner)} or nil"
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return f"`{tp.__name__}`"
     return str(tp)
 
@@ -46,7 +45,7 @@ def _default(f: dataclasses.Field[Any]) -> str:
     return "**required**"
 
 
-def _table(cls: type[Message]) -> list[str]:
+def _table(cls: type[Any]) -> list[str]:
     hints = typing.get_type_hints(cls)
     lines = [f"#### `{cls.__name__}`", "", "| key | type | default |", "|---|---|---|"]
     for f in dataclasses.fields(cls):
