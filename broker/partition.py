@@ -213,13 +213,28 @@ class Partition:
         return info
 
     def check_enough_replicas_reached_offset(self, required_offset: int) -> tuple[bool, KafkaError | None]:
-        """For acks=all: (done, error). Done when HW ≥ required offset; the ISR must still meet min ISR."""
+        """For acks=all: (done, error). Done when HW ≥ required offset (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the
+        ISR is below min.insync.replicas by then), or when leadership moved.
+
+        Leadership moving while we wait answers NOT_ENOUGH_REPLICAS_AFTER_APPEND, not Kafka's
+        NOT_LEADER_OR_FOLLOWER: the records are in this broker's log and may survive on the new leader, so
+        a client must treat the write as indeterminate. NOT_LEADER_OR_FOLLOWER stays reserved for "not
+        appended", which clients may safely retry.
+        """
         if not self.is_leader:
-            return True, NotLeaderOrFollowerError(f"{self.topic_partition}: leadership moved while waiting for acks")
+            return True, KafkaError(
+                f"{self.topic_partition}: leadership moved while waiting for acks; written to this broker's log "
+                "but not known to be replicated",
+                code=ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            )
         if self.high_watermark >= required_offset:
             if len(self.isr) < self.min_insync_replicas:
-                return True, NotEnoughReplicasError(
-                    f"{self.topic_partition}: written but ISR shrank below min.insync.replicas"
+                # AFTER_APPEND, not NOT_ENOUGH_REPLICAS: the records are in the log (and committed by the
+                # smaller ISR), so a client must not take this as "not written" and resend them.
+                return True, KafkaError(
+                    f"{self.topic_partition}: written, but the ISR {sorted(self.isr)} shrank below "
+                    f"min.insync.replicas={self.min_insync_replicas}",
+                    code=ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                 )
             return True, None
         return False, None
@@ -254,7 +269,12 @@ class Partition:
     # -- follower fetch state on the leader ----------------------------------------------------------
 
     def update_follower_fetch_state(
-        self, replica_id: int, fetch_offset: int, follower_log_start_offset: int, fetch_time_ms: int, leader_end_offset: int
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        follower_log_start_offset: int,
+        fetch_time_ms: int,
+        leader_end_offset: int,
     ) -> bool:
         """Record a follower's fetch (L4, L5); maybe expand the ISR and raise the HW. False: unknown replica."""
         replica = self.remote_replicas.get(replica_id)

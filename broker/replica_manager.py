@@ -40,6 +40,7 @@ from protocol.errors import (
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
+    NO_LEADER_EPOCH,
     FetchPartition,
     FetchPartitionResponse,
     LeaderAndIsrPartition,
@@ -84,8 +85,8 @@ class ReplicaManager:
         broker_id: int,
         log_manager: LogManager,
         time: Time,
-        fetch_purgatory: DelayedOperationPurgatory,
-        produce_purgatory: DelayedOperationPurgatory,
+        fetch_purgatory: DelayedOperationPurgatory[DelayedFetch],
+        produce_purgatory: DelayedOperationPurgatory[DelayedProduce],
         replica_lag_time_max_ms: int = 30000,
         min_insync_replicas: int = 1,
         isr_sink: IsrChangeSink | None = None,
@@ -130,6 +131,15 @@ class ReplicaManager:
     async def append_records(
         self, timeout_ms: int, required_acks: int, entries: list[ProducePartition]
     ) -> list[ProducePartitionResponse]:
+        if required_acks not in (-1, 0, 1):
+            # Kafka's isValidRequiredAcks: any other value is refused for every partition, nothing written.
+            return [
+                ProducePartitionResponse(
+                    e.topic, e.partition, error_code=int(ErrorCode.INVALID_REQUIRED_ACKS),
+                    error_message=f"acks must be -1, 0 or 1, not {required_acks}",
+                )
+                for e in entries
+            ]
         now = self._now()
         responses: list[ProducePartitionResponse] = []
         statuses: dict[TopicPartition, ProducePartitionStatus] = {}
@@ -198,16 +208,15 @@ class ReplicaManager:
                     continue  # follower state is only updated from successful reads
                 tp = TopicPartition(info.topic, info.partition)
                 partition = self.partitions[tp]
+                if params.replica_id not in partition.remote_replicas:
+                    _refuse_unknown_replica(resp, params.replica_id, tp, info.current_leader_epoch)
+                    continue
                 hw_before = partition.high_watermark
                 partition.counters.replication_bytes_out += len(resp.records)
-                known = partition.update_follower_fetch_state(
+                partition.update_follower_fetch_state(
                     params.replica_id, info.fetch_offset, info.log_start_offset, now, resp_leo(partition)
                 )
-                if not known:
-                    resp.records = b""
-                    resp.error_code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                    resp.error_message = f"broker {params.replica_id} is not a replica of {tp}"
-                elif partition.high_watermark != hw_before:
+                if partition.high_watermark != hw_before:
                     self._on_high_watermark_change(tp)
         else:
             for info, resp in zip(infos, responses, strict=True):
@@ -299,7 +308,9 @@ class ReplicaManager:
                 self.on_role_change(tp)
         if to_followers and self.fetcher_manager is not None:
             initial = {
-                tp: self.initial_fetch_state_factory(state.leader, state.leader_epoch, self.partitions[tp].high_watermark)
+                tp: self.initial_fetch_state_factory(
+                    state.leader, state.leader_epoch, self.partitions[tp].high_watermark
+                )
                 for tp, state in to_followers.items()
                 if state.leader >= 0 and (leader_endpoints_known is None or leader_endpoints_known(state.leader))
             }
@@ -348,6 +359,26 @@ class ReplicaManager:
 
 def resp_leo(partition: Partition) -> int:
     return partition.log_end_offset
+
+
+def _refuse_unknown_replica(
+    resp: FetchPartitionResponse, replica_id: int, tp: TopicPartition, current_leader_epoch: int
+) -> None:
+    """A fetch from a broker that is not in our replica set gets no data and no HW (and is not counted).
+
+    With the current epoch in the request its controller knows an assignment we have not been told yet
+    (new replicas are added before we hear of them), so UNKNOWN_LEADER_EPOCH tells it to retry; without
+    an epoch it is plainly not talking to the leader of its replica: NOT_LEADER_OR_FOLLOWER (Kafka's
+    Partition.followerReplicaOrThrow).
+    """
+    resp.records = b""
+    resp.high_watermark = -1
+    resp.log_start_offset = -1
+    if current_leader_epoch == NO_LEADER_EPOCH:
+        resp.error_code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    else:
+        resp.error_code = int(ErrorCode.UNKNOWN_LEADER_EPOCH)
+    resp.error_message = f"broker {replica_id} is not a replica of {tp}"
 
 
 __all__ = ["CONSUMER_REPLICA_ID", "FetchParams", "ReplicaManager"]

@@ -1,0 +1,290 @@
+"""ReplicaManager scenarios: FETCH on the leader (L2–L4), PRODUCE, and LEADER_AND_ISR role changes (L9, F20)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fetcher.partition_fetch_state import InitialFetchState
+from protocol.errors import ErrorCode
+from protocol.messages import CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID, TopicPartition
+from protocol.record_batch import build_batch
+from tests.broker.leader_fixtures import (
+    FOLLOWER_ID,
+    LOCAL_ID,
+    OTHER_FOLLOWER_ID,
+    TP0,
+    TP1,
+    LeaderBroker,
+    batch_epochs,
+    outcome,
+    values_of,
+)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[LeaderBroker]:
+    b = LeaderBroker(tmp_path / "broker-0")
+    yield b
+    b.close()
+
+
+# -- L2: consumer vs follower isolation -------------------------------------------------------------------
+
+
+async def test_follower_reads_past_the_high_watermark_and_a_consumer_does_not(broker: LeaderBroker) -> None:
+    # given a leader that appended 2 records its ISR follower has not fetched yet: HW 0
+    broker.make_leader()
+    await broker.produce(TP0, b"a", b"b")
+    assert broker.partition().high_watermark == 0
+
+    # when the follower fetches at 0, then it gets both records (it reads up to the LEO)
+    follower = await broker.follower_fetch(0)
+    assert follower.error_code == ErrorCode.NONE
+    assert values_of(follower.records) == [(0, b"a"), (1, b"b")]
+
+    # when a consumer fetches at 0, or at the LEO above the HW, then NONE with no records
+    for offset in (0, 2):
+        consumer = await broker.consumer_fetch(offset)
+        assert (consumer.error_code, consumer.records, consumer.high_watermark) == (ErrorCode.NONE, b"", 0)
+
+    # when the follower's next fetch moves the HW, the consumer sees exactly the committed records
+    await broker.follower_fetch(2)
+    consumer = await broker.consumer_fetch(0)
+    assert values_of(consumer.records) == [(0, b"a"), (1, b"b")]
+
+
+async def test_fetch_outside_the_log_is_offset_out_of_range_for_everyone(broker: LeaderBroker) -> None:
+    # given a leader alone in the ISR with 4 committed records whose log start moved to 2
+    partition = broker.make_leader(isr=[LOCAL_ID])
+    await broker.produce(TP0, b"a", b"b")
+    await broker.produce(TP0, b"c", b"d")
+    partition.log.delete_records(2)  # type: ignore[attr-defined]
+
+    for replica_id in (FOLLOWER_ID, CONSUMER_REPLICA_ID):
+        # when anyone fetches beyond the LEO or below the log start, then OFFSET_OUT_OF_RANGE, no records
+        for offset in (5, 1):
+            response = (await broker.fetch(replica_id, {TP0: offset}))[TP0]
+            assert (response.error_code, response.records) == (ErrorCode.OFFSET_OUT_OF_RANGE, b""), (replica_id, offset)
+        # and at the log start they read from there
+        ok = (await broker.fetch(replica_id, {TP0: 2}))[TP0]
+        assert [o for o, _ in values_of(ok.records)] == [2, 3]
+        assert ok.log_start_offset == 2
+
+
+async def test_consumer_fetch_from_a_follower_is_refused_but_a_debugging_read_is_served(broker: LeaderBroker) -> None:
+    # given this broker follows broker 1 and holds 2 records, 1 of them committed
+    broker.make_follower()
+    log = broker.replica_manager.follower_log(TP0)
+    log.append_as_follower(build_batch([b"a"], base_offset=0, partition_leader_epoch=2))
+    log.append_as_follower(build_batch([b"b"], base_offset=1, partition_leader_epoch=2))
+    log.update_high_watermark(1)
+
+    # when a consumer fetches, then NOT_LEADER_OR_FOLLOWER (consumers fetch from the leader)
+    consumer = await broker.consumer_fetch(0)
+    assert consumer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    # when the debugging replica id fetches, then it reads up to the follower's HW
+    debug = (await broker.fetch(DEBUGGING_REPLICA_ID, {TP0: 0}))[TP0]
+    assert (debug.error_code, values_of(debug.records)) == (ErrorCode.NONE, [(0, b"a")])
+
+
+# -- L3 / L4: reads and follower state ----------------------------------------------------------------------
+
+
+async def test_follower_fetch_answers_the_high_watermark_from_before_its_own_progress(broker: LeaderBroker) -> None:
+    # given a leader of tp0 (replicas 0, 1) and tp1 (replicas 0, 2), one record in each
+    broker.make_leader(TP0, isr=[LOCAL_ID, FOLLOWER_ID])
+    broker.make_leader(TP1, isr=[LOCAL_ID, OTHER_FOLLOWER_ID], replicas=[LOCAL_ID, OTHER_FOLLOWER_ID])
+    await broker.produce(TP0, b"a")
+    await broker.produce(TP1, b"b")
+
+    # when broker 1 fetches tp0 at its LEO and tp1, which it has no replica of (testFetchMessagesWhenNot...)
+    responses = await broker.fetch(FOLLOWER_ID, {TP0: 1, TP1: 0})
+
+    # then tp0 answers the HW as it was before this fetch was recorded, and the leader's HW moves after
+    assert (responses[TP0].error_code, responses[TP0].high_watermark) == (ErrorCode.NONE, 0)
+    assert broker.partition(TP0).high_watermark == 1
+    # and tp1 refuses the stranger, hands it no data and keeps its HW
+    assert (responses[TP1].error_code, responses[TP1].records) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, b"")
+    assert broker.partition(TP1).high_watermark == 0
+    assert broker.partition(TP1).counters.replication_bytes_out == 0
+
+
+async def test_unknown_replica_naming_the_current_epoch_is_told_the_epoch_is_unknown(broker: LeaderBroker) -> None:
+    # given a leader of tp1 at epoch 4 whose replicas are 0 and 2
+    broker.make_leader(TP1, leader_epoch=4, isr=[LOCAL_ID], replicas=[LOCAL_ID, OTHER_FOLLOWER_ID])
+    await broker.produce(TP1, b"b")
+    # when broker 1, just assigned by a controller whose update has not reached us, fetches at epoch 4
+    response = (await broker.fetch(FOLLOWER_ID, {TP1: 0}, current_leader_epoch=4))[TP1]
+    # then UNKNOWN_LEADER_EPOCH: its epoch matches, our replica set is what is behind, so it retries
+    assert (response.error_code, response.records) == (ErrorCode.UNKNOWN_LEADER_EPOCH, b"")
+
+
+async def test_follower_state_is_recorded_only_from_successful_reads(broker: LeaderBroker) -> None:
+    # given a leader at epoch 3 with 4 records and a follower that fetched at 2 with log start 1
+    broker.make_leader(leader_epoch=3)
+    await broker.produce(TP0, b"a", b"b", b"c", b"d")
+    await broker.follower_fetch(2, current_leader_epoch=3, log_start_offset=1)
+    replica = broker.partition().remote_replicas[FOLLOWER_ID]
+    assert (replica.log_end_offset, replica.log_start_offset) == (2, 1)
+
+    # when it fetches at 4 naming the old epoch 2, or beyond the LEO
+    fenced = await broker.follower_fetch(4, current_leader_epoch=2, log_start_offset=3)
+    out_of_range = await broker.follower_fetch(9, current_leader_epoch=3, log_start_offset=3)
+
+    # then the errors are answered and its recorded position is unchanged, as is the HW
+    assert fenced.error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert out_of_range.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert (replica.log_end_offset, replica.log_start_offset) == (2, 1)
+    assert broker.partition().high_watermark == 2
+
+
+async def test_first_partition_gets_its_oversized_batch_and_the_response_cap_applies_to_the_rest(
+    broker: LeaderBroker,
+) -> None:
+    # given two led partitions holding one 3-record batch each
+    broker.make_leader(TP0)
+    broker.make_leader(TP1)
+    await broker.produce(TP0, b"a" * 100, b"b" * 100, b"c" * 100)
+    await broker.produce(TP1, b"d" * 100, b"e" * 100, b"f" * 100)
+
+    # when a follower fetches both with a 50-byte response cap (smaller than either batch)
+    responses = await broker.fetch(FOLLOWER_ID, {TP0: 0, TP1: 0}, max_bytes=50)
+
+    # then the first partition's first batch comes whole (KIP-74) and nothing is left for the second
+    assert [o for o, _ in values_of(responses[TP0].records)] == [0, 1, 2]
+    assert responses[TP1].records == b""
+    assert responses[TP1].error_code == ErrorCode.NONE
+
+
+# -- PRODUCE ----------------------------------------------------------------------------------------------
+
+
+async def test_leader_assigns_offsets_and_stamps_its_epoch_on_produced_batches(broker: LeaderBroker) -> None:
+    broker.make_leader(leader_epoch=7, isr=[LOCAL_ID])
+    first = await broker.produce(TP0, b"a", b"b")
+    second = await broker.produce(TP0, b"c")
+    assert (first.error_code, first.base_offset, second.base_offset) == (ErrorCode.NONE, 0, 2)
+    read = await broker.follower_fetch(0)
+    assert batch_epochs(read.records) == [7, 7]
+    assert broker.partition().counters.messages_in == 3
+
+
+async def test_produce_to_a_follower_or_an_unknown_partition_is_refused(broker: LeaderBroker) -> None:
+    broker.make_follower()
+    refused = await broker.produce(TP0, b"a")
+    unknown = await broker.produce(TopicPartition("nope", 0), b"a")
+    assert refused.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert broker.partition().log_end_offset == 0
+
+
+@pytest.mark.parametrize("acks", [2, -2, 5])
+async def test_produce_with_invalid_acks_is_refused_without_writing(broker: LeaderBroker, acks: int) -> None:
+    broker.make_leader(isr=[LOCAL_ID])
+    response = await broker.produce(TP0, b"a", acks=acks)
+    assert response.error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    assert broker.partition().log_end_offset == 0
+
+
+# -- LEADER_AND_ISR -----------------------------------------------------------------------------------------
+
+
+def test_becoming_follower_starts_a_fetcher_from_the_high_watermark(broker: LeaderBroker) -> None:
+    # given a partition this broker leads
+    broker.make_leader(leader_epoch=1)
+    broker.fetcher_manager.calls.clear()
+    # when it becomes follower of broker 1 at epoch 2
+    broker.make_follower(leader=FOLLOWER_ID, leader_epoch=2)
+    # then the fetcher is (re)started for it, from the leader at the new epoch, at the local HW
+    assert broker.fetcher_manager.calls == [
+        ("remove", frozenset({TP0})),
+        ("add", {TP0: InitialFetchState(FOLLOWER_ID, 2, 0)}),
+    ]
+    # and becoming leader again stops it
+    broker.fetcher_manager.calls.clear()
+    broker.make_leader(leader_epoch=3)
+    assert broker.fetcher_manager.calls == [("remove", frozenset({TP0}))]
+
+
+def test_same_leader_with_an_epoch_jump_restarts_the_follower_so_it_truncates_again(broker: LeaderBroker) -> None:
+    # given this broker follows broker 1 at epoch 2
+    broker.make_follower(leader=FOLLOWER_ID, leader_epoch=2)
+    broker.fetcher_manager.calls.clear()
+    # when the controller says broker 1 still leads, at epoch 5 (it missed epochs 3 and 4; KAFKA-7164)
+    broker.make_follower(leader=FOLLOWER_ID, leader_epoch=5)
+    # then the fetcher is removed and re-added at epoch 5: the partition truncates again before fetching
+    assert broker.fetcher_manager.calls == [
+        ("remove", frozenset({TP0})),
+        ("add", {TP0: InitialFetchState(FOLLOWER_ID, 5, 0)}),
+    ]
+    assert broker.partition().leader_epoch == 5
+
+
+def test_partition_epoch_bump_alone_leaves_the_fetcher_alone(broker: LeaderBroker) -> None:
+    # given this broker follows broker 1 at leader epoch 2, partition epoch 2
+    broker.make_follower(leader=FOLLOWER_ID, leader_epoch=2)
+    broker.fetcher_manager.calls.clear()
+    # when only the ISR changes (partition epoch 3, same leader epoch)
+    response = broker.leader_and_isr(
+        TP0, leader=FOLLOWER_ID, leader_epoch=2, isr=[FOLLOWER_ID], partition_epoch=3
+    )
+    # then the new ISR is taken and the fetcher is not touched
+    assert response.partitions[0].error_code == ErrorCode.NONE
+    assert broker.fetcher_manager.calls == []
+    assert broker.partition().isr == {FOLLOWER_ID}
+    assert broker.partition().partition_epoch == 3
+
+
+def test_leader_and_isr_with_an_older_leader_epoch_is_fenced(broker: LeaderBroker) -> None:
+    # given this broker leads at epoch 4
+    broker.make_leader(leader_epoch=4)
+    broker.fetcher_manager.calls.clear()
+    # when a stale request says broker 1 leads at epoch 3
+    response = broker.leader_and_isr(TP0, leader=FOLLOWER_ID, leader_epoch=3, isr=[FOLLOWER_ID])
+    # then it is refused and nothing changes
+    assert response.partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert broker.partition().is_leader and broker.partition().leader_epoch == 4
+    assert broker.fetcher_manager.calls == []
+
+
+def test_leader_and_isr_for_a_partition_without_a_local_replica_is_unknown(broker: LeaderBroker) -> None:
+    response = broker.leader_and_isr(
+        TP0, leader=FOLLOWER_ID, leader_epoch=1, isr=[FOLLOWER_ID], replicas=[FOLLOWER_ID, OTHER_FOLLOWER_ID]
+    )
+    assert response.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert TP0 not in broker.replica_manager.partitions
+
+
+def test_stale_controller_epoch_is_refused_whole(broker: LeaderBroker) -> None:
+    broker.controller_epoch = 5
+    broker.make_leader(leader_epoch=1)
+    broker.controller_epoch = 4
+    response = broker.leader_and_isr(TP0, leader=FOLLOWER_ID, leader_epoch=2, isr=[FOLLOWER_ID])
+    assert response.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert broker.partition().is_leader
+
+
+async def test_controller_shrinking_the_isr_at_the_same_leader_epoch_releases_the_high_watermark(
+    broker: LeaderBroker,
+) -> None:
+    # given a leader at epoch 1 whose ISR follower 1 never fetched, so 2 records are not committed,
+    # and broker 1 has just been fenced (KIP-841: it no longer counts as caught up)
+    broker.make_leader(leader_epoch=1, partition_epoch=1)
+    await broker.produce(TP0, b"a", b"b")
+    waiting = await broker.start_produce({TP0: [b"c"]}, timeout_ms=10_000)
+    broker.replica_manager.is_broker_eligible = lambda broker_id: broker_id != FOLLOWER_ID
+    broker.fetcher_manager.calls.clear()
+
+    # when the controller removes it from the ISR (partition epoch 2, same leader epoch)
+    response = broker.leader_and_isr(TP0, leader=LOCAL_ID, leader_epoch=1, isr=[LOCAL_ID], partition_epoch=2)
+
+    # then the HW moves to the LEO at once and the waiting acks=all produce is answered
+    assert response.partitions[0].error_code == ErrorCode.NONE
+    partition = broker.partition()
+    assert (partition.isr, partition.partition_epoch, partition.high_watermark) == (frozenset({LOCAL_ID}), 2, 3)
+    [produced] = await outcome(waiting)
+    assert (produced.error_code, produced.base_offset) == (ErrorCode.NONE, 2)
+    assert broker.fetcher_manager.calls == []
