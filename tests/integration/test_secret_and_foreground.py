@@ -1,0 +1,161 @@
+"""Controller-only requests need the cluster secret; `cluster up` in the foreground stops everything on
+Ctrl-C; a broker's metric records match what it serves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from client.cluster_client import ClusterClient
+from client.connection import BrokerConnection
+from cluster.local_cluster import free_ports, pid_alive, start_cluster, stop_cluster
+from metrics.file_sink import read_records
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    BrokerRegistrationRequest,
+    DescribeLogDirsRequest,
+    LeaderAndIsrPartition,
+    LeaderAndIsrRequest,
+    SaslAuthenticateRequest,
+    TopicPartition,
+)
+from tests.integration.processes import ROOT, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+async def test_with_a_cluster_secret_only_authenticated_connections_may_change_state(tmp_path: Path) -> None:
+    ports = free_ports(4)
+    state = await start_cluster(
+        tmp_path / "c", 3, controller_port=ports[3], broker_ports=ports[:3], secret="s3cret",
+        overrides={"metrics.interval.ms": "200"},
+    )
+    try:
+        b = state.brokers[0]
+        async with await BrokerConnection.connect(b.host, b.port) as conn:
+            state_change = LeaderAndIsrRequest(0, 99, [LeaderAndIsrPartition("evil", 0, 1, 5, [1], 5, [1])])
+            refused = await conn.send(state_change)
+            assert refused.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            wrong = await conn.send(SaslAuthenticateRequest(b"guess"))
+            assert wrong.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            still_refused = await conn.send(state_change)
+            assert still_refused.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            logs = await conn.send(DescribeLogDirsRequest())
+            assert all(r.topic != "evil" for r in logs.replicas), "nothing was applied"
+        c = state.controller
+        async with await BrokerConnection.connect(c.host, c.port) as conn:
+            resp = await conn.send(BrokerRegistrationRequest(9, "127.0.0.1", 1, "intruder"))
+            assert resp.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        # The brokers themselves hold the secret: topics are created through them and get leaders.
+        client = ClusterClient(state.bootstrap)
+        try:
+            created = await client.create_topic("guarded", 2, 3)
+            assert created.topics[0].error_code == ErrorCode.NONE, created.topics[0].error_message
+            await client.wait_for_leaders("guarded")
+        finally:
+            await client.close()
+    finally:
+        stop_cluster(state)
+
+
+async def test_metric_records_match_what_the_broker_serves(tmp_path: Path) -> None:
+    ports = free_ports(4)
+    state = await start_cluster(
+        tmp_path / "c", 3, controller_port=ports[3], broker_ports=ports[:3], overrides={"metrics.interval.ms": "100"}
+    )
+    client = ClusterClient(state.bootstrap)
+    try:
+        await client.create_topic("measured", 1, 3)
+        await client.wait_for_leaders("measured")
+        tp = TopicPartition("measured", 0)
+        from client.producer import send_batch
+
+        for _ in range(10):
+            outcome, _, message = await send_batch(client, tp, [b"m" * 100] * 10, acks=-1)
+            assert outcome == "acked", message
+        leader = state.broker(client.leader_of(tp).leader_id)
+        async with await BrokerConnection.connect(leader.host, leader.port) as conn:
+            (served,) = (await conn.send(DescribeLogDirsRequest(["measured"]))).replicas
+        assert served.log_end_offset == 100
+
+        def latest() -> dict[str, object] | None:
+            rows = [
+                r for r in read_records(Path(state.metrics_dir))
+                if r.get("kind") == "partition" and r.get("topic") == "measured" and r.get("broker_id") == leader.node_id
+            ]
+            return max(rows, key=lambda r: r["ts_ms"]) if rows else None  # type: ignore[arg-type, return-value]
+
+        async def caught_up() -> dict[str, object] | None:
+            rec = latest()
+            return rec if rec and rec["high_watermark"] == 100 else None
+
+        record = await wait_until(caught_up, what="a metrics record with the final HW")
+        assert record["role"] == "leader" and record["log_end_offset"] == served.log_end_offset
+        assert record["MessagesInPerSec"] == 100
+        assert record["BytesInPerSec"] > 100 * 100
+        assert record["isr_size"] == 3 and record["replica_count"] == 3 and record["under_replicated"] is False
+        assert sorted(f["broker_id"] for f in record["followers"]) == sorted(  # type: ignore[union-attr]
+            b.node_id for b in state.brokers if b.node_id != leader.node_id
+        )
+        brokers = [r for r in read_records(Path(state.metrics_dir)) if r.get("kind") == "broker"]
+        assert {r["broker_id"] for r in brokers} == {1, 2, 3}
+        assert all(r["MetricsDropped"] == 0 for r in brokers)
+    finally:
+        await client.close()
+        stop_cluster(state)
+
+
+def test_cluster_up_in_the_foreground_stops_every_process_on_ctrl_c(tmp_path: Path) -> None:
+    import socket
+
+    base = None
+    for _ in range(50):
+        (candidate,) = free_ports(1)
+        try:
+            socks = []
+            for port in (candidate, candidate + 1, candidate + 100):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            base = candidate
+            break
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    assert base is not None
+    cluster_dir = tmp_path / "fg"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster", "cluster", "up", "--brokers", "2", "--dir", str(cluster_dir),
+         "--base-port", str(base)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (cluster_dir / "cluster.json").exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "cluster did not come up"
+            time.sleep(0.05)
+        pids = [p["pid"] for p in [json.loads((cluster_dir / "cluster.json").read_text())["controller"]]]
+        pids += [b["pid"] for b in json.loads((cluster_dir / "cluster.json").read_text())["brokers"]]
+        assert all(pid_alive(pid) for pid in pids)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert "cluster running in" in out
+        assert "stopping the cluster" in err
+        asyncio.run(asyncio.sleep(0))
+        assert not any(pid_alive(pid) for pid in pids)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
