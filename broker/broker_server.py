@@ -94,6 +94,7 @@ class BrokerServer:
         # KIP-73 replication quotas: throttled out-of-sync replicas only (F18 follower side, L13 leader side).
         self.follower_quota = quota_manager_from_kafka_props(set_keys, "follower", time)
         self.leader_quota = quota_manager_from_kafka_props(set_keys, "leader", time)
+        self.replica_manager.leader_quota = self.leader_quota
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id,
             self.fetcher_config,

@@ -69,6 +69,8 @@ class DelayedFetch(DelayedOperation):
                 start_md = status.start_offset_metadata
                 if end_md.segment_base_offset > start_md.segment_base_offset:
                     return self.force_complete()  # data on a newer segment: enough to answer
+                if follower and self.replica_manager.leader_throttles(partition, self.params.replica_id):
+                    continue  # L11-G: throttled bytes would be answered empty; do not complete for them
                 available = end_md.relative_position - start_md.relative_position
                 accumulated += min(max(available, 0), info.partition_max_bytes)
             except KafkaError:

@@ -30,6 +30,7 @@ from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
 from broker.log_manager import LogManager
 from broker.partition import IsrChangeSink, Partition
 from broker.purgatory import DelayedOperationPurgatory
+from broker.replication_quota import ReplicationQuotaManager
 from fetcher.partition_fetch_state import InitialFetchState
 from protocol.errors import (
     ErrorCode,
@@ -107,6 +108,7 @@ class ReplicaManager:
         self.stats = ReplicaManagerStats()
         self.on_role_change: Callable[[TopicPartition], None] | None = None
         self.is_broker_eligible: Callable[[int], bool] = lambda broker_id: True
+        self.leader_quota: ReplicationQuotaManager | None = None
 
     # -- lookups ------------------------------------------------------------------------------------
 
@@ -135,7 +137,9 @@ class ReplicaManager:
             # Kafka's isValidRequiredAcks: any other value is refused for every partition, nothing written.
             return [
                 ProducePartitionResponse(
-                    e.topic, e.partition, error_code=int(ErrorCode.INVALID_REQUIRED_ACKS),
+                    e.topic,
+                    e.partition,
+                    error_code=int(ErrorCode.INVALID_REQUIRED_ACKS),
                     error_message=f"acks must be -1, 0 or 1, not {required_acks}",
                 )
                 for e in entries
@@ -202,6 +206,7 @@ class ReplicaManager:
         """Read every partition (L3) and, for a follower, record its fetch position (L4) afterwards."""
         now = self._now()
         responses = self.read_from_local_log(params, infos)
+        self.record_throttled_bytes(params, responses)
         if params.is_from_follower:
             for info, resp in zip(infos, responses, strict=True):
                 if resp.error_code != ErrorCode.NONE:
@@ -244,6 +249,8 @@ class ReplicaManager:
                 resp.records = read.records
                 resp.high_watermark = read.high_watermark
                 resp.log_start_offset = read.log_start_offset
+                if read.records and params.is_from_follower and self.leader_throttles(partition, params.replica_id):
+                    resp.records = b""  # L13: an out-of-sync follower over the leader's quota gets nothing now
                 if read.records:
                     remaining = max(0, remaining - len(read.records))
                     min_one_message = False
@@ -252,6 +259,32 @@ class ReplicaManager:
                 resp.error_message = str(exc)
             responses.append(resp)
         return responses
+
+    def leader_throttles(self, partition: Partition, replica_id: int) -> bool:
+        """Leader-side replication quota (L13, KIP-73): only throttled partitions, only followers that are
+        not in the ISR (throttling an in-sync replica would push it out), only while over the rate. Bytes
+        sent to throttled replicas count against the quota."""
+        quota = self.leader_quota
+        if quota is None or replica_id in partition.isr or not quota.is_throttled(partition.topic_partition):
+            return False
+        if quota.is_quota_exceeded():
+            return True
+        return False
+
+    def record_throttled_bytes(self, params: FetchParams, responses: list[FetchPartitionResponse]) -> None:
+        quota = self.leader_quota
+        if quota is None or not params.is_from_follower:
+            return
+        for resp in responses:
+            tp = TopicPartition(resp.topic, resp.partition)
+            partition = self.partitions.get(tp)
+            if (
+                resp.records
+                and partition is not None
+                and params.replica_id not in partition.isr
+                and quota.is_throttled(tp)
+            ):
+                quota.record(len(resp.records))
 
     def _on_high_watermark_change(self, tp: TopicPartition) -> None:
         self.produce_purgatory.check_and_complete(tp)

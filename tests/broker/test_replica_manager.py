@@ -228,9 +228,7 @@ def test_partition_epoch_bump_alone_leaves_the_fetcher_alone(broker: LeaderBroke
     broker.make_follower(leader=FOLLOWER_ID, leader_epoch=2)
     broker.fetcher_manager.calls.clear()
     # when only the ISR changes (partition epoch 3, same leader epoch)
-    response = broker.leader_and_isr(
-        TP0, leader=FOLLOWER_ID, leader_epoch=2, isr=[FOLLOWER_ID], partition_epoch=3
-    )
+    response = broker.leader_and_isr(TP0, leader=FOLLOWER_ID, leader_epoch=2, isr=[FOLLOWER_ID], partition_epoch=3)
     # then the new ISR is taken and the fetcher is not touched
     assert response.partitions[0].error_code == ErrorCode.NONE
     assert broker.fetcher_manager.calls == []
@@ -288,3 +286,34 @@ async def test_controller_shrinking_the_isr_at_the_same_leader_epoch_releases_th
     [produced] = await outcome(waiting)
     assert (produced.error_code, produced.base_offset) == (ErrorCode.NONE, 2)
     assert broker.fetcher_manager.calls == []
+
+
+# -- leader-side replication quota (L13) --------------------------------------------------------------
+
+
+async def test_an_out_of_sync_throttled_follower_gets_nothing_while_the_leader_quota_is_exceeded(
+    broker: LeaderBroker,
+) -> None:
+    from broker.replication_quota import ReplicationQuotaManager
+
+    # given a leader with two records, the follower out of the ISR, and a leader quota of 10 bytes/s spent
+    broker.make_leader(leader_epoch=0, isr=[0])
+    await broker.produce(TP0, b"a" * 100, b"b" * 100)
+    quota = ReplicationQuotaManager(10.0, broker.time)
+    quota.mark_throttled(TP0.topic)
+    quota.record(1000)
+    broker.replica_manager.leader_quota = quota
+
+    # when the out-of-sync follower fetches, it gets no data (and no error)
+    throttled = await broker.follower_fetch(0)
+    assert throttled.error_code == ErrorCode.NONE and throttled.records == b""
+
+    # a consumer is never replication-throttled
+    consumer = await broker.consumer_fetch(0, max_wait_ms=0)
+    assert consumer.error_code == ErrorCode.NONE
+
+    # and an in-sync follower is never throttled: throttling it would push it out of the ISR
+    partition = broker.partition()
+    partition.apply_committed_isr(partition.leader_epoch, [0, FOLLOWER_ID], partition.partition_epoch + 1)
+    in_sync = await broker.follower_fetch(0)
+    assert in_sync.records != b""
