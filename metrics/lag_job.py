@@ -2,11 +2,20 @@
 
 How this works: every function here is a pure DataFrame → DataFrame transform (no I/O, no actions,
 no Python UDFs), so the same code runs in the batch job, inside a streaming ``foreachBatch`` and in the
-unit tests on hand-made rows. Ordered facts ("the previous sample of this follower") come from Spark
-window functions (``lag``/``lead`` over ``ts_ms`` per key), which stay in the JVM and scale.
+unit tests on hand-made rows.
+
+Ordered facts ("the previous sample of this replica") come from ONE window pass,
+``replica_samples``: the records are ordered by ``ts_ms`` per replica ``(topic, partition, broker_id)``
+and every per-row fact that several tables need is derived in that pass (counter deltas and the sampled
+interval, the previous *follower* sample's offsets and leader epochs, the replica's last follower
+sample and its role at its latest record). The tables are then groupBy aggregations over that frame;
+only the per-partition leader timeline (``under_replicated``) and the per-follower ISR flags
+(``isr_changes``), which are ordered by a different key, run a window of their own over the small
+subset of leader rows. The batch job caches the derived frame once and every table reads it.
 
 Keys: a follower is ``(topic, partition, follower_id)``; a replica's counters are keyed by
-``(broker_id, topic, partition)`` because each broker keeps its own running totals.
+``(broker_id, topic, partition)`` because each broker keeps its own running totals. A follower's
+``follower_id`` is the ``broker_id`` of its records, so a follower is one replica.
 
 Time: everything is in ms since the epoch taken from the records (``ts_ms``); the job never reads a
 clock. "Now" for the STOP rule is the newest ``ts_ms`` in the data set unless given.
@@ -25,8 +34,21 @@ from pyspark.sql import functions as F
 
 from metrics import schema as s
 
-# Accuracy of percentile_approx: exact for groups of up to about this many samples.
-PERCENTILE_ACCURACY = 10_000
+# Columns of the derived frame (``replica_samples``) beyond the record fields.
+FOLLOWER_SAMPLE = "follower_sample"  # a follower's sample: role follower with a fetch offset
+INTERVAL_MS = "interval_ms"  # time since the replica's previous sample (0 for its first)
+PREV_SAMPLE_TS_MS = "prev_sample_ts_ms"  # the replica's previous follower sample: ts_ms,
+PREV_FETCH_OFFSET = "prev_fetch_offset"  # … its fetch offset,
+PREV_LAG_MESSAGES = "prev_lag_messages"  # … its lag,
+EPOCH_BEFORE = "epoch_before"  # … the leader epoch two follower samples back (one when there is no two)
+FOLLOWER_LAST_TS_MS = "follower_last_ts_ms"  # ts_ms of the replica's newest follower sample
+ROLE_LAST = "role_last"  # the replica's role at its newest record
+WINDOW_START_MS = "window_start_ms"
+
+
+def delta_column(counter: str) -> str:
+    """Name of the column holding the growth of ``counter`` since the replica's previous sample."""
+    return f"{counter}_delta"
 
 
 @dataclass(frozen=True)
@@ -64,6 +86,109 @@ def _sample_duration(next_ts: Column, ts: Column, gap_max_ms: int) -> Column:
     return F.least(F.coalesce(next_ts - ts, F.lit(0)), F.lit(gap_max_ms)).cast("long")
 
 
+# What ``replica_samples`` and ``follower_status_of_samples`` read from a record.
+_SAMPLE_FIELDS: tuple[str, ...] = (
+    s.KIND,
+    s.TS_MS,
+    s.BROKER_ID,
+    s.BROKER_START_MS,
+    s.TOPIC,
+    s.PARTITION,
+    s.ROLE,
+    s.LEADER_ID,
+    s.LEADER_EPOCH,
+    s.FETCH_OFFSET,
+    s.LAG_MESSAGES,
+    s.LAG_MS,
+    *s.PARTITION_COUNTERS,
+)
+
+
+def _sample_fields(df: DataFrame) -> DataFrame:
+    """``df`` projected to ``_SAMPLE_FIELDS``, a field it lacks as a typed null."""
+    present = set(df.columns)
+    return df.select(
+        *(
+            F.col(name) if name in present else F.lit(None).cast(s.RECORD_SCHEMA[name].dataType).alias(name)
+            for name in _SAMPLE_FIELDS
+        )
+    )
+
+
+def replica_samples(records: DataFrame) -> DataFrame:
+    """The one window pass: every record with the per-row facts the tables derive from its replica.
+
+    The window is a replica, ``(topic, partition, broker_id)`` (and ``kind``, so broker records never
+    mix with partition records), ordered by ts_ms. Added columns:
+
+    - ``follower_sample``: a partition record with role follower and a fetch offset (what
+      ``follower_lag`` keeps);
+    - ``interval_ms`` and ``<counter>_delta``: see ``counter_deltas``;
+    - for follower samples, the replica's previous follower sample (leader samples in between are
+      skipped, as if the window held only follower samples): ``prev_sample_ts_ms``,
+      ``prev_fetch_offset``, ``prev_lag_messages`` and ``epoch_before`` (the leader epoch two follower
+      samples back, or one when there is no two: the TRUNCATE rule);
+    - ``follower_last_ts_ms``: the ts_ms of the replica's newest follower sample;
+    - ``role_last``: the role of the replica's newest record (a promoted follower reads "leader").
+
+    Rows keep every input column, so the tables read the record fields from this frame too.
+    """
+    by_replica = Window.partitionBy(s.TOPIC, s.PARTITION, s.BROKER_ID, s.KIND).orderBy(s.TS_MS)
+    before = by_replica.rowsBetween(Window.unboundedPreceding, -1)
+    whole = by_replica.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    is_follower = (
+        (F.col(s.KIND) == s.KIND_PARTITION)
+        & (F.col(s.ROLE) == s.ROLE_FOLLOWER)
+        & F.col(s.FETCH_OFFSET).isNotNull()
+    )
+    # The previous follower sample is the last non-null "follower struct" before this row: the struct
+    # is null on other rows (so they are skipped) and never null on a follower sample, whose fields
+    # may be null.
+    follower_struct = F.when(
+        F.col(FOLLOWER_SAMPLE),
+        F.struct(
+            F.col(s.TS_MS).alias("ts"),
+            F.col(s.FETCH_OFFSET).alias("fetch"),
+            F.col(s.LAG_MESSAGES).alias("lag"),
+            F.col(s.LEADER_EPOCH).alias("epoch"),
+        ),
+    )
+    prev_ts = F.lag(s.TS_MS).over(by_replica)
+    restarted = F.lag(s.BROKER_START_MS).over(by_replica) != F.col(s.BROKER_START_MS)
+    deltas = []
+    for name in s.PARTITION_COUNTERS:
+        value = F.coalesce(F.col(name), F.lit(0))
+        prev = F.lag(value).over(by_replica)
+        deltas.append(
+            F.when(prev_ts.isNull(), F.lit(0))
+            .when(restarted | (value < prev), value)
+            .otherwise(value - prev)
+            .cast("long")
+            .alias(delta_column(name))
+        )
+    first_pass = records.withColumn(FOLLOWER_SAMPLE, is_follower).select(
+        "*",
+        F.coalesce(F.col(s.TS_MS) - prev_ts, F.lit(0)).alias(INTERVAL_MS),
+        *deltas,
+        F.last(follower_struct, ignorenulls=True).over(before).alias("_prev"),
+        F.max(F.when(F.col(FOLLOWER_SAMPLE), F.col(s.TS_MS))).over(whole).alias(FOLLOWER_LAST_TS_MS),
+        F.last(s.ROLE).over(whole).alias(ROLE_LAST),
+    )
+    # Two follower samples back is the previous follower sample's own "_prev" (same window, so Spark
+    # evaluates it on the already sorted rows: no second shuffle or sort).
+    prev_of_prev = F.last(
+        F.when(F.col(FOLLOWER_SAMPLE), F.struct(F.col("_prev.epoch").alias("epoch"))), ignorenulls=True
+    ).over(before)
+    on_follower = F.col(FOLLOWER_SAMPLE)
+    return first_pass.select(
+        *(c for c in first_pass.columns if c != "_prev"),
+        F.when(on_follower, F.col("_prev.ts")).alias(PREV_SAMPLE_TS_MS),
+        F.when(on_follower, F.col("_prev.fetch")).alias(PREV_FETCH_OFFSET),
+        F.when(on_follower, F.col("_prev.lag")).alias(PREV_LAG_MESSAGES),
+        F.when(on_follower, F.coalesce(prev_of_prev["epoch"], F.col("_prev.epoch"))).alias(EPOCH_BEFORE),
+    )
+
+
 def follower_lag(records: DataFrame) -> DataFrame:
     """``follower_lag``: the lag time series, one row per follower sample.
 
@@ -90,39 +215,50 @@ def follower_lag(records: DataFrame) -> DataFrame:
     )
 
 
+_PERCENTS = (50, 99)
+
+
+def _nearest_rank(sorted_values: Column, percent: int) -> Column:
+    """The p-th percentile of a sorted array, nearest-rank: element ⌈p·n⌉ (1-based), null when empty.
+
+    Integer arithmetic ((percent·n + 99) div 100), so p99 of 100 values is exactly the 99th.
+    """
+    n = F.size(sorted_values)
+    rank = F.floor((n * percent + 99) / 100).cast("int")
+    return F.get(sorted_values, rank - 1)
+
+
 def lag_windows(follower_lag_df: DataFrame, config: LagJobConfig) -> DataFrame:
     """``lag_windows``: lag percentiles per follower and tumbling window of ``window_ms``.
 
     Columns: topic, partition, follower_id, window_start_ms, window_end_ms (exclusive), samples,
-    lag_messages_p50/_p99/_max, lag_ms_p50/_p99/_max. Percentiles are nearest-rank: the smallest
-    sampled value v with at least ⌈p·n⌉ samples ≤ v (``percentile_approx``, exact at these sizes), so
-    p50 of the lags 1..100 is 50 and p99 is 99.
+    lag_messages_p50/_p99/_max, lag_ms_p50/_p99/_max. Percentiles are nearest-rank and exact: the
+    smallest sampled value v with at least ⌈p·n⌉ samples ≤ v (n the non-null samples), so p50 of
+    the lags 1..100 is 50 and p99 is 99. A window holds a follower's samples of ``window_ms``, a few
+    per second, so sorting them is cheap.
     """
-    percentages = F.array(F.lit(0.5), F.lit(0.99))
     grouped = follower_lag_df.groupBy(
         s.TOPIC,
         s.PARTITION,
         "follower_id",
-        _window_start(F.col(s.TS_MS), config.window_ms).alias("window_start_ms"),
+        _window_start(F.col(s.TS_MS), config.window_ms).alias(WINDOW_START_MS),
     ).agg(
         F.count(F.lit(1)).alias("samples"),
-        F.percentile_approx(s.LAG_MESSAGES, percentages, PERCENTILE_ACCURACY).alias("_lag_messages_p"),
+        F.sort_array(F.collect_list(s.LAG_MESSAGES)).alias("_lag_messages"),
         F.max(s.LAG_MESSAGES).alias("lag_messages_max"),
-        F.percentile_approx(s.LAG_MS, percentages, PERCENTILE_ACCURACY).alias("_lag_ms_p"),
+        F.sort_array(F.collect_list(s.LAG_MS)).alias("_lag_ms"),
         F.max(s.LAG_MS).alias("lag_ms_max"),
     )
     return grouped.select(
         s.TOPIC,
         s.PARTITION,
         "follower_id",
-        "window_start_ms",
-        (F.col("window_start_ms") + F.lit(config.window_ms)).alias("window_end_ms"),
+        WINDOW_START_MS,
+        (F.col(WINDOW_START_MS) + F.lit(config.window_ms)).alias("window_end_ms"),
         "samples",
-        F.col("_lag_messages_p")[0].alias("lag_messages_p50"),
-        F.col("_lag_messages_p")[1].alias("lag_messages_p99"),
+        *(_nearest_rank(F.col("_lag_messages"), p).alias(f"lag_messages_p{p}") for p in _PERCENTS),
         "lag_messages_max",
-        F.col("_lag_ms_p")[0].alias("lag_ms_p50"),
-        F.col("_lag_ms_p")[1].alias("lag_ms_p99"),
+        *(_nearest_rank(F.col("_lag_ms"), p).alias(f"lag_ms_p{p}") for p in _PERCENTS),
         "lag_ms_max",
     )
 
@@ -137,30 +273,18 @@ def counter_deltas(partition_records_df: DataFrame) -> DataFrame:
     - otherwise delta = c − previous c.
     Hence a delta is never negative. ``interval_ms`` is the time since the previous sample (0 for the
     first), the denominator of a rate. Output: broker_id, topic, partition, ts_ms, role, interval_ms,
-    and ``<counter>_delta`` for every counter in ``schema.PARTITION_COUNTERS``.
+    and ``<counter>_delta`` for every counter in ``schema.PARTITION_COUNTERS``. The columns come from
+    ``replica_samples``, the pass the batch job computes once for every table.
     """
-    by_replica = Window.partitionBy(s.BROKER_ID, s.TOPIC, s.PARTITION).orderBy(s.TS_MS)
-    prev_ts = F.lag(s.TS_MS).over(by_replica)
-    restarted = F.lag(s.BROKER_START_MS).over(by_replica) != F.col(s.BROKER_START_MS)
-    deltas = []
-    for name in s.PARTITION_COUNTERS:
-        value = F.coalesce(F.col(name), F.lit(0))
-        prev = F.lag(value).over(by_replica)
-        deltas.append(
-            F.when(prev_ts.isNull(), F.lit(0))
-            .when(restarted | (value < prev), value)
-            .otherwise(value - prev)
-            .cast("long")
-            .alias(f"{name}_delta")
-        )
-    return partition_records_df.select(
+    samples = replica_samples(partition_records(partition_records_df))
+    return samples.select(
         s.BROKER_ID,
         s.TOPIC,
         s.PARTITION,
         s.TS_MS,
         s.ROLE,
-        F.coalesce(F.col(s.TS_MS) - prev_ts, F.lit(0)).alias("interval_ms"),
-        *deltas,
+        INTERVAL_MS,
+        *(delta_column(name) for name in s.PARTITION_COUNTERS),
     )
 
 
@@ -179,27 +303,27 @@ def byte_rates(counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
     client_in_bytes, client_out_bytes, replication_in_bytes, replication_out_bytes, messages_in,
     and ``<name>_bytes_per_s`` / ``messages_in_per_s`` = delta sum × 1000 / interval_ms. A window
     holding only a replica's first sample (interval 0) carries no rate and is left out. Deltas come
-    from ``counter_deltas``, so a restart never makes a rate negative.
+    from ``counter_deltas`` (or ``replica_samples``), so a restart never makes a rate negative.
     """
-    sums = [F.sum(f"{counter}_delta").alias(f"{name}_bytes") for counter, name in _RATE_COLUMNS]
+    sums = [F.sum(delta_column(counter)).alias(f"{name}_bytes") for counter, name in _RATE_COLUMNS]
     grouped = counter_deltas_df.groupBy(
         s.BROKER_ID,
         s.TOPIC,
         s.PARTITION,
-        _window_start(F.col(s.TS_MS), config.window_ms).alias("window_start_ms"),
+        _window_start(F.col(s.TS_MS), config.window_ms).alias(WINDOW_START_MS),
     ).agg(
-        F.sum("interval_ms").alias("interval_ms"),
+        F.sum(INTERVAL_MS).alias(INTERVAL_MS),
         *sums,
-        F.sum(f"{s.MESSAGES_IN}_delta").alias("messages_in"),
+        F.sum(delta_column(s.MESSAGES_IN)).alias("messages_in"),
     )
-    per_s = 1000.0 / F.col("interval_ms")
-    return grouped.where(F.col("interval_ms") > 0).select(
+    per_s = 1000.0 / F.col(INTERVAL_MS)
+    return grouped.where(F.col(INTERVAL_MS) > 0).select(
         s.BROKER_ID,
         s.TOPIC,
         s.PARTITION,
-        "window_start_ms",
-        (F.col("window_start_ms") + F.lit(config.window_ms)).alias("window_end_ms"),
-        "interval_ms",
+        WINDOW_START_MS,
+        (F.col(WINDOW_START_MS) + F.lit(config.window_ms)).alias("window_end_ms"),
+        INTERVAL_MS,
         *(f"{name}_bytes" for _, name in _RATE_COLUMNS),
         "messages_in",
         *((F.col(f"{name}_bytes") * per_s).alias(f"{name}_bytes_per_s") for _, name in _RATE_COLUMNS),
@@ -237,8 +361,8 @@ def under_replicated(
         F.min(s.ISR_SIZE).alias("isr_size_min"),
     )
     isr_counts = counter_deltas_df.groupBy(s.TOPIC, s.PARTITION).agg(
-        F.sum(f"{s.ISR_SHRINKS}_delta").alias("isr_shrinks"),
-        F.sum(f"{s.ISR_EXPANDS}_delta").alias("isr_expands"),
+        F.sum(delta_column(s.ISR_SHRINKS)).alias("isr_shrinks"),
+        F.sum(delta_column(s.ISR_EXPANDS)).alias("isr_expands"),
     )
     return times.join(isr_counts, [s.TOPIC, s.PARTITION], "left").select(
         s.TOPIC,
@@ -305,13 +429,36 @@ def follower_status(
     now_ms: int | None = None,
     partition_records_df: DataFrame | None = None,
 ) -> DataFrame:
+    """``follower_status`` from a lag series (and, to drop promoted followers, the partition records).
+
+    The follower samples of ``follower_lag_df`` and the other samples of ``partition_records_df``
+    (its leader and offline records: its follower samples are the ones ``follower_lag_df`` already
+    holds) go through ``replica_samples`` and ``follower_status_of_samples``, the code the batch job
+    runs. See ``follower_status_of_samples`` for the rules.
+    """
+    followers = _sample_fields(
+        follower_lag_df.withColumnRenamed("follower_id", s.BROKER_ID)
+        .withColumn(s.KIND, F.lit(s.KIND_PARTITION))
+        .withColumn(s.ROLE, F.lit(s.ROLE_FOLLOWER))
+    )
+    rows = followers
+    if partition_records_df is not None:
+        is_follower_sample = (F.col(s.ROLE) == s.ROLE_FOLLOWER) & F.col(s.FETCH_OFFSET).isNotNull()
+        others = partition_records(partition_records_df).where(~F.coalesce(is_follower_sample, F.lit(False)))
+        rows = followers.unionByName(_sample_fields(others))
+    return follower_status_of_samples(replica_samples(rows), config, now_ms)
+
+
+def follower_status_of_samples(
+    samples: DataFrame, config: LagJobConfig, now_ms: int | None = None
+) -> DataFrame:
     """``follower_status``: a Burrow-style verdict per follower over its last ``window_ms``.
 
-    The window of a follower holds its samples with ts_ms > (its last ts_ms − window_ms). Rules, the
-    first that matches wins (most severe first):
+    ``samples`` is ``replica_samples`` output. The window of a follower holds its samples with
+    ts_ms > (its last ts_ms − window_ms). Rules, the first that matches wins (most severe first):
 
     - STOP: the last sample is older than the window: now − last ts_ms > window_ms, where now is the
-      newest ts_ms in the data set (or ``now_ms``). The follower stopped reporting (broker down).
+      newest follower ts_ms in the data set (or ``now_ms``). The follower stopped reporting.
     - REWIND: the fetch offset went backwards between two consecutive samples in the window without a
       leader-epoch change (see TRUNCATE). Nothing legitimate does that.
     - STALL: at least ``status_min_samples`` samples, lag_messages > 0 at every one and the fetch
@@ -323,37 +470,24 @@ def follower_status(
       at the sample before (within the window): the follower is not catching up.
     - OK: everything else (lag 0 at some sample, or lag going down).
 
-    A replica whose latest record (given ``partition_records_df``) says it leads the partition was
-    promoted: it is no longer a follower and gets no status (Burrow drops a consumer that is gone),
-    rather than a STOP for the follower samples it stopped sending.
+    A replica whose latest record says it leads the partition was promoted: it is no longer a
+    follower and gets no status (Burrow drops a consumer that is gone), rather than a STOP for the
+    follower samples it stopped sending.
 
     Columns: topic, partition, follower_id, status, samples, window_start_ms, last_ts_ms,
     lag_messages_last, lag_ms_last, fetch_offset_last, leader_id_last, leader_epoch_last,
     truncations, rewinds.
     """
     key = (s.TOPIC, s.PARTITION, "follower_id")
-    ordered = Window.partitionBy(*key).orderBy(s.TS_MS)
-    whole = Window.partitionBy(*key)
+    followers = samples.where(F.col(FOLLOWER_SAMPLE)).withColumnRenamed(s.BROKER_ID, "follower_id")
     epoch = F.col(s.LEADER_EPOCH)
-    sampled = follower_lag_df.select(
-        *key,
-        s.TS_MS,
-        s.LEADER_ID,
-        s.LEADER_EPOCH,
-        s.FETCH_OFFSET,
-        s.LAG_MESSAGES,
-        s.LAG_MS,
-        F.lag(s.TS_MS).over(ordered).alias("prev_ts_ms"),
-        F.lag(s.FETCH_OFFSET).over(ordered).alias("prev_fetch_offset"),
-        F.lag(s.LAG_MESSAGES).over(ordered).alias("prev_lag_messages"),
-        F.coalesce(F.lag(epoch, 2).over(ordered), F.lag(epoch, 1).over(ordered)).alias("epoch_before"),
-        F.max(s.TS_MS).over(whole).alias("last_ts_ms"),
+    window_start = F.col(FOLLOWER_LAST_TS_MS) - F.lit(config.window_ms)
+    in_window = followers.where(F.col(s.TS_MS) > window_start)
+    went_back = F.col(s.FETCH_OFFSET) < F.col(PREV_FETCH_OFFSET)
+    epoch_changed = F.coalesce(epoch > F.col(EPOCH_BEFORE), F.lit(False))
+    lag_dropped = (F.col(PREV_SAMPLE_TS_MS) > window_start) & (
+        F.col(s.LAG_MESSAGES) < F.col(PREV_LAG_MESSAGES)
     )
-    window_start = F.col("last_ts_ms") - F.lit(config.window_ms)
-    in_window = sampled.where(F.col(s.TS_MS) > window_start)
-    went_back = F.col(s.FETCH_OFFSET) < F.col("prev_fetch_offset")
-    epoch_changed = F.coalesce(epoch > F.col("epoch_before"), F.lit(False))
-    lag_dropped = (F.col("prev_ts_ms") > window_start) & (F.col(s.LAG_MESSAGES) < F.col("prev_lag_messages"))
     summary = in_window.groupBy(*key).agg(
         F.count(F.lit(1)).alias("samples"),
         F.min(s.TS_MS).alias("window_start_ms"),
@@ -369,19 +503,13 @@ def follower_status(
         F.max_by(s.FETCH_OFFSET, s.TS_MS).alias("fetch_offset_last"),
         F.max_by(s.LEADER_ID, s.TS_MS).alias("leader_id_last"),
         F.max_by(s.LEADER_EPOCH, s.TS_MS).alias("leader_epoch_last"),
-    )
+        F.max(F.col(ROLE_LAST) == s.ROLE_LEADER).alias("_promoted"),
+    ).where(~F.col("_promoted"))
     if now_ms is None:
-        newest = follower_lag_df.agg(F.max(s.TS_MS).alias("_now_ms"))
+        newest = followers.agg(F.max(s.TS_MS).alias("_now_ms"))
         summary = summary.crossJoin(F.broadcast(newest))
     else:
         summary = summary.withColumn("_now_ms", F.lit(now_ms).cast("long"))
-    if partition_records_df is not None:
-        promoted = (
-            partition_records_df.groupBy(s.TOPIC, s.PARTITION, F.col(s.BROKER_ID).alias("follower_id"))
-            .agg(F.max_by(s.ROLE, s.TS_MS).alias("_role_last"))
-            .where(F.col("_role_last") == s.ROLE_LEADER)
-        )
-        summary = summary.join(promoted, list(key), "left_anti")
     trending = (F.col("samples") >= config.status_min_samples) & (F.col("_lag_min") > 0)
     status = (
         F.when(F.col("_now_ms") - F.col("last_ts_ms") > config.window_ms, s.STATUS_STOP)
@@ -441,19 +569,25 @@ def leader_timeline(partition_records_df: DataFrame) -> DataFrame:
     )
 
 
+def tables_of_samples(
+    samples: DataFrame, config: LagJobConfig, now_ms: int | None = None
+) -> dict[str, DataFrame]:
+    """Every output table from ``replica_samples`` output (cache it: every table reads it)."""
+    partitions = partition_records(samples)
+    lag = follower_lag(partitions)
+    return {
+        s.TABLE_FOLLOWER_LAG: lag,
+        s.TABLE_LAG_WINDOWS: lag_windows(lag, config),
+        s.TABLE_UNDER_REPLICATED: under_replicated(partitions, partitions, config),
+        s.TABLE_ISR_CHANGES: isr_changes(partitions, config),
+        s.TABLE_BYTE_RATES: byte_rates(partitions, config),
+        s.TABLE_FOLLOWER_STATUS: follower_status_of_samples(partitions, config, now_ms),
+        s.TABLE_LEADER_TIMELINE: leader_timeline(partitions),
+    }
+
+
 def compute_tables(
     records: DataFrame, config: LagJobConfig, now_ms: int | None = None
 ) -> dict[str, DataFrame]:
     """Every output table from the raw records (read with ``schema.RECORD_SCHEMA``), by table name."""
-    partitions = partition_records(records)
-    lag = follower_lag(records)
-    deltas = counter_deltas(partitions)
-    return {
-        s.TABLE_FOLLOWER_LAG: lag,
-        s.TABLE_LAG_WINDOWS: lag_windows(lag, config),
-        s.TABLE_UNDER_REPLICATED: under_replicated(partitions, deltas, config),
-        s.TABLE_ISR_CHANGES: isr_changes(partitions, config),
-        s.TABLE_BYTE_RATES: byte_rates(deltas, config),
-        s.TABLE_FOLLOWER_STATUS: follower_status(lag, config, now_ms, partitions),
-        s.TABLE_LEADER_TIMELINE: leader_timeline(partitions),
-    }
+    return tables_of_samples(replica_samples(records), config, now_ms)

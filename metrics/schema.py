@@ -132,6 +132,21 @@ BROKER_ONLY_FIELDS = StructType(
 # The schema every metrics file is read with: partition fields, then the broker-only fields.
 RECORD_SCHEMA = StructType(PARTITION_RECORD_SCHEMA.fields + BROKER_ONLY_FIELDS.fields)
 
+# What the lag job reads: RECORD_SCHEMA without the fields no table uses (log_start_offset,
+# replica_count, a follower's log_end_offset / last_caught_up_ms, the broker-only gauges). The JSON
+# parser skips a field the schema does not name, so the job converts and carries only these. The
+# broker records still count (records, time span, broker runs): they keep kind, ts_ms, broker_id
+# and broker_start_ms.
+LAG_JOB_FOLLOWER_SCHEMA = StructType([FOLLOWER_SCHEMA[BROKER_ID], FOLLOWER_SCHEMA[IN_SYNC]])
+_LAG_JOB_UNUSED = frozenset({LOG_START_OFFSET, REPLICA_COUNT})
+LAG_JOB_SCHEMA = StructType(
+    [
+        StructField(FOLLOWERS, ArrayType(LAG_JOB_FOLLOWER_SCHEMA)) if f.name == FOLLOWERS else f
+        for f in PARTITION_RECORD_SCHEMA.fields
+        if f.name not in _LAG_JOB_UNUSED
+    ]
+)
+
 # Output tables, one Parquet folder each under the dashboard's out dir.
 TABLE_FOLLOWER_LAG = "follower_lag"
 TABLE_LAG_WINDOWS = "lag_windows"
