@@ -1,16 +1,20 @@
 """The lag dashboard: small aggregates collected from the job's tables, rendered as one HTML file.
 
-How this works: ``collect_dashboard_data`` runs a handful of aggregations in Spark and brings only
-their small results to the driver (a summary row per partition, lag bucketed to at most
+How this works: ``broker_runs`` is one aggregation over the records (per broker and broker start: the
+record count and time span), which gives the headline numbers and the broker restart/down events.
+``collect_dashboard_data`` then runs a handful of aggregations over the job's small tables, never the
+records, concurrently (independent small jobs overlap), and brings only their small results to the
+driver: the worst partitions' summary rows with the totals in the same job, lag bucketed to at most
 ``CHART_POINTS_MAX`` points per follower for the charted partitions, byte rates per broker and window,
-the worst follower statuses). ``render_dashboard`` is pure Python: data in, one self-contained HTML
+the worst follower statuses. ``render_dashboard`` is pure Python: data in, one self-contained HTML
 page out. plotly.js is inlined once, with the first figure, so the page opens offline.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +22,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 
 from metrics import schema as s
@@ -37,6 +41,17 @@ _STATUS_COLOURS = {
     s.STATUS_REWIND: "#8250df",
 }
 _PALETTE = ("#0969da", "#d1242f", "#1a7f37", "#b58100", "#8250df", "#bf3989", "#0a7a8a", "#6e7781")
+
+
+@dataclass(frozen=True)
+class BrokerRun:
+    """One broker process's records: a broker id and start time, how many records, first and last."""
+
+    broker_id: int | None
+    broker_start_ms: int | None
+    records: int
+    first_ts_ms: int
+    last_ts_ms: int
 
 
 @dataclass(frozen=True)
@@ -106,7 +121,7 @@ def _severity(status: Column) -> Column:
     return F.array_position(F.array(*(F.lit(x) for x in s.STATUSES)), status)
 
 
-def _partition_summaries(tables: dict[str, DataFrame]) -> DataFrame:
+def _partition_summaries(tables: Mapping[str, DataFrame]) -> DataFrame:
     key = [s.TOPIC, s.PARTITION]
     leaders = (
         tables[s.TABLE_LEADER_TIMELINE]
@@ -144,109 +159,66 @@ def _lag_series(follower_lag: DataFrame, chosen: DataFrame, bucket_ms: int) -> D
     )
 
 
-def _broker_events(records: DataFrame, newest_ts_ms: int, window_ms: int) -> list[TimelineEvent]:
-    """Broker restarts (a new broker_start_ms) and the last sample before a broker went quiet."""
-    runs = (
+def broker_runs(records: DataFrame) -> list[BrokerRun]:
+    """Per (broker_id, broker_start_ms): records, first and last ts_ms; ordered by broker, then time.
+
+    One small job over the records (any kind); the record count, the time span, "now" and the
+    broker events all derive from it.
+    """
+    rows = (
         records.where(F.col(s.TS_MS).isNotNull())
         .groupBy(s.BROKER_ID, s.BROKER_START_MS)
-        .agg(F.min(s.TS_MS).alias("first_ts_ms"), F.max(s.TS_MS).alias("last_ts_ms"))
+        .agg(
+            F.count(F.lit(1)).alias("records"),
+            F.min(s.TS_MS).alias("first_ts_ms"),
+            F.max(s.TS_MS).alias("last_ts_ms"),
+        )
         .orderBy(s.BROKER_ID, "first_ts_ms")
         .collect()
     )
+    return [
+        BrokerRun(r[s.BROKER_ID], r[s.BROKER_START_MS], r["records"], r["first_ts_ms"], r["last_ts_ms"])
+        for r in rows
+    ]
+
+
+def broker_events(runs: Sequence[BrokerRun], newest_ts_ms: int, window_ms: int) -> list[TimelineEvent]:
+    """Broker restarts (a new broker_start_ms) and the last sample before a broker went quiet.
+
+    ``runs`` in ``broker_runs`` order (by broker, then first_ts_ms).
+    """
     events: list[TimelineEvent] = []
     for i, run in enumerate(runs):
-        broker = run[s.BROKER_ID]
-        first_of_broker = i == 0 or runs[i - 1][s.BROKER_ID] != broker
-        last_of_broker = i == len(runs) - 1 or runs[i + 1][s.BROKER_ID] != broker
+        broker = run.broker_id
+        first_of_broker = i == 0 or runs[i - 1].broker_id != broker
+        last_of_broker = i == len(runs) - 1 or runs[i + 1].broker_id != broker
         if not first_of_broker:
-            started = run[s.BROKER_START_MS] or run["first_ts_ms"]
+            started = run.broker_start_ms or run.first_ts_ms
             events.append(TimelineEvent(started, f"broker {broker} restarted", "broker"))
-        if not last_of_broker or run["last_ts_ms"] < newest_ts_ms - window_ms:
-            events.append(TimelineEvent(run["last_ts_ms"], f"broker {broker} down", "broker"))
+        if not last_of_broker or run.last_ts_ms < newest_ts_ms - window_ms:
+            events.append(TimelineEvent(run.last_ts_ms, f"broker {broker} down", "broker"))
     return events
 
 
-def collect_dashboard_data(
-    title: str,
-    records: DataFrame,
-    tables: dict[str, DataFrame],
-    window_ms: int,
-    chart_partitions_max: int = CHART_PARTITIONS_MAX,
-) -> DashboardData:
-    """Run the dashboard's aggregations and collect their small results (never a whole table)."""
-    span = records.agg(
-        F.count(F.lit(1)).alias("n"), F.min(s.TS_MS).alias("first"), F.max(s.TS_MS).alias("last")
-    ).first()
-    assert span is not None
-    summaries = _partition_summaries(tables).cache()
-    try:
-        partitions_total = summaries.count()
-        ordered = summaries.orderBy(
-            F.col("worst"), F.col("lag_messages_max").desc_nulls_last(), s.TOPIC, s.PARTITION
-        )
-        summary_rows = ordered.limit(TABLE_ROWS_MAX).collect()
-    finally:
-        summaries.unpersist()
-    summary = [
-        PartitionSummary(
-            topic=r[s.TOPIC],
-            partition=r[s.PARTITION],
-            leader_id=r["leader_id"],
-            leader_epoch=r["leader_epoch"],
-            epoch_changes=r["epoch_changes"] or 0,
-            lag_messages_max=r["lag_messages_max"],
-            lag_ms_max=r["lag_ms_max"],
-            status_counts={x: r[f"n_{x}"] or 0 for x in s.STATUSES},
-            under_replicated_ms=r["under_replicated_ms"] or 0,
-            isr_shrinks=r["isr_shrinks"] or 0,
-            isr_expands=r["isr_expands"] or 0,
-        )
-        for r in summary_rows
-    ]
-    data = DashboardData(
-        title=title,
-        records=span["n"],
-        first_ts_ms=span["first"],
-        last_ts_ms=span["last"],
-        window_ms=window_ms,
-        partitions_total=partitions_total,
-        summary=summary,
+def _summary_rows(tables: Mapping[str, DataFrame]) -> list[Row]:
+    """The worst ``TABLE_ROWS_MAX`` partition summaries, each carrying the totals over all partitions.
+
+    One job: the totals (partitions, followers per status) are window aggregates over the same rows.
+    """
+    summaries = _partition_summaries(tables)
+    everything = Window.partitionBy()
+    with_totals = summaries.select(
+        "*",
+        F.count(F.lit(1)).over(everything).alias("_partitions_total"),
+        *(F.sum(f"n_{x}").over(everything).alias(f"_total_{x}") for x in s.STATUSES),
     )
-    if span["n"] == 0:
-        return data
-    charted = [(p.topic, p.partition) for p in summary[:chart_partitions_max]]
-    spark = records.sparkSession
-    chosen = spark.createDataFrame(charted, f"{s.TOPIC} string, {s.PARTITION} int")
-    bucket_ms = max(1000, -(-(span["last"] - span["first"]) // CHART_POINTS_MAX))
-    series: dict[tuple[str, int, int], FollowerSeries] = {}
-    lag_rows = _lag_series(tables[s.TABLE_FOLLOWER_LAG], chosen, bucket_ms).orderBy("bucket_ms").collect()
-    for r in lag_rows:
-        k = (r[s.TOPIC], r[s.PARTITION], r["follower_id"])
-        one = series.setdefault(k, FollowerSeries(r["follower_id"], [], [], []))
-        one.ts_ms.append(r["bucket_ms"])
-        one.lag_messages.append(r["lag_messages"])
-        one.lag_ms.append(r["lag_ms"])
-    for (topic, partition, _), one in sorted(series.items()):
-        data.lag.setdefault((topic, partition), []).append(one)
-    changes = (
-        tables[s.TABLE_LEADER_TIMELINE]
-        .join(F.broadcast(chosen), [s.TOPIC, s.PARTITION], "left_semi")
-        .where(F.col("previous_leader_id").isNotNull())
-        .orderBy("first_seen_ms")
-        .collect()
+    ordered = with_totals.orderBy(
+        F.col("worst"), F.col("lag_messages_max").desc_nulls_last(), s.TOPIC, s.PARTITION
     )
-    for r in changes:
-        label = f"epoch {r[s.LEADER_EPOCH]}: leader {r[s.LEADER_ID]}"
-        data.events.setdefault((r[s.TOPIC], r[s.PARTITION]), []).append(
-            TimelineEvent(r["first_seen_ms"], label, "leader")
-        )
-    data.broker_events = _broker_events(records, span["last"], window_ms)
-    data.byte_rates = _collect_byte_rates(tables[s.TABLE_BYTE_RATES])
-    status_df = tables[s.TABLE_FOLLOWER_STATUS]
-    data.status_counts = {
-        r["status"]: r["n"] for r in status_df.groupBy("status").agg(F.count(F.lit(1)).alias("n")).collect()
-    }
-    data.followers_total = sum(data.status_counts.values())
+    return ordered.limit(TABLE_ROWS_MAX).collect()
+
+
+def _worst_statuses(status_df: DataFrame) -> list[dict[str, Any]]:
     worst = status_df.orderBy(
         _severity(F.col("status")),
         F.col("lag_messages_last").desc_nulls_last(),
@@ -254,7 +226,105 @@ def collect_dashboard_data(
         s.PARTITION,
         "follower_id",
     ).limit(TABLE_ROWS_MAX)
-    data.statuses = [r.asDict() for r in worst.collect()]
+    return [r.asDict() for r in worst.collect()]
+
+
+def _collect_lag(
+    follower_lag: DataFrame, chosen: DataFrame, bucket_ms: int
+) -> dict[tuple[str, int], list[FollowerSeries]]:
+    series: dict[tuple[str, int, int], FollowerSeries] = {}
+    for r in _lag_series(follower_lag, chosen, bucket_ms).orderBy("bucket_ms").collect():
+        k = (r[s.TOPIC], r[s.PARTITION], r["follower_id"])
+        one = series.setdefault(k, FollowerSeries(r["follower_id"], [], [], []))
+        one.ts_ms.append(r["bucket_ms"])
+        one.lag_messages.append(r["lag_messages"])
+        one.lag_ms.append(r["lag_ms"])
+    lag: dict[tuple[str, int], list[FollowerSeries]] = {}
+    for (topic, partition, _), one in sorted(series.items()):
+        lag.setdefault((topic, partition), []).append(one)
+    return lag
+
+
+def _collect_leader_changes(
+    leader_timeline: DataFrame, chosen: DataFrame
+) -> dict[tuple[str, int], list[TimelineEvent]]:
+    changes = (
+        leader_timeline.join(F.broadcast(chosen), [s.TOPIC, s.PARTITION], "left_semi")
+        .where(F.col("previous_leader_id").isNotNull())
+        .orderBy("first_seen_ms")
+        .collect()
+    )
+    events: dict[tuple[str, int], list[TimelineEvent]] = {}
+    for r in changes:
+        label = f"epoch {r[s.LEADER_EPOCH]}: leader {r[s.LEADER_ID]}"
+        events.setdefault((r[s.TOPIC], r[s.PARTITION]), []).append(
+            TimelineEvent(r["first_seen_ms"], label, "leader")
+        )
+    return events
+
+
+def collect_dashboard_data(
+    title: str,
+    tables: Mapping[str, DataFrame],
+    window_ms: int,
+    runs: Sequence[BrokerRun],
+    chart_partitions_max: int = CHART_PARTITIONS_MAX,
+) -> DashboardData:
+    """Run the dashboard's aggregations over the tables and collect their small results.
+
+    ``runs`` is ``broker_runs`` of the records the tables came from. Never collects a whole table:
+    each query ends in a limit, a small grouping, or the charted partitions' buckets.
+    """
+    records = sum(run.records for run in runs)
+    first = min((run.first_ts_ms for run in runs), default=None)
+    last = max((run.last_ts_ms for run in runs), default=None)
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dashboard") as pool:
+        # Independent of the summary: start them first so they overlap with it.
+        rates_done = pool.submit(_collect_byte_rates, tables[s.TABLE_BYTE_RATES])
+        worst_done = pool.submit(_worst_statuses, tables[s.TABLE_FOLLOWER_STATUS])
+        summary_rows = _summary_rows(tables)
+        top = summary_rows[0] if summary_rows else None
+        summary = [
+            PartitionSummary(
+                topic=r[s.TOPIC],
+                partition=r[s.PARTITION],
+                leader_id=r["leader_id"],
+                leader_epoch=r["leader_epoch"],
+                epoch_changes=r["epoch_changes"] or 0,
+                lag_messages_max=r["lag_messages_max"],
+                lag_ms_max=r["lag_ms_max"],
+                status_counts={x: r[f"n_{x}"] or 0 for x in s.STATUSES},
+                under_replicated_ms=r["under_replicated_ms"] or 0,
+                isr_shrinks=r["isr_shrinks"] or 0,
+                isr_expands=r["isr_expands"] or 0,
+            )
+            for r in summary_rows
+        ]
+        data = DashboardData(
+            title=title,
+            records=records,
+            first_ts_ms=first,
+            last_ts_ms=last,
+            window_ms=window_ms,
+            partitions_total=top["_partitions_total"] if top else 0,
+            summary=summary,
+        )
+        if top is not None:
+            data.status_counts = {x: top[f"_total_{x}"] for x in s.STATUSES if top[f"_total_{x}"]}
+            data.followers_total = sum(data.status_counts.values())
+        charted = [(p.topic, p.partition) for p in summary[:chart_partitions_max]]
+        if records and charted and first is not None and last is not None:
+            spark = tables[s.TABLE_FOLLOWER_LAG].sparkSession
+            chosen = spark.createDataFrame(charted, f"{s.TOPIC} string, {s.PARTITION} int")
+            bucket_ms = max(1000, -(-(last - first) // CHART_POINTS_MAX))
+            lag_done = pool.submit(_collect_lag, tables[s.TABLE_FOLLOWER_LAG], chosen, bucket_ms)
+            events_done = pool.submit(_collect_leader_changes, tables[s.TABLE_LEADER_TIMELINE], chosen)
+            data.lag = lag_done.result()
+            data.events = events_done.result()
+        if records and last is not None:
+            data.broker_events = broker_events(runs, last, window_ms)
+        data.byte_rates = rates_done.result()
+        data.statuses = worst_done.result()
     return data
 
 

@@ -131,7 +131,8 @@ def replica_samples(records: DataFrame) -> DataFrame:
     - ``follower_last_ts_ms``: the ts_ms of the replica's newest follower sample;
     - ``role_last``: the role of the replica's newest record (a promoted follower reads "leader").
 
-    Rows keep every input column, so the tables read the record fields from this frame too.
+    Rows keep every input column but the running totals (replaced by their deltas), so the tables read
+    the record fields from this frame too.
     """
     by_replica = Window.partitionBy(s.TOPIC, s.PARTITION, s.BROKER_ID, s.KIND).orderBy(s.TS_MS)
     before = by_replica.rowsBetween(Window.unboundedPreceding, -1)
@@ -153,26 +154,40 @@ def replica_samples(records: DataFrame) -> DataFrame:
             F.col(s.LEADER_EPOCH).alias("epoch"),
         ),
     )
-    prev_ts = F.lag(s.TS_MS).over(by_replica)
-    restarted = F.lag(s.BROKER_START_MS).over(by_replica) != F.col(s.BROKER_START_MS)
-    deltas = []
-    for name in s.PARTITION_COUNTERS:
-        value = F.coalesce(F.col(name), F.lit(0))
-        prev = F.lag(value).over(by_replica)
-        deltas.append(
-            F.when(prev_ts.isNull(), F.lit(0))
-            .when(restarted | (value < prev), value)
-            .otherwise(value - prev)
-            .cast("long")
-            .alias(delta_column(name))
-        )
-    first_pass = records.withColumn(FOLLOWER_SAMPLE, is_follower).select(
+    # Each lag is one window column, computed once; the delta rule reads them in a later projection
+    # (written inline, every use of a lag would be a window expression of its own).
+    prev = {name: f"_prev_{name}" for name in (s.TS_MS, s.BROKER_START_MS, *s.PARTITION_COUNTERS)}
+    # One shuffle, by partition: the replica window and the tables' per-partition and per-follower
+    # windows and groupings all hold whole partitions, so none of them shuffles the records again.
+    by_partition = records.repartition(s.TOPIC, s.PARTITION)
+    windowed = by_partition.withColumn(FOLLOWER_SAMPLE, is_follower).select(
         "*",
-        F.coalesce(F.col(s.TS_MS) - prev_ts, F.lit(0)).alias(INTERVAL_MS),
-        *deltas,
+        F.lag(s.TS_MS).over(by_replica).alias(prev[s.TS_MS]),
+        F.lag(s.BROKER_START_MS).over(by_replica).alias(prev[s.BROKER_START_MS]),
+        *(F.lag(F.coalesce(F.col(c), F.lit(0))).over(by_replica).alias(prev[c]) for c in s.PARTITION_COUNTERS),
         F.last(follower_struct, ignorenulls=True).over(before).alias("_prev"),
         F.max(F.when(F.col(FOLLOWER_SAMPLE), F.col(s.TS_MS))).over(whole).alias(FOLLOWER_LAST_TS_MS),
         F.last(s.ROLE).over(whole).alias(ROLE_LAST),
+    )
+    prev_ts = F.col(prev[s.TS_MS])
+    restarted = F.col(prev[s.BROKER_START_MS]) != F.col(s.BROKER_START_MS)
+    deltas = []
+    for name in s.PARTITION_COUNTERS:
+        value = F.coalesce(F.col(name), F.lit(0))
+        before_value = F.col(prev[name])
+        deltas.append(
+            F.when(prev_ts.isNull(), F.lit(0))
+            .when(restarted | (value < before_value), value)
+            .otherwise(value - before_value)
+            .cast("long")
+            .alias(delta_column(name))
+        )
+    # The running totals themselves are not kept: every table reads their deltas.
+    dropped = {*prev.values(), *s.PARTITION_COUNTERS}
+    first_pass = windowed.select(
+        *(c for c in windowed.columns if c not in dropped),
+        F.coalesce(F.col(s.TS_MS) - prev_ts, F.lit(0)).alias(INTERVAL_MS),
+        *deltas,
     )
     # Two follower samples back is the previous follower sample's own "_prev" (same window, so Spark
     # evaluates it on the already sorted rows: no second shuffle or sort).

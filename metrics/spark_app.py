@@ -2,9 +2,12 @@
 
 How this works:
 - Batch: list the rolled ``broker-<id>-<first_ts_ms>.jsonl`` files and the ``_active/broker-<id>.jsonl``
-  files (Spark's own listing skips ``_`` paths, so the job passes explicit paths), read them with the
-  fixed schema (lines cut by a crash are dropped), keep the parsed records in memory once, compute every
-  table (metrics.lag_job), write each as Parquet under the out dir and render ``dashboard.html``.
+  files (Spark's own listing skips ``_`` paths, so the job passes explicit paths) and read them once
+  with the fixed schema, projected to the fields the tables use (lines cut by a crash are dropped).
+  ``publish`` then runs the one window pass (``lag_job.replica_samples``: one shuffle, one sort) and
+  keeps its result in memory; a first small job collects the broker runs (records, time span, restarts)
+  and fills that cache; the seven tables are aggregations over it, written as Parquet by concurrent
+  jobs; row counts come from the Parquet footers; the page's aggregates read the small written tables.
 - Follow (``--follow``): Structured Streaming over the rolled files only (an active file is still being
   written). Records get an event time and a watermark of three windows; duplicates (MQTT QoS 1 may
   deliver a message twice) are dropped within the watermark. Each micro-batch is appended to
@@ -17,13 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
@@ -39,6 +45,9 @@ STREAM_DIR = "_stream"
 WINDOW_S_DEFAULT = 10
 TRIGGER_S_DEFAULT = 10
 DEDUP_KEY = (s.KIND, s.BROKER_ID, s.TS_MS, s.TOPIC, s.PARTITION)
+# Shuffle partitions per local core: enough tasks to balance two or more cores, few enough that each
+# small aggregation does not pay for hundreds of near-empty tasks (AQE coalesces further).
+LOCAL_SHUFFLE_PARTITIONS_PER_CORE = 2
 
 
 class NoMetricsError(Exception):
@@ -64,21 +73,42 @@ class DashboardResult:
         return json.dumps(asdict(self), sort_keys=True)
 
 
+def _local_cores(master: str) -> int | None:
+    """Cores of a ``local``/``local[N]``/``local[*]`` master, None for a cluster master."""
+    if master == "local":
+        return 1
+    if not master.startswith("local["):
+        return None
+    n = master[len("local[") :].split("]")[0].split(",")[0]
+    if n == "*":
+        return os.cpu_count() or 1
+    return int(n)
+
+
 def create_session(
     master: str | None = None,
     app_name: str = "minibroker-lag-job",
     conf: dict[str, str] | None = None,
 ) -> SparkSession:
-    """A Spark session on ``master`` (``local[*]`` when none), UI off, quiet logs, UTC times."""
+    """A Spark session on ``master`` (``local[*]`` when none), UI off, quiet logs, UTC times.
+
+    On a local master, ``spark.sql.shuffle.partitions`` is sized to the cores (the default 200 makes
+    every small aggregation run 200 tasks); AQE stays on to coalesce what is still too small.
+    """
+    master = master or "local[*]"
     builder = (
-        SparkSession.builder.master(master or "local[*]")
+        SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        # The parsed records are cached once and read by every table; 1 GiB (the default) is tight.
+        .config("spark.sql.adaptive.enabled", "true")
+        # The derived records are cached once and read by every table; 1 GiB (the default) is tight.
         .config("spark.driver.memory", "4g")
     )
+    cores = _local_cores(master)
+    if cores is not None:
+        builder = builder.config("spark.sql.shuffle.partitions", str(cores * LOCAL_SHUFFLE_PARTITIONS_PER_CORE))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -97,12 +127,35 @@ def list_metric_files(metrics_dir: Path, include_active: bool = True) -> list[Pa
 
 
 def read_records(spark: SparkSession, paths: Sequence[Path]) -> DataFrame:
-    """The records of the given JSON-lines files, read with ``RECORD_SCHEMA`` (never inferred).
+    """The records of the given JSON-lines files, read with ``LAG_JOB_SCHEMA`` (never inferred).
 
-    DROPMALFORMED skips a line cut by a crash; rows without kind or ts_ms are dropped too.
+    DROPMALFORMED skips a line cut by a crash; rows without kind or ts_ms are dropped too. The schema
+    names only the fields the tables use, so the parser converts nothing else.
     """
-    raw = spark.read.schema(s.RECORD_SCHEMA).option("mode", "DROPMALFORMED").json([str(p) for p in paths])
+    raw = spark.read.schema(s.LAG_JOB_SCHEMA).option("mode", "DROPMALFORMED").json([str(p) for p in paths])
     return raw.where(F.col(s.KIND).isNotNull() & F.col(s.TS_MS).isNotNull())
+
+
+def parquet_row_count(path: Path) -> int:
+    """Rows in a written Parquet folder, from the footers of its part files (no Spark job)."""
+    return sum(pq.ParquetFile(part).metadata.num_rows for part in sorted(path.glob("*.parquet")))
+
+
+def write_tables(tables: Mapping[str, DataFrame], out_dir: Path) -> dict[str, str]:
+    """Write every table as Parquet under ``out_dir/<name>``, the jobs submitted concurrently.
+
+    Each write is one small job over the cached derived records; submitting them together lets the
+    scheduler overlap one job's planning and commit with another's tasks.
+    """
+    paths = {name: str(out_dir / name) for name in tables}
+
+    def write(name: str) -> None:
+        tables[name].write.mode("overwrite").parquet(paths[name])
+
+    with ThreadPoolExecutor(max_workers=len(tables) or 1, thread_name_prefix="write-table") as pool:
+        for done in [pool.submit(write, name) for name in tables]:
+            done.result()  # re-raises a failed write
+    return paths
 
 
 def publish(
@@ -111,30 +164,30 @@ def publish(
     config: LagJobConfig,
     title: str,
 ) -> tuple[dict[str, str], dict[str, int], dict[str, int], int]:
-    """Compute and write every table and the page from ``records`` (already cached by the caller).
+    """Compute and write every table and the page from ``records`` (read once; not cached by the caller).
 
     Returns (table paths, table row counts, follower status counts, record count).
     """
     spark = records.sparkSession
-    newest = records.agg(F.count(F.lit(1)).alias("n"), F.max(s.TS_MS).alias("now")).first()
-    assert newest is not None
-    if newest["n"] == 0:
-        raise NoMetricsError("the metrics files hold no readable records")
-    tables = lag_job.compute_tables(records, config, now_ms=newest["now"])
-    paths: dict[str, str] = {}
-    for name, df in tables.items():
-        path = out_dir / name
-        df.write.mode("overwrite").parquet(str(path))
-        paths[name] = str(path)
-    # Read the tables back: the page's aggregates then start from the written Parquet, not a recompute.
+    samples = lag_job.replica_samples(records).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        runs = dashboard.broker_runs(samples)  # the first job: it fills the cache
+        n = sum(run.records for run in runs)
+        if n == 0:
+            raise NoMetricsError("the metrics files hold no readable records")
+        now_ms = max(run.last_ts_ms for run in runs)
+        paths = write_tables(lag_job.tables_of_samples(samples, config, now_ms=now_ms), out_dir)
+    finally:
+        samples.unpersist()
+    counts = {name: parquet_row_count(Path(path)) for name, path in paths.items()}
+    # The page's aggregates start from the small written tables, not from the records.
     written = {name: spark.read.parquet(path) for name, path in paths.items()}
-    counts = {name: df.count() for name, df in written.items()}
-    data = dashboard.collect_dashboard_data(title, records, written, config.window_ms)
+    data = dashboard.collect_dashboard_data(title, written, config.window_ms, runs)
     page = out_dir / DASHBOARD_FILE
     tmp = page.with_suffix(".html.tmp")
     tmp.write_text(dashboard.render_dashboard(data), encoding="utf-8")
     tmp.replace(page)  # a browser reloading mid-refresh never sees half a page
-    return paths, counts, data.status_counts, newest["n"]
+    return paths, counts, data.status_counts, n
 
 
 def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: LagJobConfig) -> DashboardResult:
@@ -143,11 +196,8 @@ def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: Lag
     if not files:
         raise NoMetricsError(f"no broker-*.jsonl files in {metrics_dir} or {metrics_dir / ACTIVE_DIR}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    records = read_records(spark, files).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        paths, counts, statuses, n = publish(records, out_dir, config, f"minibroker lag — {metrics_dir.name}")
-    finally:
-        records.unpersist()
+    records = read_records(spark, files)
+    paths, counts, statuses, n = publish(records, out_dir, config, f"minibroker lag — {metrics_dir.name}")
     return DashboardResult(
         out_dir=str(out_dir),
         dashboard_html=str(out_dir / DASHBOARD_FILE),
@@ -201,15 +251,8 @@ def run_follow(
         if batch.isEmpty():
             return  # a no-data batch that only moved the watermark
         batch.write.mode("append").parquet(str(accumulated))
-        records = (
-            spark.read.schema(s.RECORD_SCHEMA).parquet(str(accumulated)).persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        try:
-            paths, counts, statuses, n = publish(
-                records, out_dir, config, f"minibroker lag — {metrics_dir.name}"
-            )
-        finally:
-            records.unpersist()
+        records = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(str(accumulated))
+        paths, counts, statuses, n = publish(records, out_dir, config, f"minibroker lag — {metrics_dir.name}")
         with state.changed:
             state.batches += 1
             state.last = DashboardResult(
