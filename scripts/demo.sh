@@ -13,6 +13,8 @@ base_port="${MINIBROKER_DEMO_BASE_PORT:-9092}"
 bootstrap="127.0.0.1:${base_port}"
 
 step() { printf '\n== %s\n' "$*"; }
+# Spark binds its driver to this address instead of guessing one from the host name (and warning).
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
 
 if [ -f "$dir/cluster.json" ]; then
     "$mb" cluster down --dir "$dir" >/dev/null 2>&1 || true
