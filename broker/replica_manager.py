@@ -249,6 +249,7 @@ class ReplicaManager:
                 resp.records = read.records
                 resp.high_watermark = read.high_watermark
                 resp.log_start_offset = read.log_start_offset
+                resp.log_end_offset = read.log_end_offset
                 if read.records and params.is_from_follower and self.leader_throttles(partition, params.replica_id):
                     resp.records = b""  # L13: an out-of-sync follower over the leader's quota gets nothing now
                 if read.records:

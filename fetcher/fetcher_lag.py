@@ -5,7 +5,10 @@ How this works
 Every processed fetch response updates the partition's entry, also when it carried no records:
 
 * `lag_messages` = max(0, leader HW − next fetch offset), as the leader reported its HW in that response.
-* The follower is *caught up* when that lag is 0 (its next fetch offset has reached the leader's HW).
+* The follower is *caught up* when its next fetch offset has reached the leader's log end offset as the
+  leader reported it in that response (`log_end_offset`, our addition to FETCH); when a leader does not
+  report it, when that lag is 0 (its next fetch offset has reached the leader's HW). The HW-based rule
+  alone would make every ISR member look caught up by construction, since the HW is the minimum ISR LEO.
   `last_caught_up_ms` is the time of the latest response that found it caught up (or the time the
   partition was added, before any response). `lag_ms` is 0 while the latest response found it caught
   up, and otherwise `now − last_caught_up_ms`: how long the follower has been behind.
@@ -64,18 +67,20 @@ class FetcherLagStats:
         leader_high_watermark: int,
         bytes_appended: int,
         now_ms: int,
+        leader_log_end_offset: int = -1,
     ) -> int:
         """Record one processed response; returns the lag in messages."""
         lag = max(0, leader_high_watermark - next_fetch_offset)
         entry = self._entry(tp, now_ms)
         entry.bytes_fetched += bytes_appended
         entry.leader_high_watermark = leader_high_watermark
-        self._set_lag(entry, next_fetch_offset, lag, now_ms)
+        caught_up = next_fetch_offset >= leader_log_end_offset if leader_log_end_offset >= 0 else lag == 0
+        self._set_lag(entry, next_fetch_offset, lag, now_ms, caught_up)
         return lag
 
     def record_reset(self, tp: TopicPartition, next_fetch_offset: int, lag: int, now_ms: int) -> None:
         """An out-of-range reset computed a fresh lag from the leader's end offset."""
-        self._set_lag(self._entry(tp, now_ms), next_fetch_offset, max(0, lag), now_ms)
+        self._set_lag(self._entry(tp, now_ms), next_fetch_offset, max(0, lag), now_ms, lag <= 0)
 
     def lag(self, tp: TopicPartition) -> int | None:
         entry = self._entries.get(tp)
@@ -96,11 +101,11 @@ class FetcherLagStats:
         return self._entries[tp]
 
     @staticmethod
-    def _set_lag(entry: _Entry, next_fetch_offset: int, lag: int, now_ms: int) -> None:
+    def _set_lag(entry: _Entry, next_fetch_offset: int, lag: int, now_ms: int, caught_up: bool) -> None:
         entry.lag_messages = lag
         entry.fetch_offset = next_fetch_offset
         entry.last_response_ms = now_ms
-        entry.caught_up = lag == 0
+        entry.caught_up = caught_up
         if entry.caught_up:
             entry.last_caught_up_ms = now_ms
 

@@ -550,7 +550,14 @@ class ReplicaFetcher:
         next_offset = info.last_offset + 1 if info is not None and info.num_records > 0 else state.fetch_offset
         if valid_bytes > 0 and self._quota is not None and self._quota.is_throttled(tp):
             self._quota.record(valid_bytes)
-        lag = self._lag.record_response(tp, next_offset, partition.high_watermark, valid_bytes, now_ms)
+        lag = self._lag.record_response(
+            tp,
+            next_offset,
+            partition.high_watermark,
+            valid_bytes,
+            now_ms,
+            leader_log_end_offset=partition.log_end_offset,
+        )
         new_state = state.replace(
             fetch_offset=next_offset,
             lag=lag,

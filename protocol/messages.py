@@ -158,6 +158,9 @@ class FetchPartitionResponse(Message):
     records: bytes = b""
     error_message: str | None = None
     last_stable_offset: int = -1
+    # The leader's log end offset when it read (not in Kafka's FETCH): lets a follower tell how long it
+    # has been behind the leader's log end, which is what lag in ms means here; -1 when unknown.
+    log_end_offset: int = -1
 
 
 @dataclass(slots=True)

@@ -46,6 +46,7 @@ class _Session:
 
 class ScriptedLeader(LeaderEndPoint):
     def __init__(self, leader_broker_id: int = 1, *, sessions: bool = False, batches_per_fetch: int = 1) -> None:
+        self.report_log_end_offset = False  # FETCH responses carry the leader LEO only when asked
         self.leader_broker_id = leader_broker_id
         self.supports_offsets_for_leader_epoch = True
         self.partitions: dict[TopicPartition, LeaderPartition] = {}
@@ -196,6 +197,7 @@ class ScriptedLeader(LeaderEndPoint):
             high_watermark=mlog.high_watermark,
             log_start_offset=mlog.log_start_offset,
             records=records,
+            log_end_offset=mlog.log_end_offset if self.report_log_end_offset else -1,
         )
 
     async def fetch_epoch_end_offsets(

@@ -415,3 +415,24 @@ async def test_closing_swallows_leader_end_point_errors() -> None:
     h.leader.close_exception = OSError("already closed")
     await h.fetcher.close()
     assert h.leader.closed
+
+
+async def test_lag_ms_counts_time_behind_the_leaders_log_end_even_at_its_high_watermark() -> None:
+    # given a leader whose HW (1) trails its log end (3), and which reports its log end in FETCH
+    h = Harness()
+    h.leader.report_log_end_offset = True
+    h.follower_log(T0)
+    leader = h.leader_log(T0, single(0, 3), leader_epoch=0)
+    leader.update_high_watermark(1)
+    h.add(T0, leader_epoch=0)
+    # when the follower fetched up to the HW but not the log end, and 500 ms pass
+    await h.fetcher.do_work()
+    h.time.advance(500)
+    stats = h.fetcher.lag_snapshot()[T0]
+    # then Kafka's HW-based lag sees nothing, while lag in ms shows it has been behind all along
+    assert (stats.fetch_offset, stats.lag_messages) == (1, 0)
+    assert stats.lag_ms == 500
+    # and once it reaches the log end, lag in ms is 0 again
+    await h.run_until(lambda: h.in_step(T0))
+    await h.fetcher.do_work()
+    assert h.fetcher.lag_snapshot()[T0].lag_ms == 0
