@@ -497,6 +497,9 @@ DELEGATED: dict[tuple[str, ...], Callable[[list[str]], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from cluster.allocator import tune_allocator
+
+    tune_allocator()  # brokers and clients move megabyte buffers: see cluster/allocator.py
     for prefix, run in DELEGATED.items():
         if tuple(argv[: len(prefix)]) == prefix:
             return int(run(argv[len(prefix) :]))
