@@ -54,9 +54,15 @@ class LogManager:
         self.logs[tp] = log_
         return log_
 
-    def checkpoint_high_watermarks(self) -> None:
-        hws = {(tp.topic, tp.partition): lg.high_watermark for tp, lg in self.logs.items()}
+    def high_watermarks(self) -> dict[tuple[str, int], int]:
+        return {(tp.topic, tp.partition): lg.high_watermark for tp, lg in self.logs.items()}
+
+    def write_high_watermarks(self, hws: dict[tuple[str, int], int]) -> None:
+        """Write a snapshot taken with `high_watermarks()`; safe to call from a worker thread."""
         self.hw_checkpoint.write(hws)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self.write_high_watermarks(self.high_watermarks())
 
     def cleanup_logs(self) -> int:
         """Retention (log.retention.ms / log.retention.bytes): whole old segments are deleted."""

@@ -104,6 +104,8 @@ def standalone_broker(tmp: Path, broker_id: int, port: int, *overrides: str) -> 
         "replica.fetch.backoff.ms=100",
         "--override",
         "replica.fetch.wait.max.ms=100",
+        "--override",
+        "replica.high.watermark.checkpoint.interval.ms=200",
     ]
     for o in overrides:
         args += ["--override", o]

@@ -104,6 +104,18 @@ async def test_acks_all_writes_are_on_every_replica_byte_for_byte(brokers: list[
             assert [by_offset[base + k] for k in range(len(values))] == values
         assert sorted(by_offset) == list(range(100)), "every offset exactly once, no gaps"
 
+    # and every broker checkpoints those HWs periodically (replication-offset-checkpoint, Kafka's name)
+    from broker.log.checkpoint import HighWatermarkCheckpoint
+
+    async def checkpointed() -> bool:
+        return all(
+            HighWatermarkCheckpoint(b.log_dir / "data" / "replication-offset-checkpoint").read()
+            == {("r", p): 100 for p in range(PARTITIONS)}
+            for b in brokers
+        )
+
+    await wait_until(checkpointed, what="HW checkpoints on every broker")
+
 
 async def test_a_parked_fetch_answers_early_when_data_arrives(brokers: list[BrokerProcess]) -> None:
     await assign(brokers, "d", 1, {0: 1})
