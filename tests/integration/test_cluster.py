@@ -18,6 +18,7 @@ from client.producer import send_batch
 from cluster.chaos import CHAOS_OVERRIDES
 from cluster.local_cluster import (
     LocalClusterState,
+    free_ports,
     log_size,
     pid_alive,
     restart_broker,
@@ -29,7 +30,6 @@ from cluster.local_cluster import (
 from protocol.errors import ErrorCode
 from protocol.messages import DEBUGGING_REPLICA_ID, DescribeLogDirsRequest, FetchPartition, FetchRequest, TopicPartition
 from protocol.record_batch import iter_records
-from cluster.local_cluster import free_ports
 from tests.integration.processes import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]

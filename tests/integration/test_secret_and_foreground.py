@@ -35,7 +35,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 async def test_with_a_cluster_secret_only_authenticated_connections_may_change_state(tmp_path: Path) -> None:
     ports = free_ports(4)
     state = await start_cluster(
-        tmp_path / "c", 3, controller_port=ports[3], broker_ports=ports[:3], secret="s3cret",
+        tmp_path / "c",
+        3,
+        controller_port=ports[3],
+        broker_ports=ports[:3],
+        secret="s3cret",
         overrides={"metrics.interval.ms": "200"},
     )
     try:
@@ -88,8 +92,11 @@ async def test_metric_records_match_what_the_broker_serves(tmp_path: Path) -> No
 
         def latest() -> dict[str, object] | None:
             rows = [
-                r for r in read_records(Path(state.metrics_dir))
-                if r.get("kind") == "partition" and r.get("topic") == "measured" and r.get("broker_id") == leader.node_id
+                r
+                for r in read_records(Path(state.metrics_dir))
+                if r.get("kind") == "partition"
+                and r.get("topic") == "measured"
+                and r.get("broker_id") == leader.node_id
             ]
             return max(rows, key=lambda r: r["ts_ms"]) if rows else None  # type: ignore[arg-type, return-value]
 
@@ -135,9 +142,23 @@ def test_cluster_up_in_the_foreground_stops_every_process_on_ctrl_c(tmp_path: Pa
     assert base is not None
     cluster_dir = tmp_path / "fg"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster", "cluster", "up", "--brokers", "2", "--dir", str(cluster_dir),
-         "--base-port", str(base)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "cluster",
+            "cluster",
+            "up",
+            "--brokers",
+            "2",
+            "--dir",
+            str(cluster_dir),
+            "--base-port",
+            str(base),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
