@@ -123,6 +123,7 @@ class BrokerServer:
             self.listen_port,
             max_frame_bytes=config["socket.request.max.bytes"],
             max_queued_requests=config["queued.max.requests.per.connection"],
+            max_in_flight=config["max.in.flight.requests.per.connection"],
         )
         metrics_dir = config.get("metrics.dir") or str(self.log_dir.parent / "metrics")
         self.emitter = MetricsEmitter(

@@ -152,6 +152,12 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("cluster.secret", str, None, "shared secret that controller-only requests must present"),
         ConfigKey("socket.request.max.bytes", int, 100 * MIB, "largest request frame accepted"),
         ConfigKey("queued.max.requests.per.connection", int, 64, "requests read ahead per connection"),
+        ConfigKey(
+            "max.in.flight.requests.per.connection",
+            int,
+            5,
+            "requests of one connection processed at once (their waits overlap; answers stay in order)",
+        ),
         ConfigKey("replica.fetch.wait.max.ms", int, 500, "max wait of a follower fetch"),
         ConfigKey("replica.fetch.min.bytes", int, 1, "min bytes of a follower fetch response"),
         ConfigKey("replica.fetch.max.bytes", int, MIB, "bytes per partition in a follower fetch"),

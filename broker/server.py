@@ -4,10 +4,13 @@ How this works
 --------------
 One `_ServerConnection` (an asyncio BufferedProtocol) per client connection reads frames with the
 shared `FrameDecoder` straight into its buffers, decodes each into (header, typed body) and queues it.
-One worker task per connection takes requests in order, awaits the handler and writes the response, so
-responses leave in request order with their correlation ids, as Kafka's muted-channel processing does.
-Clients may pipeline: while `queued.max.requests.per.connection` requests wait, the socket stops being
-read (back-pressure through TCP instead of memory).
+One worker task per connection starts the queued requests in arrival order — up to
+`max.in.flight.requests.per.connection` at once — and writes their responses in that same order with
+their correlation ids. A request's effect on the broker (an append, a read) happens before the next
+request starts, so ordering is as if they ran one by one; only the waits overlap (see `_work`).
+While `queued.max.requests.per.connection` requests wait, the socket stops being read (back-pressure
+through TCP instead of memory). On close the server stops reading, answers what it received (bounded
+by a drain timeout) and then closes the connections.
 
 Failure handling, per DESIGN principle 8:
 * a broken frame, undecodable msgpack, an oversize length prefix or an unreadable header closes that
@@ -68,7 +71,8 @@ class _ServerConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.context = ConnectionContext(connection_id, "?")
         self.reading_paused = False
-        self.closing = False
+        self.peer_gone = False  # the connection is closed: nothing more to read or write
+        self.draining = False  # the server is closing: answer what was received, read nothing new
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.worker: asyncio.Task[None] | None = None
@@ -122,40 +126,79 @@ class _ServerConnection(asyncio.BufferedProtocol):
         self._can_write.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
+        self.peer_gone = True
         self.server.stats.active_connections -= 1
         self.server._connections.discard(self)
         self._can_write.set()
         self.wakeup.set()
 
     def _abort(self) -> None:
-        self.closing = True
+        self.peer_gone = True
         self.queue.clear()
         if self.transport is not None:
             self.transport.close()
         self.wakeup.set()
 
-    # -- the worker: one request at a time, in order ---------------------------------------------
+    # -- the worker: requests start in order, responses leave in order ---------------------------
 
     async def _work(self) -> None:
-        while True:
-            while not self.queue:
-                if self.closing:
-                    return
+        """Start queued requests in arrival order, up to `max_in_flight` at once, and write responses in
+        that same order as they finish.
+
+        Each handler runs its synchronous part (a log append, a log read, a fetch-session check) before
+        the next request's starts, because tasks start in creation order, so what a request does to the
+        broker's state happens in request order; only the waiting overlaps (an acks=all produce waiting
+        for followers, a fetch parked in the purgatory). Kafka processes one request per connection at a
+        time and gets its throughput from batching instead; overlapping the waits lets a pipelining
+        client reach the same without changing what it observes.
+        """
+        loop = asyncio.get_running_loop()
+        in_flight: collections.deque[tuple[RequestHeader, asyncio.Task[Message | None]]] = collections.deque()
+        limit = self.server.max_in_flight
+        try:
+            while True:
                 self.wakeup.clear()
+                while self.queue and len(in_flight) < limit and not self.peer_gone:
+                    header, body, error = self.queue.popleft()
+                    task = loop.create_task(self._respond(header, body, error))
+                    task.add_done_callback(self._on_request_done)
+                    in_flight.append((header, task))
+                self._maybe_resume_reading()
+                while in_flight and in_flight[0][1].done():
+                    header, task = in_flight.popleft()
+                    response = task.result()
+                    if response is None or self.peer_gone or self.transport is None:
+                        continue
+                    payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
+                    self.transport.writelines([frame_prefix(len(payload)), payload])
+                    if not self._can_write.is_set():
+                        await self._can_write.wait()
+                if self.peer_gone or (self.draining and not self.queue and not in_flight):
+                    return
+                if (in_flight and in_flight[0][1].done()) or (self.queue and len(in_flight) < limit):
+                    continue
                 await self.wakeup.wait()
-            header, body, error = self.queue.popleft()
-            if self.reading_paused and len(self.queue) < self.server.max_queued_requests // 2:
-                self.reading_paused = False
-                if self.transport is not None and not self.closing:
-                    self.transport.resume_reading()
-            response = await self._respond(header, body, error)
-            if response is None or self.closing or self.transport is None:
-                continue
-            payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
-            self.transport.writelines([frame_prefix(len(payload)), payload])
-            if not self._can_write.is_set():
-                await self._can_write.wait()
+        finally:
+            for _, task in in_flight:
+                task.cancel()
+            if in_flight:
+                await asyncio.gather(*(task for _, task in in_flight), return_exceptions=True)
+
+    def _on_request_done(self, task: asyncio.Task[Message | None]) -> None:
+        self.wakeup.set()
+
+    def _maybe_resume_reading(self) -> None:
+        if self.reading_paused and not self.draining and len(self.queue) < self.server.max_queued_requests // 2:
+            self.reading_paused = False
+            if self.transport is not None and not self.peer_gone:
+                self.transport.resume_reading()
+
+    def drain(self) -> None:
+        """Graceful close: read no more requests, finish and answer the ones already received."""
+        self.draining = True
+        if self.transport is not None and not self.peer_gone:
+            self.transport.pause_reading()
+        self.wakeup.set()
 
     async def _respond(
         self, header: RequestHeader, body: Message | None, error: RequestDecodeError | None
@@ -185,12 +228,14 @@ class SocketServer:
         port: int = 0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_queued_requests: int = 64,
+        max_in_flight: int = 16,
     ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
         self.max_frame_bytes = max_frame_bytes
         self.max_queued_requests = max_queued_requests
+        self.max_in_flight = max(1, max_in_flight)
         self.stats = ServerStats()
         self._server: asyncio.AbstractServer | None = None
         self._workers: set[asyncio.Task[None]] = set()
@@ -218,8 +263,7 @@ class SocketServer:
         """Stop accepting, let in-flight requests finish (bounded), then close every connection."""
         await self.stop_accepting()
         for conn in list(self._connections):
-            conn.closing = True
-            conn.wakeup.set()
+            conn.drain()
         if self._workers:
             await asyncio.wait(set(self._workers), timeout=drain_timeout_s)
         for conn in list(self._connections):
