@@ -44,6 +44,8 @@ from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
+from cluster.local_cluster import pid_alive
+
 PROFILE_ENV = "BENCH_PROFILE_DIR"
 _PREFIX = struct.Struct(">I")
 
@@ -169,7 +171,7 @@ class ProcessReaper:
         for proc in self._popens:
             if proc.poll() is None:
                 pids.add(proc.pid)
-        alive = [p for p in pids if _alive(p)]
+        alive = [p for p in pids if pid_alive(p)]
         for pid in alive:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -177,7 +179,7 @@ class ProcessReaper:
         while alive and time.monotonic() < deadline:
             for proc in self._popens:
                 proc.poll()  # reap our own children so they stop counting as alive
-            alive = [p for p in alive if _alive(p)]
+            alive = [p for p in alive if pid_alive(p)]
             time.sleep(0.02)
         for pid in alive:
             with contextlib.suppress(ProcessLookupError):
@@ -185,22 +187,6 @@ class ProcessReaper:
         for proc in self._popens:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5.0)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError, IndexError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            return False
-    return True
 
 
 def main_guard(run: Callable[[ProcessReaper], Coroutine[Any, Any, dict[str, Any]]]) -> int:

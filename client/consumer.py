@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.cluster_client import REFRESH_ERRORS, ClusterClient, ClusterUnavailableError
-from protocol.errors import ErrorCode
-from protocol.messages import FetchPartition, TopicPartition
+from client.connection import BrokerConnection
+from protocol.errors import ErrorCode, error_for_code
+from protocol.messages import DEBUGGING_REPLICA_ID, FetchPartition, FetchRequest, TopicPartition
 from protocol.record_batch import Record, iter_records
 
 
@@ -156,3 +157,27 @@ async def consume_command(args: argparse.Namespace) -> dict[str, Any]:
         await consume_all(client, partitions, args.from_beginning, args.max_messages, args.timeout_ms, on_record)
     out.flush()
     return {"count": sum(counts.values()), "partitions": counts}
+
+
+async def read_replica(conn: BrokerConnection, tp: TopicPartition, max_bytes: int = 8 * 1024 * 1024) -> bytes:
+    """Every byte one replica (leader or follower) holds from its log start to its HW, as stored.
+
+    Uses Kafka's debugging replica id (-2), which may read any replica up to its high watermark: the
+    chaos oracle and the tests compare replicas byte for byte this way.
+    """
+    out = bytearray()
+    offset = 0
+    while True:
+        req = FetchRequest(
+            DEBUGGING_REPLICA_ID, 0, 1, max_bytes, [FetchPartition(tp.topic, tp.partition, offset, max_bytes)]
+        )
+        p = (await conn.send(req, timeout_s=10.0)).partitions[0]
+        if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset == 0 and p.log_start_offset > 0:
+            offset = p.log_start_offset  # retention or DeleteRecords moved the log start
+            continue
+        if p.error_code != ErrorCode.NONE:
+            raise error_for_code(p.error_code, p.error_message)
+        if not p.records:
+            return bytes(out)
+        out += p.records
+        offset = [r.offset for r in iter_records(p.records)][-1] + 1

@@ -36,7 +36,9 @@ def tune_allocator(mmap_threshold_bytes: int = 64 * MIB, trim_threshold_bytes: i
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    ok = mallopt(M_MMAP_THRESHOLD, mmap_threshold_bytes) == 1 and mallopt(M_TRIM_THRESHOLD, trim_threshold_bytes) == 1
+    ok = bool(mallopt(M_MMAP_THRESHOLD, mmap_threshold_bytes) == 1) and bool(
+        mallopt(M_TRIM_THRESHOLD, trim_threshold_bytes) == 1
+    )
     if not ok:
         log.debug("mallopt refused the thresholds; keeping the allocator's defaults")
     return ok

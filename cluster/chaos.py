@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from client.cluster_client import ClusterClient, ClusterUnavailableError
-from client.consumer import Consumer
+from client.consumer import Consumer, read_replica
 from client.producer import NOT_WRITTEN
 from cluster.local_cluster import (
     LocalClusterState,
@@ -51,7 +51,7 @@ from cluster.local_cluster import (
     stop_cluster,
 )
 from protocol.errors import ErrorCode
-from protocol.messages import DEBUGGING_REPLICA_ID, FetchPartition, TopicPartition
+from protocol.messages import TopicPartition
 from protocol.record_batch import build_batch, iter_records
 
 CHAOS_OVERRIDES = {
@@ -316,24 +316,8 @@ class ChaosRun:
         return ends
 
     async def read_replica(self, client: ClusterClient, broker_id: int, tp: TopicPartition) -> bytes:
-        """Every byte of one replica from log start to its HW (debug fetch: any replica, up to HW)."""
         info = self.state.broker(broker_id)
-        conn = await client.connection(info.host, info.port)
-        out = bytearray()
-        offset = 0
-        while True:
-            resp = await client_fetch_debug(conn, tp, offset)
-            p = resp.partitions[0]
-            if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset == 0 and p.log_start_offset > 0:
-                offset = p.log_start_offset
-                continue
-            if p.error_code != ErrorCode.NONE or not p.records:
-                return bytes(out)
-            out += p.records
-            last = None
-            for rec in iter_records(p.records):
-                last = rec.offset
-            offset = (last + 1) if last is not None else offset + 1
+        return await read_replica(await client.connection(info.host, info.port), tp)
 
     async def verify(self) -> dict[str, Any]:
         client = self._client("chaos-verify")
@@ -467,15 +451,6 @@ def find_problems(
         if len(where) > 1:
             duplicates.append({"value": key, "found_at": [[str(t), o] for t, o in where]})
     return {"lost": lost, "duplicates": duplicates, "inconsistent": inconsistent, "divergent": divergent}
-
-
-async def client_fetch_debug(conn: Any, tp: TopicPartition, offset: int) -> Any:
-    from protocol.messages import FetchRequest
-
-    req = FetchRequest(
-        DEBUGGING_REPLICA_ID, 0, 1, 8 * 1024 * 1024, [FetchPartition(tp.topic, tp.partition, offset, 8 * 1024 * 1024)]
-    )
-    return await conn.send(req, timeout_s=10.0)
 
 
 def render_report(report: dict[str, Any]) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -159,13 +158,3 @@ def running(*procs: BrokerProcess):  # type: ignore[no-untyped-def]
     finally:
         for p in procs:
             p.stop()
-
-
-def parse_json_lines(text: str) -> list[dict[str, object]]:
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            with contextlib.suppress(json.JSONDecodeError):
-                out.append(json.loads(line))
-    return out

@@ -14,6 +14,7 @@ import pytest
 
 from client.cluster_client import ClusterClient
 from client.connection import BrokerConnection
+from client.consumer import read_replica
 from client.producer import send_batch
 from cluster.chaos import CHAOS_OVERRIDES
 from cluster.local_cluster import (
@@ -28,7 +29,7 @@ from cluster.local_cluster import (
     wait_for_listening,
 )
 from protocol.errors import ErrorCode
-from protocol.messages import DEBUGGING_REPLICA_ID, DescribeLogDirsRequest, FetchPartition, FetchRequest, TopicPartition
+from protocol.messages import DescribeLogDirsRequest, TopicPartition
 from protocol.record_batch import iter_records
 from tests.integration.processes import wait_until
 
@@ -52,18 +53,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[LocalClusterState]:
 
 async def read_partition(state: LocalClusterState, broker_id: int, tp: TopicPartition) -> bytes:
     b = state.broker(broker_id)
-    out = bytearray()
-    offset = 0
     async with await BrokerConnection.connect(b.host, b.port) as conn:
-        while True:
-            req = FetchRequest(
-                DEBUGGING_REPLICA_ID, 0, 1, 1 << 22, [FetchPartition(tp.topic, tp.partition, offset, 1 << 22)]
-            )
-            p = (await conn.send(req)).partitions[0]
-            if p.error_code != ErrorCode.NONE or not p.records:
-                return bytes(out)
-            out += p.records
-            offset = [r.offset for r in iter_records(p.records)][-1] + 1
+        return await read_replica(conn, tp)
 
 
 async def test_killing_a_leader_under_load_elects_a_new_one_loses_nothing_and_the_old_leader_rejoins(

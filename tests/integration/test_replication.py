@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from client.connection import BrokerConnection
+from client.consumer import read_replica
 from cluster.local_cluster import free_ports
 from protocol.errors import ErrorCode
 from protocol.messages import (
-    DEBUGGING_REPLICA_ID,
     DescribeLogDirsRequest,
     FetchPartition,
     FetchRequest,
@@ -24,7 +24,7 @@ from protocol.messages import (
     TopicPartition,
 )
 from protocol.record_batch import build_batch, iter_records
-from tests.integration.processes import BrokerProcess, assign, standalone_broker, wait_until
+from tests.integration.processes import BrokerProcess, assign, running, standalone_broker, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -34,31 +34,13 @@ PARTITIONS = 3
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[list[BrokerProcess]]:
     ports = free_ports(3)
-    procs = [standalone_broker(tmp_path, i + 1, ports[i]) for i in range(3)]
-    try:
-        for p in procs:
-            p.start()
-        yield procs
-    finally:
-        for p in procs:
-            p.stop()
+    with running(*(standalone_broker(tmp_path, i + 1, ports[i]) for i in range(3))) as procs:
+        yield list(procs)
 
 
 async def replica_bytes(port: int, tp: TopicPartition) -> bytes:
-    """Everything a replica holds below its HW, read with the debugging replica id."""
-    out = bytearray()
-    offset = 0
     async with await BrokerConnection.connect("127.0.0.1", port) as conn:
-        while True:
-            req = FetchRequest(
-                DEBUGGING_REPLICA_ID, 0, 1, 1 << 22, [FetchPartition(tp.topic, tp.partition, offset, 1 << 22)]
-            )
-            p = (await conn.send(req)).partitions[0]
-            assert p.error_code == ErrorCode.NONE, p.error_message
-            if not p.records:
-                return bytes(out)
-            out += p.records
-            offset = [r.offset for r in iter_records(p.records)][-1] + 1
+        return await read_replica(conn, tp)
 
 
 async def ends(port: int) -> dict[TopicPartition, tuple[int, int]]:
