@@ -31,7 +31,7 @@ from broker.metadata_cache import MetadataCache
 from broker.purgatory import DelayedOperationPurgatory
 from broker.replica_manager import ReplicaManager
 from broker.replication_quota import quota_manager_from_kafka_props
-from broker.server import SocketServer
+from broker.server import SocketServer, wait_for_termination
 from broker.timer import SystemTimer, TimerReaper
 from client.controller_client import ControllerClient
 from fetcher.partition_fetch_state import InitialFetchState
@@ -284,16 +284,10 @@ class BrokerServer:
 
 
 async def run_broker(config: dict[str, Any]) -> None:
-    """Run until SIGTERM/SIGINT, then shut down gracefully."""
-    import signal
-
+    """Run until SIGTERM/SIGINT, then shut down gracefully (controlled shutdown first)."""
     server = BrokerServer(config)
     await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await wait_for_termination()
     await server.shutdown(controlled=True)
 
 

@@ -218,6 +218,17 @@ class _ServerConnection(asyncio.BufferedProtocol):
             return ErrorResponse(int(ErrorCode.UNKNOWN_SERVER_ERROR), f"{type(exc).__name__}: {exc}")
 
 
+async def wait_for_termination() -> None:
+    """Return on the first SIGTERM or SIGINT, so a process can shut down in order instead of dying."""
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
 class SocketServer:
     """Accepts connections and owns their worker tasks. `await start()`, then `await close()`."""
 

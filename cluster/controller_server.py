@@ -29,7 +29,7 @@ from typing import Any
 
 from broker.config import REQUIRED, ConfigDef, ConfigKey, parse_host_port
 from broker.kafka_apis import api_versions_response, authenticate, check_secret
-from broker.server import ConnectionContext, SocketServer
+from broker.server import ConnectionContext, SocketServer, wait_for_termination
 from client.connection import BrokerConnection
 from cluster.controller import Controller, ControllerConfig, ControllerResult
 from cluster.metadata_store import MetadataStore
@@ -289,13 +289,7 @@ class ControllerServer:
 
 
 async def run_controller(config: dict[str, Any]) -> None:
-    import signal
-
     server = ControllerServer(config)
     await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await wait_for_termination()
     await server.shutdown()

@@ -7,12 +7,12 @@ backs the whole request off (F5). Requests time out after `replica.socket.timeou
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
-from client.connection import BrokerConnection
+from client.controller_client import ReconnectingConnection
 from fetcher.leader_end_point import LeaderEndPoint
+from protocol.codec import Message
 from protocol.errors import ErrorCode, error_for_code
 from protocol.messages import (
     EARLIEST_TIMESTAMP,
@@ -45,47 +45,22 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
     ) -> None:
         self.leader_broker_id = leader_broker_id
         self.supports_offsets_for_leader_epoch = True
-        self._endpoint = endpoint
         self._local_broker_id = local_broker_id
-        self._client_id = client_id
-        self._timeout_s = socket_timeout_ms / 1000.0
-        self._max_frame_bytes = max_frame_bytes
-        self._connection: BrokerConnection | None = None
-        self._connecting = asyncio.Lock()
 
-    async def _connection_or_connect(self) -> BrokerConnection:
-        if self._connection is not None and self._connection.is_open:
-            return self._connection
-        async with self._connecting:
-            if self._connection is not None and self._connection.is_open:
-                return self._connection
-            ep = self._endpoint()
-            if ep is None:
-                raise ConnectionError(f"no known address for leader broker {self.leader_broker_id}")
-            self._connection = await BrokerConnection.connect(
-                ep.host,
-                ep.port,
-                self._client_id,
-                timeout_s=self._timeout_s,
-                max_frame_bytes=self._max_frame_bytes,
-            )
-            return self._connection
+        def address() -> tuple[str, int] | None:
+            ep = endpoint()
+            return None if ep is None else (ep.host, ep.port)
 
-    async def _send(self, request: object) -> object:
-        conn = await self._connection_or_connect()
-        try:
-            return await conn.send(request, timeout_s=self._timeout_s)  # type: ignore[arg-type]
-        except (TimeoutError, ConnectionError, OSError):
-            await self._drop_connection()
-            raise
+        self._connection = ReconnectingConnection(
+            address,
+            client_id,
+            timeout_s=socket_timeout_ms / 1000.0,
+            max_frame_bytes=max_frame_bytes,
+            describe=f"leader broker {leader_broker_id}",
+        )
 
-    async def _drop_connection(self) -> None:
-        conn, self._connection = self._connection, None
-        if conn is not None:
-            try:
-                await asyncio.wait_for(conn.close(), 1.0)
-            except (TimeoutError, OSError):
-                pass
+    async def _send(self, request: Message) -> object:
+        return await self._connection.send(request)
 
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         response = await self._send(request)
@@ -122,4 +97,4 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         return await self._list_offset(tp, current_leader_epoch, EARLIEST_TIMESTAMP)
 
     async def close(self) -> None:
-        await self._drop_connection()
+        await self._connection.close()
