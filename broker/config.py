@@ -21,6 +21,12 @@ from typing import Any
 ENV_PREFIX = "MINIBROKER_"
 REQUIRED = object()
 
+# Every process kind's config keys, by env name: one environment is often shared by a controller and
+# its brokers (a compose anchor, a shell), so a variable for another kind of process is not a typo.
+# Variables the tools read themselves are not config keys either.
+_ENV_NAMES_OF_ALL_KINDS: set[str] = set()
+TOOL_ENV_VARS = frozenset({"MINIBROKER_BOOTSTRAP_SERVER", "MINIBROKER_DEMO_DIR", "MINIBROKER_DEMO_BASE_PORT"})
+
 
 class ConfigError(ValueError):
     pass
@@ -59,6 +65,7 @@ def _parse(key: ConfigKey, raw: Any, source: str) -> Any:
 class ConfigDef:
     def __init__(self, keys: Iterable[ConfigKey]) -> None:
         self.keys = {k.name: k for k in keys}
+        _ENV_NAMES_OF_ALL_KINDS.update(self.env_name(k) for k in self.keys)
 
     def env_name(self, key: str) -> str:
         return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
@@ -80,6 +87,8 @@ class ConfigDef:
                 continue
             name = by_env.get(var)
             if name is None:
+                if var in _ENV_NAMES_OF_ALL_KINDS or var in TOOL_ENV_VARS:
+                    continue  # meant for another kind of process, or for a tool
                 raise ConfigError(f"unknown config environment variable {var} (no config key matches it)")
             values[name] = raw
         return self.parse(values, "environment")
@@ -196,6 +205,27 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("metrics.file.roll.ms", int, 10000, "roll the active metrics file this often"),
         ConfigKey("metrics.file.max.bytes", int, 64 * MIB, "roll the active metrics file at this size"),
         ConfigKey("metrics.mqtt.url", str, None, "mqtt://host:port to publish metrics to (unset: off)"),
+    ]
+)
+
+
+# The controller process (cluster/controller_server.py); here so every process knows every key.
+CONTROLLER_CONFIG = ConfigDef(
+    [
+        ConfigKey("node.id", int, 3000, "the controller's id (reported as controller_id in METADATA)"),
+        ConfigKey("listeners", str, "127.0.0.1:9093", "host:port to listen on"),
+        ConfigKey("metadata.log.dir", str, REQUIRED, "directory for the durable metadata"),
+        ConfigKey("cluster.secret", str, None, "shared secret brokers and admin clients must present"),
+        ConfigKey("broker.session.timeout.ms", int, 9000, "fence a broker silent this long"),
+        ConfigKey("broker.heartbeat.interval.ms", int, 2000, "heartbeat period brokers are told to use"),
+        ConfigKey(
+            "unclean.leader.election.enable", bool, False, "elect an out-of-sync replica when no ISR member lives"
+        ),
+        ConfigKey("default.replication.factor", int, 1, "replication factor when a request gives -1"),
+        ConfigKey("num.partitions", int, 1, "partitions when a request gives -1"),
+        ConfigKey("min.insync.replicas", int, 1, "default min.insync.replicas for new topics"),
+        ConfigKey("controller.tick.ms", int, 50, "how often broker sessions are checked"),
+        ConfigKey("socket.request.max.bytes", int, 100 * MIB, "largest request frame accepted"),
     ]
 )
 

@@ -82,7 +82,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 def cmd_controller(args: argparse.Namespace) -> int:
     from broker.broker_server import configure_logging
-    from cluster.controller_server import CONTROLLER_CONFIG, run_controller
+    from broker.config import CONTROLLER_CONFIG
+    from cluster.controller_server import run_controller
 
     config = _load(CONTROLLER_CONFIG, args, {"listeners": args.listeners, "metadata.log.dir": args.metadata_dir})
     configure_logging(args.log_level)

@@ -27,7 +27,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from broker.config import REQUIRED, ConfigDef, ConfigKey, parse_host_port
+from broker.config import parse_host_port
 from broker.kafka_apis import api_versions_response, authenticate, check_secret
 from broker.server import ConnectionContext, SocketServer, wait_for_termination
 from client.connection import BrokerConnection
@@ -55,24 +55,6 @@ from protocol.time import SYSTEM_TIME, Time
 
 log = logging.getLogger(__name__)
 
-CONTROLLER_CONFIG = ConfigDef(
-    [
-        ConfigKey("node.id", int, 3000, "the controller's id (reported as controller_id in METADATA)"),
-        ConfigKey("listeners", str, "127.0.0.1:9093", "host:port to listen on"),
-        ConfigKey("metadata.log.dir", str, REQUIRED, "directory for the durable metadata"),
-        ConfigKey("cluster.secret", str, None, "shared secret brokers and admin clients must present"),
-        ConfigKey("broker.session.timeout.ms", int, 9000, "fence a broker silent this long"),
-        ConfigKey("broker.heartbeat.interval.ms", int, 2000, "heartbeat period brokers are told to use"),
-        ConfigKey(
-            "unclean.leader.election.enable", bool, False, "elect an out-of-sync replica when no ISR member lives"
-        ),
-        ConfigKey("default.replication.factor", int, 1, "replication factor when a request gives -1"),
-        ConfigKey("num.partitions", int, 1, "partitions when a request gives -1"),
-        ConfigKey("min.insync.replicas", int, 1, "default min.insync.replicas for new topics"),
-        ConfigKey("controller.tick.ms", int, 50, "how often broker sessions are checked"),
-        ConfigKey("socket.request.max.bytes", int, 100 * 1024 * 1024, "largest request frame accepted"),
-    ]
-)
 
 _PURE_KEYS = set(ControllerConfig.KEYS)
 

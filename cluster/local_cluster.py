@@ -154,7 +154,7 @@ def controller_props(cluster_dir: Path, port: int, secret: str | None, overrides
         "default.replication.factor": 3,
         "num.partitions": 3,
     }
-    from cluster.controller_server import CONTROLLER_CONFIG
+    from broker.config import CONTROLLER_CONFIG
 
     props.update({k: v for k, v in overrides.items() if k in CONTROLLER_CONFIG.keys})
     return props

@@ -1,0 +1,62 @@
+"""The one config loader: file, then MINIBROKER_* env, then overrides; unknown keys are named errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, ConfigError, load_config, parse_host_port
+
+
+def test_later_sources_win_file_then_env_then_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "broker.properties"
+    f.write_text("# comment\nbroker.id=1\nlog.dirs=/data\nreplica.fetch.max.bytes=100\nreplica.fetch.wait.max.ms: 7\n")
+    env = {"MINIBROKER_REPLICA_FETCH_MAX_BYTES": "200", "MINIBROKER_MIN_INSYNC_REPLICAS": "2"}
+    config = load_config(BROKER_CONFIG, f, {"min.insync.replicas": "3"}, environ=env)
+    assert config["replica.fetch.max.bytes"] == 200
+    assert config["replica.fetch.wait.max.ms"] == 7
+    assert config["min.insync.replicas"] == 3
+    assert config["replica.lag.time.max.ms"] == 30000  # Kafka's default
+
+
+def test_a_misspelled_key_is_an_error_naming_it(tmp_path: Path) -> None:
+    f = tmp_path / "b.properties"
+    f.write_text("broker.id=1\nlog.dirs=/d\nreplica.fetch.max.byte=5\n")
+    with pytest.raises(ConfigError, match="replica.fetch.max.byte"):
+        load_config(BROKER_CONFIG, f, environ={})
+    with pytest.raises(ConfigError, match="MINIBROKER_REPLICA_FETCH_MAX_BYTE\\b"):
+        load_config(
+            BROKER_CONFIG, None, {"broker.id": 1, "log.dirs": "/d"}, environ={"MINIBROKER_REPLICA_FETCH_MAX_BYTE": "1"}
+        )
+
+
+def test_one_environment_can_serve_the_controller_and_its_brokers() -> None:
+    env = {
+        "MINIBROKER_BROKER_ID": "1",  # a broker key, in the controller's environment
+        "MINIBROKER_CLUSTER_SECRET": "s",  # both kinds
+        "MINIBROKER_BOOTSTRAP_SERVER": "127.0.0.1:9092",  # read by the CLI, not a config key
+        "MINIBROKER_METADATA_LOG_DIR": "/meta",
+    }
+    controller = load_config(CONTROLLER_CONFIG, None, environ=env)
+    assert controller["cluster.secret"] == "s" and controller["metadata.log.dir"] == "/meta"
+    broker = load_config(BROKER_CONFIG, None, {"log.dirs": "/d"}, environ=env)
+    assert broker["broker.id"] == 1 and broker["cluster.secret"] == "s"
+
+
+def test_values_are_typed_and_bad_ones_named() -> None:
+    with pytest.raises(ConfigError, match="broker.id: expected an integer"):
+        load_config(BROKER_CONFIG, None, {"broker.id": "one", "log.dirs": "/d"}, environ={})
+    with pytest.raises(ConfigError, match="controlled.shutdown.enable: expected true or false"):
+        load_config(
+            BROKER_CONFIG, None, {"broker.id": 1, "log.dirs": "/d", "controlled.shutdown.enable": "maybe"}, environ={}
+        )
+    with pytest.raises(ConfigError, match="missing required config 'log.dirs'"):
+        load_config(BROKER_CONFIG, None, {"broker.id": 1}, environ={})
+
+
+def test_listeners_accept_kafka_style_and_plain_addresses() -> None:
+    assert parse_host_port("PLAINTEXT://0.0.0.0:9092") == ("0.0.0.0", 9092)
+    assert parse_host_port("127.0.0.1:9") == ("127.0.0.1", 9)
+    with pytest.raises(ConfigError):
+        parse_host_port("nohost")
