@@ -5,7 +5,9 @@ Generates 100 brokers × 1000 partition replicas × 100 samples = 10,000,000 par
 layout, outside the timing. Brokers form groups of three (one leader, two followers per partition).
 Times ``spark_app.run_batch`` (read, all seven tables, Parquet, dashboard) after the session has
 started, then the same job on 1,000,000 records, and as a baseline a plain JSON scan-and-aggregate
-of the same files with the same schema, to show how much of the job is JSON parsing.
+of the same files with the same schema, to show how much of the job is JSON parsing. The machine's
+1-minute load average at the start and the end is printed too: on a shared machine it tells a slow
+run from a slow job.
 
 Run: .venv/bin/python -m bench.lag_job [--quick]   (prints one JSON object as the last line)
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -127,6 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1,000,000 records instead of 10,000,000")
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]
     spark = spark_app.create_session("local[2]", "minibroker-bench-lag-job")
     root = Path(tempfile.mkdtemp(prefix="bench-lag-job-"))
     try:
@@ -149,6 +153,8 @@ def main() -> None:
                     "baseline_json_scan_records_per_s": round(records / baseline),
                     "baseline_json_scan_s": round(baseline, 2),
                     "job_over_scan": round(wall / baseline, 2),
+                    "load_avg_1m_start": round(load_start, 2),
+                    "load_avg_1m_end": round(os.getloadavg()[0], 2),
                     "json_bytes": sum(
                         p.stat().st_size
                         for p in (root / ("1m" if args.quick else "10m") / "metrics").iterdir()

@@ -4,14 +4,15 @@ How this works: every function here is a pure DataFrame → DataFrame transform 
 no Python UDFs), so the same code runs in the batch job, inside a streaming ``foreachBatch`` and in the
 unit tests on hand-made rows.
 
-Ordered facts ("the previous sample of this replica") come from ONE window pass,
-``replica_samples``: the records are ordered by ``ts_ms`` per replica ``(topic, partition, broker_id)``
-and every per-row fact that several tables need is derived in that pass (counter deltas and the sampled
-interval, the previous *follower* sample's offsets and leader epochs, the replica's last follower
-sample and its role at its latest record). The tables are then groupBy aggregations over that frame;
-only the per-partition leader timeline (``under_replicated``) and the per-follower ISR flags
-(``isr_changes``), which are ordered by a different key, run a window of their own over the small
-subset of leader rows. The batch job caches the derived frame once and every table reads it.
+Ordered facts ("the previous sample of this replica") come from ONE shuffle and sort,
+``replica_samples``: the records are clustered by partition and ordered by ``ts_ms`` per replica
+``(topic, partition, broker_id)``, and the per-row facts several tables need are derived in that pass
+(counter deltas and the sampled interval, the replica's role at its latest record). The batch job
+caches that frame once; the tables are groupBy aggregations over it. The follower status reads the
+previous follower samples with a window over the same key and order, which on the cached rows is a
+pass without a shuffle or sort; only the per-partition leader sequence (``under_replicated``) and the
+per-follower ISR flags (``isr_changes``), ordered by another key, sort their (leader) rows again,
+still without a shuffle.
 
 Keys: a follower is ``(topic, partition, follower_id)``; a replica's counters are keyed by
 ``(broker_id, topic, partition)`` because each broker keeps its own running totals. A follower's
@@ -37,13 +38,11 @@ from metrics import schema as s
 # Columns of the derived frame (``replica_samples``) beyond the record fields.
 FOLLOWER_SAMPLE = "follower_sample"  # a follower's sample: role follower with a fetch offset
 INTERVAL_MS = "interval_ms"  # time since the replica's previous sample (0 for its first)
-PREV_SAMPLE_TS_MS = "prev_sample_ts_ms"  # the replica's previous follower sample: ts_ms,
-PREV_FETCH_OFFSET = "prev_fetch_offset"  # … its fetch offset,
-PREV_LAG_MESSAGES = "prev_lag_messages"  # … its lag,
-EPOCH_BEFORE = "epoch_before"  # … the leader epoch two follower samples back (one when there is no two)
-FOLLOWER_LAST_TS_MS = "follower_last_ts_ms"  # ts_ms of the replica's newest follower sample
 ROLE_LAST = "role_last"  # the replica's role at its newest record
 WINDOW_START_MS = "window_start_ms"
+# The replica window: the key of a replica's records and their order. ``kind`` keeps broker records
+# (no topic) apart from a partition record that lacks one.
+REPLICA_KEY: tuple[str, ...] = (s.TOPIC, s.PARTITION, s.BROKER_ID, s.KIND)
 
 
 def delta_column(counter: str) -> str:
@@ -118,55 +117,37 @@ def _sample_fields(df: DataFrame) -> DataFrame:
 def replica_samples(records: DataFrame) -> DataFrame:
     """The one window pass: every record with the per-row facts the tables derive from its replica.
 
-    The window is a replica, ``(topic, partition, broker_id)`` (and ``kind``, so broker records never
-    mix with partition records), ordered by ts_ms. Added columns:
+    The records are shuffled once, by (topic, partition), and sorted by replica (``REPLICA_KEY``:
+    topic, partition, broker_id, kind) and ts_ms. Every later window and grouping (per partition, per
+    replica, per follower) holds whole partitions, so on the cached result none of them shuffles
+    again, and the per-follower window of ``follower_status_of_samples`` finds the rows already in its
+    order. Added columns:
 
     - ``follower_sample``: a partition record with role follower and a fetch offset (what
       ``follower_lag`` keeps);
-    - ``interval_ms`` and ``<counter>_delta``: see ``counter_deltas``;
-    - for follower samples, the replica's previous follower sample (leader samples in between are
-      skipped, as if the window held only follower samples): ``prev_sample_ts_ms``,
-      ``prev_fetch_offset``, ``prev_lag_messages`` and ``epoch_before`` (the leader epoch two follower
-      samples back, or one when there is no two: the TRUNCATE rule);
-    - ``follower_last_ts_ms``: the ts_ms of the replica's newest follower sample;
+    - ``interval_ms`` and ``<counter>_delta``: see ``counter_deltas``; the running totals themselves
+      are dropped (every table reads their deltas);
     - ``role_last``: the role of the replica's newest record (a promoted follower reads "leader").
 
-    Rows keep every input column but the running totals (replaced by their deltas), so the tables read
-    the record fields from this frame too.
+    Rows keep every other input column, so the tables read the record fields from this frame too.
     """
-    by_replica = Window.partitionBy(s.TOPIC, s.PARTITION, s.BROKER_ID, s.KIND).orderBy(s.TS_MS)
-    before = by_replica.rowsBetween(Window.unboundedPreceding, -1)
+    by_replica = Window.partitionBy(*REPLICA_KEY).orderBy(s.TS_MS)
     whole = by_replica.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     is_follower = (
         (F.col(s.KIND) == s.KIND_PARTITION)
         & (F.col(s.ROLE) == s.ROLE_FOLLOWER)
         & F.col(s.FETCH_OFFSET).isNotNull()
     )
-    # The previous follower sample is the last non-null "follower struct" before this row: the struct
-    # is null on other rows (so they are skipped) and never null on a follower sample, whose fields
-    # may be null.
-    follower_struct = F.when(
-        F.col(FOLLOWER_SAMPLE),
-        F.struct(
-            F.col(s.TS_MS).alias("ts"),
-            F.col(s.FETCH_OFFSET).alias("fetch"),
-            F.col(s.LAG_MESSAGES).alias("lag"),
-            F.col(s.LEADER_EPOCH).alias("epoch"),
-        ),
-    )
     # Each lag is one window column, computed once; the delta rule reads them in a later projection
     # (written inline, every use of a lag would be a window expression of its own).
     prev = {name: f"_prev_{name}" for name in (s.TS_MS, s.BROKER_START_MS, *s.PARTITION_COUNTERS)}
-    # One shuffle, by partition: the replica window and the tables' per-partition and per-follower
-    # windows and groupings all hold whole partitions, so none of them shuffles the records again.
     by_partition = records.repartition(s.TOPIC, s.PARTITION)
-    windowed = by_partition.withColumn(FOLLOWER_SAMPLE, is_follower).select(
+    windowed = by_partition.select(
         "*",
+        F.coalesce(is_follower, F.lit(False)).alias(FOLLOWER_SAMPLE),
         F.lag(s.TS_MS).over(by_replica).alias(prev[s.TS_MS]),
         F.lag(s.BROKER_START_MS).over(by_replica).alias(prev[s.BROKER_START_MS]),
         *(F.lag(F.coalesce(F.col(c), F.lit(0))).over(by_replica).alias(prev[c]) for c in s.PARTITION_COUNTERS),
-        F.last(follower_struct, ignorenulls=True).over(before).alias("_prev"),
-        F.max(F.when(F.col(FOLLOWER_SAMPLE), F.col(s.TS_MS))).over(whole).alias(FOLLOWER_LAST_TS_MS),
         F.last(s.ROLE).over(whole).alias(ROLE_LAST),
     )
     prev_ts = F.col(prev[s.TS_MS])
@@ -182,25 +163,11 @@ def replica_samples(records: DataFrame) -> DataFrame:
             .cast("long")
             .alias(delta_column(name))
         )
-    # The running totals themselves are not kept: every table reads their deltas.
     dropped = {*prev.values(), *s.PARTITION_COUNTERS}
-    first_pass = windowed.select(
+    return windowed.select(
         *(c for c in windowed.columns if c not in dropped),
         F.coalesce(F.col(s.TS_MS) - prev_ts, F.lit(0)).alias(INTERVAL_MS),
         *deltas,
-    )
-    # Two follower samples back is the previous follower sample's own "_prev" (same window, so Spark
-    # evaluates it on the already sorted rows: no second shuffle or sort).
-    prev_of_prev = F.last(
-        F.when(F.col(FOLLOWER_SAMPLE), F.struct(F.col("_prev.epoch").alias("epoch"))), ignorenulls=True
-    ).over(before)
-    on_follower = F.col(FOLLOWER_SAMPLE)
-    return first_pass.select(
-        *(c for c in first_pass.columns if c != "_prev"),
-        F.when(on_follower, F.col("_prev.ts")).alias(PREV_SAMPLE_TS_MS),
-        F.when(on_follower, F.col("_prev.fetch")).alias(PREV_FETCH_OFFSET),
-        F.when(on_follower, F.col("_prev.lag")).alias(PREV_LAG_MESSAGES),
-        F.when(on_follower, F.coalesce(prev_of_prev["epoch"], F.col("_prev.epoch"))).alias(EPOCH_BEFORE),
     )
 
 
@@ -494,15 +461,33 @@ def follower_status_of_samples(
     truncations, rewinds.
     """
     key = (s.TOPIC, s.PARTITION, "follower_id")
-    followers = samples.where(F.col(FOLLOWER_SAMPLE)).withColumnRenamed(s.BROKER_ID, "follower_id")
+    # The follower's samples in ts order: the replica window restricted to its follower samples. The
+    # rows are already clustered and sorted that way (``replica_samples``), so this is a pass over
+    # the cached rows, not a shuffle or a sort.
+    ordered = Window.partitionBy(*REPLICA_KEY).orderBy(s.TS_MS)
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     epoch = F.col(s.LEADER_EPOCH)
-    window_start = F.col(FOLLOWER_LAST_TS_MS) - F.lit(config.window_ms)
-    in_window = followers.where(F.col(s.TS_MS) > window_start)
-    went_back = F.col(s.FETCH_OFFSET) < F.col(PREV_FETCH_OFFSET)
-    epoch_changed = F.coalesce(epoch > F.col(EPOCH_BEFORE), F.lit(False))
-    lag_dropped = (F.col(PREV_SAMPLE_TS_MS) > window_start) & (
-        F.col(s.LAG_MESSAGES) < F.col(PREV_LAG_MESSAGES)
+    followers = samples.where(F.col(FOLLOWER_SAMPLE)).select(
+        *REPLICA_KEY,
+        F.col(s.BROKER_ID).alias("follower_id"),
+        s.TS_MS,
+        s.LEADER_ID,
+        s.LEADER_EPOCH,
+        s.FETCH_OFFSET,
+        s.LAG_MESSAGES,
+        s.LAG_MS,
+        ROLE_LAST,
+        F.lag(s.TS_MS).over(ordered).alias("prev_ts_ms"),
+        F.lag(s.FETCH_OFFSET).over(ordered).alias("prev_fetch_offset"),
+        F.lag(s.LAG_MESSAGES).over(ordered).alias("prev_lag_messages"),
+        F.coalesce(F.lag(epoch, 2).over(ordered), F.lag(epoch, 1).over(ordered)).alias("epoch_before"),
+        F.max(s.TS_MS).over(whole).alias("_last_ts_ms"),
     )
+    window_start = F.col("_last_ts_ms") - F.lit(config.window_ms)
+    in_window = followers.where(F.col(s.TS_MS) > window_start)
+    went_back = F.col(s.FETCH_OFFSET) < F.col("prev_fetch_offset")
+    epoch_changed = F.coalesce(epoch > F.col("epoch_before"), F.lit(False))
+    lag_dropped = (F.col("prev_ts_ms") > window_start) & (F.col(s.LAG_MESSAGES) < F.col("prev_lag_messages"))
     summary = in_window.groupBy(*key).agg(
         F.count(F.lit(1)).alias("samples"),
         F.min(s.TS_MS).alias("window_start_ms"),
@@ -518,10 +503,10 @@ def follower_status_of_samples(
         F.max_by(s.FETCH_OFFSET, s.TS_MS).alias("fetch_offset_last"),
         F.max_by(s.LEADER_ID, s.TS_MS).alias("leader_id_last"),
         F.max_by(s.LEADER_EPOCH, s.TS_MS).alias("leader_epoch_last"),
-        F.max(F.col(ROLE_LAST) == s.ROLE_LEADER).alias("_promoted"),
+        F.max(F.coalesce(F.col(ROLE_LAST) == s.ROLE_LEADER, F.lit(False))).alias("_promoted"),
     ).where(~F.col("_promoted"))
     if now_ms is None:
-        newest = followers.agg(F.max(s.TS_MS).alias("_now_ms"))
+        newest = samples.where(F.col(FOLLOWER_SAMPLE)).agg(F.max(s.TS_MS).alias("_now_ms"))
         summary = summary.crossJoin(F.broadcast(newest))
     else:
         summary = summary.withColumn("_now_ms", F.lit(now_ms).cast("long"))

@@ -7,7 +7,8 @@ How this works:
   ``publish`` then runs the one window pass (``lag_job.replica_samples``: one shuffle, one sort) and
   keeps its result in memory; a first small job collects the broker runs (records, time span, restarts)
   and fills that cache; the seven tables are aggregations over it, written as Parquet by concurrent
-  jobs; row counts come from the Parquet footers; the page's aggregates read the small written tables.
+  jobs (the small aggregated tables cached as they are written); row counts come from the Parquet
+  footers; the page's aggregates read the small cached tables, never the records.
 - Follow (``--follow``): Structured Streaming over the rolled files only (an active file is still being
   written). Records get an event time and a watermark of three windows; duplicates (MQTT QoS 1 may
   deliver a message twice) are dropped within the watermark. Each micro-batch is appended to
@@ -48,6 +49,8 @@ DEDUP_KEY = (s.KIND, s.BROKER_ID, s.TS_MS, s.TOPIC, s.PARTITION)
 # Shuffle partitions per local core: enough tasks to balance two or more cores, few enough that each
 # small aggregation does not pay for hundreds of near-empty tasks (AQE coalesces further).
 LOCAL_SHUFFLE_PARTITIONS_PER_CORE = 2
+# Tables aggregated from the records (a row per follower, partition or window), cached for the page.
+SMALL_TABLES = tuple(name for name in s.TABLES if name != s.TABLE_FOLLOWER_LAG)
 
 
 class NoMetricsError(Exception):
@@ -168,21 +171,27 @@ def publish(
 
     Returns (table paths, table row counts, follower status counts, record count).
     """
-    spark = records.sparkSession
     samples = lag_job.replica_samples(records).persist(StorageLevel.MEMORY_AND_DISK)
+    cached: list[DataFrame] = [samples]
     try:
         runs = dashboard.broker_runs(samples)  # the first job: it fills the cache
         n = sum(run.records for run in runs)
         if n == 0:
             raise NoMetricsError("the metrics files hold no readable records")
         now_ms = max(run.last_ts_ms for run in runs)
-        paths = write_tables(lag_job.tables_of_samples(samples, config, now_ms=now_ms), out_dir)
+        tables = lag_job.tables_of_samples(samples, config, now_ms=now_ms)
+        # The aggregated tables are small: each write fills its cache, and the page's aggregates then
+        # read them there (still clustered by partition, so without a shuffle) instead of from the
+        # records or from Parquet. follower_lag is a filter of the cached samples already.
+        for name in SMALL_TABLES:
+            tables[name] = tables[name].persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(tables[name])
+        paths = write_tables(tables, out_dir)
+        data = dashboard.collect_dashboard_data(title, tables, config.window_ms, runs)
     finally:
-        samples.unpersist()
+        for df in cached:
+            df.unpersist()
     counts = {name: parquet_row_count(Path(path)) for name, path in paths.items()}
-    # The page's aggregates start from the small written tables, not from the records.
-    written = {name: spark.read.parquet(path) for name, path in paths.items()}
-    data = dashboard.collect_dashboard_data(title, written, config.window_ms, runs)
     page = out_dir / DASHBOARD_FILE
     tmp = page.with_suffix(".html.tmp")
     tmp.write_text(dashboard.render_dashboard(data), encoding="utf-8")
