@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 import msgpack
 from crc32c import crc32c
 
+from broker.log.checkpoint import fsync_dir, write_atomically
 from cluster.metadata import (
     MetadataImage,
     MetadataRecord,
@@ -87,7 +88,7 @@ class MetadataStore:
             log.truncate(log_valid_bytes)
             os.fsync(log.fileno())
         if created:
-            _fsync_dir(self.data_dir)
+            fsync_dir(self.data_dir)
         self._log = log
         self._records_since_snapshot = 0
         return image, last_offset
@@ -122,7 +123,7 @@ class MetadataStore:
             },
             use_bin_type=True,
         )
-        _write_atomically(self.data_dir / SNAPSHOT_FILE_NAME, _CRC.pack(crc32c(payload)) + payload)
+        write_atomically(self.data_dir / SNAPSHOT_FILE_NAME, _CRC.pack(crc32c(payload)) + payload)
         log.truncate(0)
         log.seek(0)
         os.fsync(log.fileno())
@@ -213,21 +214,3 @@ def _iter_frames(data: bytes) -> Iterator[tuple[int, Any, int]]:
 
 
 # -- writing --------------------------------------------------------------------------------------
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temp = path.with_name(path.name + ".tmp")
-    with open(temp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
