@@ -266,7 +266,10 @@ def test_reaper_fires_a_task_on_time_on_uvloop_and_stops_cleanly() -> None:
     added_ms, fired_ms, running_inside, running_after = uvloop.run(scenario())
 
     late_ms = fired_ms - added_ms - 50
-    assert 0 <= late_ms <= 3, f"fired {late_ms:.2f} ms after its deadline"
+    # Never early. The upper bound is not a latency target (bench.purgatory measures that): it is below
+    # the reaper's idle sleep (200 ms), so it fails if the new task did not wake the sleeping reaper,
+    # and leaves room for a loaded machine's scheduling delays.
+    assert 0 <= late_ms <= 100, f"fired {late_ms:.2f} ms after its deadline"
     assert running_inside and not running_after
 
 
