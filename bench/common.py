@@ -500,3 +500,16 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+async def stop_cluster_then_cleanup(state: Any, reaper: ProcessReaper) -> None:
+    """A bench's last step: stop its local cluster (brokers first, with controlled shutdown, then the
+    controller), then whatever child processes and temp dirs are left."""
+    from cluster.local_cluster import stop_cluster
+
+    try:
+        if state is not None:
+            progress("stopping the cluster")
+            await asyncio.to_thread(stop_cluster, state, 10.0)
+    finally:
+        reaper.cleanup()

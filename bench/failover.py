@@ -24,14 +24,22 @@ Reported:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from typing import Any
 
-from bench.common import ProcessReaper, free_port, free_port_block, main_guard, percentile, progress, rounded
+from bench.common import (
+    ProcessReaper,
+    free_port,
+    free_port_block,
+    main_guard,
+    percentile,
+    progress,
+    rounded,
+    stop_cluster_then_cleanup,
+)
 from cluster.chaos import CHAOS_OVERRIDES, ChaosRun
-from cluster.local_cluster import LocalClusterState, start_cluster, stop_cluster
+from cluster.local_cluster import LocalClusterState, start_cluster
 
 SESSION_TIMEOUT_MS = 1000
 HEARTBEAT_INTERVAL_MS = 250
@@ -61,8 +69,14 @@ async def run(reaper: ProcessReaper, quick: bool) -> dict[str, Any]:
         overrides = dict(CHAOS_OVERRIDES)
         overrides["broker.session.timeout.ms"] = str(SESSION_TIMEOUT_MS)
         overrides["broker.heartbeat.interval.ms"] = str(HEARTBEAT_INTERVAL_MS)
-        state = await start_cluster(work / "cluster", 3, base_port=free_port_block(3), controller_port=free_port(),
-                                    overrides=overrides, progress=progress)
+        state = await start_cluster(
+            work / "cluster",
+            3,
+            base_port=free_port_block(3),
+            controller_port=free_port(),
+            overrides=overrides,
+            progress=progress,
+        )
         cluster_state = state
         reaper.watch(lambda: [p.pid for p in [cluster_state.controller, *cluster_state.brokers]])
         chaos = ChaosRun(state, chaos_args(rounds), progress)
@@ -103,12 +117,7 @@ async def run(reaper: ProcessReaper, quick: bool) -> dict[str, Any]:
             "target_failover_p99_ms": 1500,
         }
     finally:
-        try:
-            if state is not None:
-                progress("stopping the cluster")
-                await asyncio.to_thread(stop_cluster, state, 10.0)  # brokers first (controlled), then the controller
-        finally:
-            reaper.cleanup()  # whatever is left, then the dirs
+        await stop_cluster_then_cleanup(state, reaper)
 
 
 def main(argv: list[str] | None = None) -> int:

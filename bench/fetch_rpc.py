@@ -94,11 +94,16 @@ async def start_broker(reaper: ProcessReaper, work: Path) -> tuple[int, Any]:
     port = free_port()
     log_file = work / "broker.log"
     args = [
-        "--broker-id", str(BROKER_ID),
-        "--listeners", f"127.0.0.1:{port}",
-        "--log-dirs", str(work / "data"),
-        "--override", f"metrics.dir={work / 'metrics'}",
-        "--log-level", "WARNING",
+        "--broker-id",
+        str(BROKER_ID),
+        "--listeners",
+        f"127.0.0.1:{port}",
+        "--log-dirs",
+        str(work / "data"),
+        "--override",
+        f"metrics.dir={work / 'metrics'}",
+        "--log-level",
+        "WARNING",
     ]
     proc = reaper.spawn(broker_argv(args, "broker"), log_file=log_file)
     await asyncio.to_thread(wait_for_line, log_file, '"event": "listening"', proc)
@@ -109,8 +114,18 @@ async def make_leader(conn: BrokerConnection, port: int) -> None:
     req = LeaderAndIsrRequest(
         controller_id=0,
         controller_epoch=1,
-        partitions=[LeaderAndIsrPartition(TOPIC, 0, leader=BROKER_ID, leader_epoch=0, isr=[BROKER_ID],
-                                          partition_epoch=0, replicas=[BROKER_ID], is_new=True)],
+        partitions=[
+            LeaderAndIsrPartition(
+                TOPIC,
+                0,
+                leader=BROKER_ID,
+                leader_epoch=0,
+                isr=[BROKER_ID],
+                partition_epoch=0,
+                replicas=[BROKER_ID],
+                is_new=True,
+            )
+        ],
         live_leaders=[BrokerEndpoint(BROKER_ID, "127.0.0.1", port)],
     )
     resp = await conn.send(req, timeout_s=10.0)

@@ -156,8 +156,7 @@ def main() -> None:
                     "load_avg_1m_start": round(load_start, 2),
                     "load_avg_1m_end": round(os.getloadavg()[0], 2),
                     "json_bytes": sum(
-                        p.stat().st_size
-                        for p in (root / ("1m" if args.quick else "10m") / "metrics").iterdir()
+                        p.stat().st_size for p in (root / ("1m" if args.quick else "10m") / "metrics").iterdir()
                     ),
                 }
             )

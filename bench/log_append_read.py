@@ -102,13 +102,9 @@ def bench_raw(directory: Path, batches: list[bytes], total_bytes: int) -> tuple[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="128 MiB instead of 1 GiB")
-    parser.add_argument(
-        "--dir", type=Path, default=None, help="directory for the files (default: a temp dir)"
-    )
+    parser.add_argument("--dir", type=Path, default=None, help="directory for the files (default: a temp dir)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each counts")
     args = parser.parse_args()
     if args.rounds < 1:

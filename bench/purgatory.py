@@ -199,9 +199,7 @@ async def run_call_later(num_ops: int, seed: int) -> tuple[float, RunStats, int]
     stats = RunStats(num_ops, loop.create_future())
     partitions = [PartitionState(stats) for _ in range(NUM_KEYS)]
     timer = CallLaterTimer(loop)
-    purgatory: DelayedOperationPurgatory[BenchFetch] = DelayedOperationPurgatory(
-        "fetch", cast(SystemTimer, timer)
-    )
+    purgatory: DelayedOperationPurgatory[BenchFetch] = DelayedOperationPurgatory("fetch", cast(SystemTimer, timer))
 
     async def purge_periodically() -> None:
         while True:

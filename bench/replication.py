@@ -61,11 +61,12 @@ from bench.common import (
     progress,
     rounded,
     start_peer,
+    stop_cluster_then_cleanup,
     stop_peer,
 )
 from client.cluster_client import ClusterClient
 from client.connection import BrokerConnection
-from cluster.local_cluster import LocalClusterState, start_cluster, stop_cluster
+from cluster.local_cluster import LocalClusterState, start_cluster
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeLogDirsRequest, FetchPartition, FetchRequest, TopicPartition
 from protocol.record_batch import build_batch, iter_headers
@@ -120,7 +121,7 @@ class BatchMaker:
         for _ in range(RECORDS_PER_BATCH):
             key = f"p{self.producer}-{self.seq:012d}|".encode()
             self.seq += 1
-            values.append(key + self.padding[len(key):])
+            values.append(key + self.padding[len(key) :])
         return build_batch(values), values[0]
 
     def record_set(self, batches: int) -> tuple[bytes, list[tuple[bytes, int]]]:
@@ -136,8 +137,9 @@ class BatchMaker:
         return b"".join(parts), firsts
 
 
-async def produce_one(client: ClusterClient, tp: TopicPartition, maker: BatchMaker, stats: ProducerStats,
-                      record_latency: bool) -> None:
+async def produce_one(
+    client: ClusterClient, tp: TopicPartition, maker: BatchMaker, stats: ProducerStats, record_latency: bool
+) -> None:
     batch, firsts = maker.record_set(maker.batches_per_request)
     started = time.perf_counter()
     try:
@@ -162,8 +164,9 @@ async def produce_one(client: ClusterClient, tp: TopicPartition, maker: BatchMak
     stats.requests += 1
 
 
-async def max_rate_phase(client: ClusterClient, tps: list[TopicPartition], maker: BatchMaker,
-                         stats: ProducerStats, deadline: float) -> None:
+async def max_rate_phase(
+    client: ClusterClient, tps: list[TopicPartition], maker: BatchMaker, stats: ProducerStats, deadline: float
+) -> None:
     """Keep IN_FLIGHT produces outstanding, round robin over `tps`, until the deadline."""
     i = 0
     async with asyncio.TaskGroup() as tg:
@@ -177,8 +180,14 @@ async def max_rate_phase(client: ClusterClient, tps: list[TopicPartition], maker
             await asyncio.wait(set(pending), return_when=asyncio.FIRST_COMPLETED)
 
 
-async def paced_phase(client: ClusterClient, tps: list[TopicPartition], maker: BatchMaker, stats: ProducerStats,
-                      batches_per_s: float, duration_s: float) -> None:
+async def paced_phase(
+    client: ClusterClient,
+    tps: list[TopicPartition],
+    maker: BatchMaker,
+    stats: ProducerStats,
+    batches_per_s: float,
+    duration_s: float,
+) -> None:
     """Open loop: one produce every 1/batches_per_s seconds regardless of outstanding ones."""
     interval = 1.0 / batches_per_s
     started = time.monotonic()
@@ -374,8 +383,13 @@ def lag_values(metrics_dir: Path, start: float, end: float) -> list[float]:
                     continue
                 with contextlib.suppress(json.JSONDecodeError):
                     r = json.loads(line)
-                    if (r.get("kind") == "partition" and r.get("role") == "follower" and r.get("topic") == TOPIC
-                            and r.get("lag_ms") is not None and start * 1000 <= r["ts_ms"] <= end * 1000):
+                    if (
+                        r.get("kind") == "partition"
+                        and r.get("role") == "follower"
+                        and r.get("topic") == TOPIC
+                        and r.get("lag_ms") is not None
+                        and start * 1000 <= r["ts_ms"] <= end * 1000
+                    ):
                         values.append(float(r["lag_ms"]))
     return values
 
@@ -428,18 +442,39 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_request: int) -> d
         raw_mb_s = await raw_baseline(reaper, work, (512 if quick else 2048) * MIB)
         progress(f"raw loopback stream, one writer to two reader processes: {raw_mb_s:,.0f} MiB/s per reader")
         base = free_port_block(3)
-        state = await start_cluster(work / "cluster", 3, base_port=base, controller_port=free_port(),
-                                    overrides=dict(OVERRIDES), progress=progress)
+        state = await start_cluster(
+            work / "cluster",
+            3,
+            base_port=base,
+            controller_port=free_port(),
+            overrides=dict(OVERRIDES),
+            progress=progress,
+        )
         cluster_state = state
         reaper.watch(lambda: [p.pid for p in [cluster_state.controller, *cluster_state.brokers]])
         await create_topic(state)
-        progress(f"topic {TOPIC}: {PARTITIONS} partitions, RF {REPLICATION_FACTOR}, ISRs full; producing for "
-                 f"{max_seconds:.0f} s at full rate, then {paced_seconds:.0f} s at half rate")
+        progress(
+            f"topic {TOPIC}: {PARTITIONS} partitions, RF {REPLICATION_FACTOR}, ISRs full; producing for "
+            f"{max_seconds:.0f} s at full rate, then {paced_seconds:.0f} s at half rate"
+        )
         out_file = work / "producer.json"
         child = reaper.spawn(
-            [sys.executable, "-m", "bench.replication", "--producer-child", "--bootstrap", state.bootstrap,
-             "--max-seconds", str(max_seconds), "--paced-seconds", str(paced_seconds), "--out", str(out_file),
-             "--batches-per-request", str(batches_per_request)],
+            [
+                sys.executable,
+                "-m",
+                "bench.replication",
+                "--producer-child",
+                "--bootstrap",
+                state.bootstrap,
+                "--max-seconds",
+                str(max_seconds),
+                "--paced-seconds",
+                str(paced_seconds),
+                "--out",
+                str(out_file),
+                "--batches-per-request",
+                str(batches_per_request),
+            ],
             stdout=None,
         )
         samples: list[Sample] = []
@@ -462,8 +497,10 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_request: int) -> d
         metrics_lag = lag_values(metrics_dir, result["phase1_start"], result["phase1_end"])
         lag1, behind1 = time_behind_ms(samples, result["phase1_start"], result["phase1_end"])
         lag2, _ = time_behind_ms(samples, result["phase2_start"], result["phase2_end"])
-        progress(f"produced {produced_mb_s:.1f} MiB/s; followers appended {follower_mb_s:.1f} MiB/s in all "
-                 f"({replicated_mb_s:.1f} MiB/s per follower copy); ack p99 at half rate {result['ack_p99_ms']} ms")
+        progress(
+            f"produced {produced_mb_s:.1f} MiB/s; followers appended {follower_mb_s:.1f} MiB/s in all "
+            f"({replicated_mb_s:.1f} MiB/s per follower copy); ack p99 at half rate {result['ack_p99_ms']} ms"
+        )
         return {
             "bench": "replication",
             "quick": quick,
@@ -490,19 +527,18 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_request: int) -> d
             "unit": "MB = MiB",
         }
     finally:
-        try:
-            if state is not None:
-                progress("stopping the cluster")
-                await asyncio.to_thread(stop_cluster, state, 10.0)  # brokers first (controlled), then the controller
-        finally:
-            reaper.cleanup()  # whatever is left, then the dirs
+        await stop_cluster_then_cleanup(state, reaper)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.replication", description="replication benchmark")
     parser.add_argument("--quick", action="store_true", help="10 s at full rate, 5 s at half rate")
-    parser.add_argument("--batches-per-request", type=int, default=1,
-                        help="16 KiB batches per PRODUCE (default 1: one batch per partition per request)")
+    parser.add_argument(
+        "--batches-per-request",
+        type=int,
+        default=1,
+        help="16 KiB batches per PRODUCE (default 1: one batch per partition per request)",
+    )
     parser.add_argument("--producer-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--max-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
