@@ -219,7 +219,7 @@ class ReplicaManager:
                 hw_before = partition.high_watermark
                 partition.counters.replication_bytes_out += len(resp.records)
                 partition.update_follower_fetch_state(
-                    params.replica_id, info.fetch_offset, info.log_start_offset, now, resp_leo(partition)
+                    params.replica_id, info.fetch_offset, info.log_start_offset, now, partition.log_end_offset
                 )
                 if partition.high_watermark != hw_before:
                     self._on_high_watermark_change(tp)
@@ -390,9 +390,6 @@ class ReplicaManager:
     def checkpoint_high_watermarks(self) -> None:
         self.log_manager.checkpoint_high_watermarks()
 
-
-def resp_leo(partition: Partition) -> int:
-    return partition.log_end_offset
 
 
 def _refuse_unknown_replica(
