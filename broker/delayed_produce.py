@@ -6,7 +6,10 @@ After the leader appends, each partition needs `HW >= last offset + 1` (every IS
 The operation is watched on those partitions; `check_and_complete(tp)` re-runs `try_complete` whenever
 a HW moves or leadership changes. A partition is done when its HW got there (NONE, or
 NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below `min.insync.replicas` meanwhile: written, but
-less durable than asked) or leadership moved (NOT_LEADER_OR_FOLLOWER).
+less durable than asked) or leadership moved (NOT_ENOUGH_REPLICAS_AFTER_APPEND as well, where Kafka
+answers NOT_LEADER_OR_FOLLOWER: see `Partition.check_enough_replicas_reached_offset` and docs/protocol.md,
+"PRODUCE errors": the records are in this broker's log and may survive, so the answer must not read as
+"not appended").
 When `timeout_ms` passes first, the partitions still waiting answer REQUEST_TIMED_OUT: the records are in
 the leader's log but not known to be replicated, so the producer must treat them as indeterminate.
 """

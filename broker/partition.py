@@ -228,7 +228,9 @@ class Partition:
                 code=ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
             )
         if self.high_watermark >= required_offset:
-            if len(self.isr) < self.min_insync_replicas:
+            # Against the maximal ISR, as Kafka's checkEnoughReplicasReachOffset: a shrink still in flight
+            # has not taken effect, and the HW was computed over the maximal ISR too.
+            if len(self.maximal_isr) < self.min_insync_replicas:
                 # AFTER_APPEND, not NOT_ENOUGH_REPLICAS: the records are in the log (and committed by the
                 # smaller ISR), so a client must not take this as "not written" and resend them.
                 return True, KafkaError(
@@ -384,10 +386,16 @@ class Partition:
     def fetch_offset_for_timestamp(
         self, timestamp: int, current_leader_epoch: int, isolation_high_watermark: bool, fetch_only_from_leader: bool
     ) -> tuple[int, int]:
-        """(leader epoch, offset) for EARLIEST or LATEST; consumers see the HW as the latest offset."""
+        """(leader epoch, offset) for EARLIEST or LATEST; consumers see the HW as the latest offset.
+
+        The epoch is that of the records at the offset, as Kafka answers: for EARLIEST the epoch of the batch
+        at the log start offset (from the epoch cache), for LATEST the current leader epoch (which the
+        leader's epoch cache holds from the moment it leads).
+        """
         self.check_leader(current_leader_epoch, fetch_only_from_leader)
         if timestamp == EARLIEST_TIMESTAMP:
-            return self.leader_epoch, self.log_start_offset
+            log_start = self.log_start_offset
+            return self.log.epoch_cache.epoch_for_offset(log_start), log_start  # type: ignore[attr-defined]
         if isolation_high_watermark:
             # testMonotonicOffsetsAfterLeaderChange: until the HW reaches the epoch start, a consumer
             # could see offsets go backwards; Kafka answers OFFSET_NOT_AVAILABLE meanwhile.

@@ -252,8 +252,11 @@ class ReplicaManager:
                 resp.log_end_offset = read.log_end_offset
                 if read.records and params.is_from_follower and self.leader_throttles(partition, params.replica_id):
                     resp.records = b""  # L13: an out-of-sync follower over the leader's quota gets nothing now
-                if read.records:
-                    remaining = max(0, remaining - len(read.records))
+                # The budget and min_one_message follow what is returned, not what was read: bytes withheld
+                # from a throttled partition must not starve the partitions after it (as Kafka's
+                # readFromLocalLog subtracts the size of the records it actually returns).
+                if resp.records:
+                    remaining = max(0, remaining - len(resp.records))
                     min_one_message = False
             except KafkaError as exc:
                 resp.error_code = int(exc.code)

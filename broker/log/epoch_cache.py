@@ -66,6 +66,16 @@ class LeaderEpochFileCache:
     def epoch_entries(self) -> list[EpochEntry]:
         return list(self._epochs)
 
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch of the record at `offset`: that of the last entry starting at or before it, or
+        UNDEFINED_EPOCH when the cache knows no epoch that old (Kafka's epochForOffset)."""
+        found = UNDEFINED_EPOCH
+        for entry in self._epochs:
+            if entry.start_offset > offset:
+                break
+            found = entry.epoch
+        return found
+
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetsForLeaderEpoch: the end offset is the start offset of the first
         epoch after `requested_epoch`, and the epoch is the largest known epoch ≤ the requested one.

@@ -125,9 +125,10 @@ async def test_list_offsets_for_consumers_is_unavailable_until_the_high_watermar
     assert error_of(lambda: partition.fetch_offset_for_timestamp(LATEST_TIMESTAMP, 2, True, True)) == (
         ErrorCode.OFFSET_NOT_AVAILABLE
     )
-    # while a follower's view (the LEO) and EARLIEST are available
+    # while a follower's view (the LEO) and EARLIEST are available, EARLIEST with the epoch of the records
+    # there (written in epoch 1)
     assert partition.fetch_offset_for_timestamp(LATEST_TIMESTAMP, 2, False, True) == (2, 3)
-    assert partition.fetch_offset_for_timestamp(EARLIEST_TIMESTAMP, 2, True, True) == (2, 0)
+    assert partition.fetch_offset_for_timestamp(EARLIEST_TIMESTAMP, 2, True, True) == (1, 0)
 
     # when the follower catches up to the epoch start, the consumer sees the HW
     await broker.follower_fetch(3)

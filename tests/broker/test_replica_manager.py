@@ -18,6 +18,7 @@ from tests.broker.leader_fixtures import (
     TP0,
     TP1,
     LeaderBroker,
+    RecordingIsrSink,
     batch_epochs,
     outcome,
     values_of,
@@ -317,3 +318,73 @@ async def test_an_out_of_sync_throttled_follower_gets_nothing_while_the_leader_q
     partition.apply_committed_isr(partition.leader_epoch, [0, FOLLOWER_ID], partition.partition_epoch + 1)
     in_sync = await broker.follower_fetch(0)
     assert in_sync.records != b""
+
+
+async def test_bytes_withheld_from_a_throttled_partition_do_not_starve_the_next_one(broker: LeaderBroker) -> None:
+    from broker.replication_quota import ReplicationQuotaManager
+
+    # given two partitions each holding a 200-byte record, the follower out of the ISR of both, and a
+    # spent leader quota that throttles partition 0 only
+    for tp in (TP0, TP1):
+        broker.make_leader(tp, leader_epoch=0, isr=[LOCAL_ID])
+        await broker.produce(tp, b"x" * 200)
+    quota = ReplicationQuotaManager(10.0, broker.time)
+    quota.mark_throttled(TP0.topic, {TP0.partition})
+    quota.record(1000)
+    broker.replica_manager.leader_quota = quota
+
+    # when the follower fetches both with a response budget that fits one batch
+    responses = await broker.fetch(FOLLOWER_ID, {TP0: 0, TP1: 0}, max_bytes=300)
+
+    # then partition 0 is withheld, and partition 1 still gets its batch: the budget was not spent on
+    # bytes that were never sent (Kafka subtracts what it returns)
+    assert responses[TP0].records == b""
+    assert values_of(responses[TP1].records) == [(0, b"x" * 200)]
+
+
+# -- DelayedProduce: min.insync.replicas against the maximal ISR ------------------------------------------
+
+
+async def test_acks_all_completes_cleanly_when_a_pending_expansion_restores_min_isr(tmp_path: Path) -> None:
+    sink = RecordingIsrSink()
+    broker = LeaderBroker(tmp_path / "b", min_insync_replicas=3, isr_sink=sink)
+    try:
+        replicas = (LOCAL_ID, FOLLOWER_ID, OTHER_FOLLOWER_ID)
+        broker.make_leader(isr=replicas, replicas=replicas, partition_epoch=1)
+        # given an acks=all produce waiting on all three ISR members
+        waiting = await broker.start_produce({TP0: [b"a"]})
+        # and the ISR then shrinks to {0, 1} (below min.insync.replicas=3) before anyone fetched
+        broker.replica_manager.on_isr_committed(TP0, 1, [LOCAL_ID, FOLLOWER_ID], 2)
+        # when broker 2 catches up, its return to the ISR is proposed (in flight, not committed yet)
+        await broker.follower_fetch(1, replica_id=OTHER_FOLLOWER_ID)
+        assert sink.proposals[-1] == (TP0, frozenset(replicas))
+        # and broker 1 catches up too, moving the HW past the record
+        await broker.follower_fetch(1)
+        # then the produce succeeds: the maximal ISR (3 members, every one holding the record) is what
+        # counts, as in Kafka's checkEnoughReplicasReachOffset, not the committed ISR of 2
+        [produced] = await outcome(waiting)
+        assert broker.partition().high_watermark == 1
+        assert produced.error_code == ErrorCode.NONE
+    finally:
+        broker.close()
+
+
+# -- LIST_OFFSETS: the epoch of the records at the offset ---------------------------------------------------
+
+
+async def test_list_offsets_answers_the_epoch_of_the_records_at_the_offset(broker: LeaderBroker) -> None:
+    from protocol.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
+    # given records written in epoch 1, then leadership again in epoch 4 with more records
+    broker.make_leader(leader_epoch=1, isr=[LOCAL_ID])
+    await broker.produce(TP0, b"a", b"b")
+    broker.make_leader(leader_epoch=4, isr=[LOCAL_ID])
+    await broker.produce(TP0, b"c")
+    partition = broker.partition()
+
+    # then EARLIEST carries the epoch of the first batch, LATEST the current epoch
+    assert partition.fetch_offset_for_timestamp(EARLIEST_TIMESTAMP, 4, False, True) == (1, 0)
+    assert partition.fetch_offset_for_timestamp(LATEST_TIMESTAMP, 4, False, True) == (4, 3)
+    # and after the log start moves into epoch 4, EARLIEST says so
+    partition.log.delete_records(2)  # type: ignore[attr-defined]
+    assert partition.fetch_offset_for_timestamp(EARLIEST_TIMESTAMP, 4, False, True) == (4, 2)
