@@ -52,6 +52,11 @@ class ErrorCode(IntEnum):
     def retriable(self) -> bool:
         return self in _RETRIABLE
 
+    @property
+    def description(self) -> str:
+        """When a client gets this code and what it should do (docs/protocol.md's error table)."""
+        return DESCRIPTIONS[self]
+
 
 _RETRIABLE = frozenset(
     {
@@ -73,6 +78,52 @@ _RETRIABLE = frozenset(
         ErrorCode.OFFSET_NOT_AVAILABLE,
     }
 )
+
+DESCRIPTIONS: dict[ErrorCode, str] = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: "an unexpected failure on the server; for PRODUCE the write may have happened",
+    ErrorCode.NONE: "success",
+    ErrorCode.OFFSET_OUT_OF_RANGE: "the fetch offset is outside [log start, log end]: reset with LIST_OFFSETS",
+    ErrorCode.CORRUPT_MESSAGE: "a batch failed its CRC or could not be parsed; nothing of the request was appended",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "no such topic or partition here (yet): refresh METADATA and retry",
+    ErrorCode.INVALID_FETCH_SIZE: "a FETCH size field is invalid",
+    ErrorCode.LEADER_NOT_AVAILABLE: "the partition has no leader right now (METADATA leader_id -1): retry later",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "this broker does not lead (or hold) the partition: refresh METADATA, retry",
+    ErrorCode.REQUEST_TIMED_OUT: "acks=all: the followers did not confirm in time; the write may have happened",
+    ErrorCode.BROKER_NOT_AVAILABLE: "the broker is not available",
+    ErrorCode.REPLICA_NOT_AVAILABLE: "the replica is not available on this broker",
+    ErrorCode.MESSAGE_TOO_LARGE: "a batch is larger than message.max.bytes; nothing was appended",
+    ErrorCode.STALE_CONTROLLER_EPOCH: "a controller request from an older controller epoch; ignored",
+    ErrorCode.NETWORK_EXCEPTION: "the connection failed before an answer came back",
+    ErrorCode.INVALID_TOPIC_EXCEPTION: "the topic name is not valid",
+    ErrorCode.RECORD_LIST_TOO_LARGE: "the records of one partition exceed the limit",
+    ErrorCode.NOT_ENOUGH_REPLICAS: "acks=all and the ISR is smaller than min.insync.replicas; nothing was appended",
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: (
+        "acks=all: appended to the leader's log, but the ISR shrank below min.insync.replicas or leadership "
+        "moved before it was confirmed; the write may survive: do not assume it was lost"
+    ),
+    ErrorCode.INVALID_REQUIRED_ACKS: "acks is not -1, 0 or 1; nothing was appended",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "the request is for brokers only and the connection has not authenticated",
+    ErrorCode.UNSUPPORTED_VERSION: "the API version is not supported (every API is at version 0)",
+    ErrorCode.TOPIC_ALREADY_EXISTS: "CREATE_TOPICS: a topic of that name exists",
+    ErrorCode.INVALID_PARTITIONS: "CREATE_TOPICS: the partition count is not valid",
+    ErrorCode.INVALID_REPLICATION_FACTOR: "CREATE_TOPICS: the replication factor is larger than the live brokers",
+    ErrorCode.NOT_CONTROLLER: "the request needs the controller and this node is not it",
+    ErrorCode.INVALID_REQUEST: "the request breaks the protocol's rules; the message names the field",
+    ErrorCode.KAFKA_STORAGE_ERROR: "the replica's log directory failed: the partition is offline on this broker",
+    ErrorCode.FETCH_SESSION_ID_NOT_FOUND: "the fetch session is gone: open a new one (session_id 0, epoch 0)",
+    ErrorCode.INVALID_FETCH_SESSION_EPOCH: "the fetch session epoch is not the next one: open a new session",
+    ErrorCode.FENCED_LEADER_EPOCH: "the request's current_leader_epoch is older than the replica's: refresh METADATA",
+    ErrorCode.UNKNOWN_LEADER_EPOCH: (
+        "the request's current_leader_epoch is newer than the replica knows: it has not heard of the new epoch "
+        "yet; retry"
+    ),
+    ErrorCode.STALE_BROKER_EPOCH: "a broker request with an old broker epoch (the broker re-registered since)",
+    ErrorCode.OFFSET_NOT_AVAILABLE: "a new leader's HW has not reached its epoch start yet: retry LIST_OFFSETS",
+    ErrorCode.INVALID_UPDATE_VERSION: "ALTER_PARTITION: the partition epoch is not the current one",
+    ErrorCode.INELIGIBLE_REPLICA: "ALTER_PARTITION: a proposed ISR member is fenced or shutting down",
+    ErrorCode.NEW_LEADER_ELECTED: "ALTER_PARTITION: a new leader was elected meanwhile",
+    ErrorCode.BROKER_ID_NOT_REGISTERED: "a broker request from a broker id the controller does not know",
+}
 
 
 class KafkaError(Exception):

@@ -1,4 +1,8 @@
-"""Renders the message schemas as Markdown tables, for docs/protocol.md (a test keeps the doc in sync)."""
+"""Renders the message schemas and the error codes as Markdown tables, for docs/protocol.md.
+
+`python -m protocol.schema_doc --write` rewrites both generated blocks of docs/protocol.md in place; without
+`--write` it prints them. A test keeps the doc in sync with the code.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,13 @@ import dataclasses
 import typing
 from typing import Any
 
+from protocol.errors import ErrorCode
 from protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
 
 BEGIN = "<!-- BEGIN GENERATED SCHEMAS: python -m protocol.schema_doc -->"
 END = "<!-- END GENERATED SCHEMAS -->"
+ERRORS_BEGIN = "<!-- BEGIN GENERATED ERRORS: python -m protocol.schema_doc --write -->"
+ERRORS_END = "<!-- END GENERATED ERRORS -->"
 
 
 def _type_name(tp: Any) -> str:
@@ -83,5 +90,28 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_errors() -> str:
+    lines = [ERRORS_BEGIN, "", "| code | name | retriable | meaning |", "|---|---|---|---|"]
+    for code in sorted(ErrorCode):
+        lines.append(f"| {int(code)} | {code.name} | {'yes' if code.retriable else 'no'} | {code.description} |")
+    lines += ["", ERRORS_END]
+    return "\n".join(lines) + "\n"
+
+
+def rewrite(text: str) -> str:
+    """`text` (docs/protocol.md) with both generated blocks replaced by what the code says now."""
+    head, _, rest = text.partition(ERRORS_BEGIN)
+    _, _, tail = rest.partition(ERRORS_END + "\n")
+    text = head + render_errors() + tail
+    return text[: text.index(BEGIN)] + render()
+
+
 if __name__ == "__main__":
-    print(render(), end="")
+    import sys
+    from pathlib import Path
+
+    if "--write" in sys.argv[1:]:
+        doc = Path(__file__).resolve().parents[1] / "docs" / "protocol.md"
+        doc.write_text(rewrite(doc.read_text()))
+    else:
+        print(render_errors() + "\n" + render(), end="")
