@@ -80,7 +80,7 @@ class MetadataCache:
                     TopicMetadata(name, [], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), f"unknown topic {name!r}")
                 )
             else:
-                out.append(TopicMetadata(name, parts))
+                out.append(TopicMetadata(name, parts, configs=dict(self.topic_configs.get(name, {}))))
         return MetadataResponse(
             brokers=sorted(self.brokers.values(), key=lambda b: b.broker_id),
             topics=out,

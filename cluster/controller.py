@@ -343,6 +343,7 @@ class Controller:
                 )
                 for p in self._image.partitions_of(name)
             ],
+            configs=dict(self._image.topics[name].configs),
         )
 
     # -- broker registration and liveness ---------------------------------------------------------

@@ -247,6 +247,9 @@ class TopicMetadata(Message):
     partitions: list[PartitionMetadata]
     error_code: int = 0
     error_message: str | None = None
+    # The topic's configs as the controller stored them (Kafka serves these through DESCRIBE_CONFIGS;
+    # here they ride along so `topic describe` and producers can read min.insync.replicas).
+    configs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -17,7 +17,12 @@ at the header; the payload is produced and consumed by clients. Many batches lai
     27     8    first_timestamp        int64   ms since the epoch
     35     8    max_timestamp          int64
     43     4    record_count           int32
-    47     ...  records payload               msgpack array of [offset_delta, timestamp_delta, key, value]
+    47     ...  records payload               msgpack array of records (below)
+
+A record is `[offset_delta, timestamp_delta, key, value]`, or `[..., value, headers]` when it has
+headers: an array of `[name: str, value: bin or nil]` pairs, like Kafka's record headers. A record
+without headers is written in the 4-element form, so batches without headers are byte-identical to
+what older writers produced, and readers accept both forms.
 
 Because the CRC starts after the epoch field, a leader assigns offsets and stamps its epoch into a
 producer's batch without recomputing the CRC, exactly as Kafka's v2 format allows; a follower appends
@@ -80,28 +85,40 @@ class BatchHeader:
         return LOG_OVERHEAD + self.batch_length
 
 
+Header = tuple[str, bytes | None]
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     offset: int
     timestamp: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[Header, ...] = ()
 
 
 def build_batch(
-    records: Sequence[bytes | None | tuple[bytes | None, bytes | None]],
+    records: Sequence[
+        bytes | None | tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Sequence[Header]]
+    ],
     base_offset: int = 0,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
     timestamp_ms: int | None = None,
 ) -> bytes:
-    """A batch holding `records`: each a value, or a (key, value) pair. Offsets run from `base_offset`."""
+    """A batch holding `records`: each a value, a (key, value) pair or a (key, value, headers) triple.
+
+    Offsets run from `base_offset`."""
     if not records:
         raise ValueError("a batch holds at least one record")
     ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     items = []
     for delta, rec in enumerate(records):
-        key, value = rec if isinstance(rec, tuple) else (None, rec)
-        items.append([delta, 0, key, value])
+        if not isinstance(rec, tuple):
+            items.append([delta, 0, None, rec])
+        elif len(rec) == 3 and rec[2]:
+            items.append([delta, 0, rec[0], rec[1], [[name, value] for name, value in rec[2]]])
+        else:
+            items.append([delta, 0, rec[0], rec[1]])
     payload = msgpack.packb(items, use_bin_type=True)
     return _assemble(base_offset, partition_leader_epoch, len(records) - 1, ts, ts, len(records), payload)
 
@@ -186,10 +203,19 @@ def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
         if not isinstance(items, list):
             raise CorruptRecordError(f"records payload of batch {header.base_offset} is not an array")
         for item in items:
-            if not (isinstance(item, list) and len(item) == 4):
+            if not (isinstance(item, list) and len(item) in (4, 5)):
                 raise CorruptRecordError(f"malformed record in batch at offset {header.base_offset}")
-            delta, ts_delta, key, value = item
-            yield Record(header.base_offset + delta, header.first_timestamp + ts_delta, key, value)
+            headers = _headers(item[4], header.base_offset) if len(item) == 5 else ()
+            delta, ts_delta, key, value = item[:4]
+            yield Record(header.base_offset + delta, header.first_timestamp + ts_delta, key, value, headers)
+
+
+def _headers(raw: object, base_offset: int) -> tuple[Header, ...]:
+    if not isinstance(raw, list) or not all(
+        isinstance(h, list) and len(h) == 2 and isinstance(h[0], str) and isinstance(h[1], bytes | None) for h in raw
+    ):
+        raise CorruptRecordError(f"malformed record headers in batch at offset {base_offset}")
+    return tuple((h[0], h[1]) for h in raw)
 
 
 def concat(batches: Iterable[bytes]) -> bytes:

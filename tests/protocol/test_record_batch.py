@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import msgpack
 import pytest
+from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -79,3 +81,24 @@ def test_concatenated_batches_iterate_in_order(batches: list[list[bytes]]) -> No
     headers = validate_record_set(data)
     assert [h.base_offset for h in headers] == [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
     assert [r.value for r in iter_records(data)] == [v for values in batches for v in values]
+
+
+def test_headers_round_trip_and_a_record_without_headers_keeps_the_four_element_form() -> None:
+    batch = build_batch(
+        [(b"k", b"v", [("trace", b"1"), ("trace", b"2"), ("empty", None)]), (b"k2", b"v2", []), b"plain"],
+        timestamp_ms=5,
+    )
+    records = list(iter_records(batch))
+    assert [r.headers for r in records] == [(("trace", b"1"), ("trace", b"2"), ("empty", None)), (), ()]
+    assert [(r.key, r.value) for r in records] == [(b"k", b"v"), (b"k2", b"v2"), (None, b"plain")]
+    # A batch without headers is byte-identical to one built from plain (key, value) pairs.
+    assert build_batch([(b"k2", b"v2", [])], timestamp_ms=5) == build_batch([(b"k2", b"v2")], timestamp_ms=5)
+
+
+def test_malformed_headers_are_corrupt() -> None:
+    payload = msgpack.packb([[0, 0, None, b"v", [["name"]]]], use_bin_type=True)
+    good = build_batch([b"v"], timestamp_ms=0)
+    body = good[CRC_START:HEADER_SIZE] + payload
+    batch = good[:8] + (len(body) + 9).to_bytes(4, "big") + good[12:17] + crc32c(body).to_bytes(4, "big") + body
+    with pytest.raises(CorruptRecordError, match="malformed record headers"):
+        list(iter_records(batch))
