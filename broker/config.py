@@ -12,6 +12,7 @@ a default), and so is a value that does not parse as the key's type.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,13 @@ TOOL_ENV_VARS = frozenset({"MINIBROKER_BOOTSTRAP_SERVER", "MINIBROKER_DEMO_DIR",
 
 class ConfigError(ValueError):
     pass
+
+
+def unknown_key_error(name: str, known: Iterable[str], source: str) -> ConfigError:
+    """The error for a key nobody knows, with the closest known key when one is close (a typo)."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"unknown config key {name!r} ({source}){hint}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +83,7 @@ class ConfigDef:
         for name, raw in values.items():
             key = self.keys.get(name)
             if key is None:
-                raise ConfigError(f"unknown config key {name!r} ({source})")
+                raise unknown_key_error(name, self.keys, source)
             out[name] = _parse(key, raw, source)
         return out
 

@@ -81,6 +81,7 @@ class ClusterClient:
         self.request_timeout_s = request_timeout_s
         self.brokers: dict[int, BrokerEndpoint] = {}
         self.partitions: dict[TopicPartition, PartitionInfo] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
         self.controller_id = -1
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
 
@@ -139,12 +140,20 @@ class ClusterClient:
         for t in resp.topics:
             if t.error_code != ErrorCode.NONE:
                 continue
+            self.topic_configs[t.topic] = dict(t.configs)
             for p in t.partitions:
                 self.partitions[TopicPartition(t.topic, p.partition)] = _info(t.topic, p)
         return resp
 
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self.partitions if tp.topic == topic)
+
+    def min_isr_unreachable(self, tp: TopicPartition) -> bool:
+        """True when acks=all to `tp` cannot succeed however long one waits: even with every replica in
+        the ISR it would be smaller than the topic's min.insync.replicas."""
+        info = self.partitions.get(tp)
+        min_isr = int(self.topic_configs.get(tp.topic, {}).get("min.insync.replicas", 1))
+        return info is not None and len(info.replicas) < min_isr
 
     def leader_of(self, tp: TopicPartition) -> PartitionInfo:
         info = self.partitions.get(tp)

@@ -1,6 +1,7 @@
 """Consuming records from partition leaders, like kafka-console-consumer, with offset sanity checks.
 
-Positions start at the earliest offset (`--from-beginning`) or at the high watermark. Each fetch goes
+Positions start at the earliest offset (`--from-beginning`), at the high watermark, or at a given
+offset (`--offset N`, or `-N` for N records before the high watermark), kept within the log. Each fetch goes
 to the partition's leader with its current leader epoch; NOT_LEADER / FENCED / UNKNOWN_LEADER_EPOCH
 refresh metadata, OFFSET_OUT_OF_RANGE resets to the earliest offset. Records below the position in a
 returned batch (a batch may start before the requested offset) are skipped, so each offset is
@@ -36,6 +37,16 @@ class Consumer:
     async def seek_all(self, earliest: bool) -> None:
         for tp in self.partitions:
             self.positions[tp] = await self._list(tp, earliest)
+
+    async def seek(self, start: str | int) -> None:
+        """earliest, latest, an offset N >= 0 or -N before the end; clamped to [log start, high watermark]."""
+        if start in ("earliest", "latest"):
+            await self.seek_all(earliest=start == "earliest")
+            return
+        assert isinstance(start, int)
+        for tp in self.partitions:
+            first, end = await self._list(tp, True), await self._list(tp, False)
+            self.positions[tp] = min(max(start if start >= 0 else end + start, first), end)
 
     async def _list(self, tp: TopicPartition, earliest: bool) -> int:
         for _ in range(50):
@@ -104,13 +115,18 @@ class Consumer:
 async def consume_all(
     client: ClusterClient,
     partitions: list[TopicPartition],
-    from_beginning: bool,
+    from_beginning: bool | str | int,
     max_messages: int | None,
     timeout_ms: int,
     on_record: Callable[[TopicPartition, Record], None] | None = None,
 ) -> Consumer:
+    """Read until `max_messages` or `timeout_ms` without a new record. `from_beginning` is True/False
+    (earliest/latest) or a `Consumer.seek` start."""
     consumer = Consumer(client, partitions)
-    await consumer.seek_all(earliest=from_beginning)
+    if isinstance(from_beginning, bool):
+        await consumer.seek_all(earliest=from_beginning)
+    else:
+        await consumer.seek(from_beginning)
     count = 0
     last_new = time.monotonic()
     while max_messages is None or count < max_messages:
@@ -128,7 +144,9 @@ async def consume_all(
     return consumer
 
 
-async def consume_command(args: argparse.Namespace) -> dict[str, Any]:
+async def consume_command(
+    args: argparse.Namespace, formatter: Callable[[str, int, Record], bytes], start: str | int
+) -> dict[str, Any]:
     from cluster.cli import EXIT_CLUSTER_ERROR, EXIT_UNREACHABLE, CliError
 
     counts: dict[str, int] = {}
@@ -136,10 +154,7 @@ async def consume_command(args: argparse.Namespace) -> dict[str, Any]:
 
     def on_record(tp: TopicPartition, rec: Record) -> None:
         counts[str(tp.partition)] = counts.get(str(tp.partition), 0) + 1
-        if args.json:
-            return
-        prefix = f"{tp.partition}\t{rec.offset}\t".encode() if args.print_offsets else b""
-        out.write(prefix + (rec.value or b"") + b"\n")
+        out.write(formatter(tp.topic, tp.partition, rec))
 
     async with ClusterClient(args.bootstrap_server) as client:
         try:
@@ -154,7 +169,7 @@ async def consume_command(args: argparse.Namespace) -> dict[str, Any]:
             if tp not in partitions:
                 raise CliError(f"topic {args.topic!r} has no partition {args.partition}", EXIT_CLUSTER_ERROR)
             partitions = [tp]
-        await consume_all(client, partitions, args.from_beginning, args.max_messages, args.timeout_ms, on_record)
+        await consume_all(client, partitions, start, args.max_messages, args.timeout_ms, on_record)
     out.flush()
     return {"count": sum(counts.values()), "partitions": counts}
 

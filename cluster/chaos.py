@@ -453,14 +453,19 @@ def find_problems(
     return {"lost": lost, "duplicates": duplicates, "inconsistent": inconsistent, "divergent": divergent}
 
 
+def _ms(value: Any) -> str:
+    """Latencies for people: one decimal (the JSON report keeps full precision)."""
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
 def render_report(report: dict[str, Any]) -> str:
     lines = [
         f"verdict: {'VALID' if report['valid'] else 'INVALID'}",
         f"rounds {report['rounds']}  acked {report['acked']}  failed {report['failed']}  "
         f"indeterminate {report['indeterminate']}"
         f"  throughput {report['throughput_records_s']} records/s",
-        f"ack latency ms: p50 {report['ack_latency_ms']['p50']}  p99 {report['ack_latency_ms']['p99']}"
-        f"  failover ms: p50 {report['failover_ms']['p50']}  p99 {report['failover_ms']['p99']}",
+        f"ack latency ms: p50 {_ms(report['ack_latency_ms']['p50'])}  p99 {_ms(report['ack_latency_ms']['p99'])}"
+        f"  failover ms: p50 {_ms(report['failover_ms']['p50'])}  p99 {_ms(report['failover_ms']['p99'])}",
         f"lost writes {report['lost_writes']}  duplicates {report['duplicates']}  inconsistent offsets "
         f"{report['inconsistent_offsets']}  divergent replicas {report['divergent_replicas']}  "
         f"nonmonotonic {report['nonmonotonic']}",
@@ -468,9 +473,10 @@ def render_report(report: dict[str, Any]) -> str:
     for k in report["kills"]:
         lines.append(
             f"  kill {k['round']}: broker {k['broker_id']} (led {k['led_partitions']}) -> leaders {k['new_leaders']} "
-            f"epochs {k['new_epochs']}; no leader for {k['time_without_leader_ms']} ms; failover {k['failover_ms']} ms"
+            f"epochs {k['new_epochs']}; no leader for {_ms(k['time_without_leader_ms'])} ms; "
+            f"failover {_ms(k['failover_ms'])} ms"
             + (
-                f"; ISR full after {k['isr_full_after_ms']} ms; truncations {k['follower_truncations']}"
+                f"; ISR full after {_ms(k['isr_full_after_ms'])} ms; truncations {k['follower_truncations']}"
                 if k["restarted"]
                 else ""
             )

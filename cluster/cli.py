@@ -2,8 +2,9 @@
 
 Exit codes (documented in README.md):
   0  success
-  1  the command ran but its check failed (chaos verdict invalid, consume found fewer records than asked)
-  2  bad usage: unknown flag, bad value, bad config key
+  1  the command ran but its check failed (chaos verdict invalid; consume --fail-on-timeout found fewer
+     records than --max-messages)
+  2  bad usage: unknown flag, bad value, bad config key, a port already in use, a malformed input line
   3  the cluster is not reachable / not running
   4  the cluster answered with an error (unknown topic, topic exists, not enough brokers, ...)
 """
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +25,7 @@ from typing import Any
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CLUSTER_ERROR = 0, 1, 2, 3, 4
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_ENV = "MINIBROKER_BOOTSTRAP_SERVER"
 DEFAULT_DIR = "./minibroker-cluster"
 
 
@@ -41,10 +45,30 @@ def _run(coro: Any) -> Any:
 
 
 def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
+    """With --json, exactly one JSON document on stdout; otherwise the human text."""
     if getattr(args, "json", False):
         print(json.dumps(data, indent=None, default=str))
     else:
         print(text())
+
+
+def _listen_error(exc: OSError, listeners: str) -> CliError:
+    """A listener that cannot bind is a usage problem (a port in use, an address not on this host)."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.EADDRINUSE:
+        reason = "address already in use (another process has this port; pick another)"
+    return CliError(f"cannot listen on {listeners}: {reason}", EXIT_USAGE)
+
+
+def _check_mqtt_url(config: dict[str, Any]) -> None:
+    from metrics.mqtt import parse_mqtt_url
+
+    url = config.get("metrics.mqtt.url")
+    if url:
+        try:
+            parse_mqtt_url(url)
+        except ValueError as exc:
+            raise CliError(f"config error: metrics.mqtt.url: {exc}", EXIT_USAGE) from None
 
 
 # -- process commands -----------------------------------------------------------------------------
@@ -75,8 +99,14 @@ def cmd_broker(args: argparse.Namespace) -> int:
             "controller.quorum.voters": args.controller,
         },
     )
+    _check_mqtt_url(config)
     configure_logging(args.log_level)
-    _run(run_broker(config))
+    try:
+        _run(run_broker(config))
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        raise _listen_error(exc, config["listeners"]) from None
     return EXIT_OK
 
 
@@ -87,7 +117,12 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
     config = _load(CONTROLLER_CONFIG, args, {"listeners": args.listeners, "metadata.log.dir": args.metadata_dir})
     configure_logging(args.log_level)
-    _run(run_controller(config))
+    try:
+        _run(run_controller(config))
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        raise _listen_error(exc, config["listeners"]) from None
     return EXIT_OK
 
 
@@ -96,12 +131,20 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     from broker.config import ConfigError, parse_overrides
-    from cluster.local_cluster import ClusterError, LocalClusterState, start_cluster, stop_cluster
+    from cluster.local_cluster import (
+        ClusterError,
+        LocalClusterState,
+        PortInUseError,
+        check_overrides,
+        start_cluster,
+        stop_cluster,
+    )
 
     try:
         overrides = parse_overrides(args.override or [])
+        check_overrides(overrides)
     except ConfigError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
+        raise CliError(f"config error: {exc}", EXIT_USAGE) from None
     if args.brokers < 1:
         raise CliError("--brokers must be at least 1", EXIT_USAGE)
     cluster_dir = Path(args.dir)
@@ -112,6 +155,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
                 cluster_dir, args.brokers, args.base_port, secret=args.secret, overrides=overrides, progress=say
             )
         )
+    except PortInUseError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     except ClusterError as exc:
         raise CliError(str(exc), EXIT_CLUSTER_ERROR) from None
     info = {
@@ -145,19 +190,20 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
 
 def _describe_up(info: dict[str, Any], detached: bool) -> str:
+    # Every hint names this cluster explicitly, so it works as printed whatever the ports and the dir.
+    d = shlex.quote(info["dir"])
     lines = [
         f"cluster running in {info['dir']}",
         f"  controller        {info['controller']}",
         *[f"  broker {b['id']:<10} {b['address']}  pid {b['pid']}  log {b['log']}" for b in info["brokers"]],
         f"  metrics           {info['metrics_dir']}",
-        f"  bootstrap server  {info['bootstrap_server']}",
+        f"  bootstrap server  {info['bootstrap_server']}  (also in {os.path.join(info['dir'], 'bootstrap.servers')})",
         "",
-        "try:  minibroker topic create demo --partitions 3 --replication-factor 3",
-        f"      minibroker cluster status --dir {info['dir']}",
+        f"try:  minibroker topic create demo --partitions 3 --replication-factor 3 --dir {d}",
+        f"      minibroker cluster status --dir {d}",
+        f"  or: export MINIBROKER_BOOTSTRAP_SERVER={info['bootstrap_server']}  (then no --dir is needed)",
     ]
-    lines.append(
-        "stop with: minibroker cluster down --dir " + info["dir"] if detached else "Ctrl-C stops every process cleanly."
-    )
+    lines.append(f"stop with: minibroker cluster down --dir {d}" if detached else "Ctrl-C stops every process cleanly.")
     return "\n".join(lines)
 
 
@@ -174,11 +220,24 @@ def cmd_cluster_down(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
+    from client.cluster_client import ClusterUnavailableError
     from cluster.local_cluster import ClusterError, LocalClusterState
-    from cluster.status import collect_status, render_status
+    from cluster.status import collect_remote_status, collect_status, render_status
 
+    env = os.environ.get(BOOTSTRAP_ENV)
+    if args.bootstrap_server and args.dir:
+        raise CliError("give --bootstrap-server or --dir, not both", EXIT_USAGE)
+    remote = args.bootstrap_server or (env if args.dir is None else None)
+    if remote:
+        _client(argparse.Namespace(bootstrap_server=remote))  # a malformed HOST:PORT is a usage error
+        try:
+            status = _run(collect_remote_status(remote))
+        except ClusterUnavailableError as exc:
+            raise CliError(f"cluster not reachable at {remote}: {exc}", EXIT_UNREACHABLE) from None
+        _emit(args, status, lambda: render_status(status))
+        return EXIT_OK
     try:
-        state = LocalClusterState.load(Path(args.dir))
+        state = LocalClusterState.load(Path(args.dir or DEFAULT_DIR))
     except ClusterError as exc:
         raise CliError(str(exc), EXIT_UNREACHABLE) from None
     status = _run(collect_status(state))
@@ -187,6 +246,22 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
 
 
 # -- topics, produce, consume ---------------------------------------------------------------------
+
+
+def resolve_bootstrap(args: argparse.Namespace) -> str:
+    """--bootstrap-server, else the cluster in --dir, else $MINIBROKER_BOOTSTRAP_SERVER, else the default."""
+    from cluster.local_cluster import ClusterError, LocalClusterState
+
+    if args.bootstrap_server and args.dir:
+        raise CliError("give --bootstrap-server or --dir, not both", EXIT_USAGE)
+    if args.bootstrap_server:
+        return str(args.bootstrap_server)
+    if args.dir:
+        try:
+            return LocalClusterState.load(Path(args.dir)).bootstrap
+        except ClusterError as exc:
+            raise CliError(str(exc), EXIT_UNREACHABLE) from None
+    return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -259,34 +334,56 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
     from protocol.errors import ErrorCode
 
     resp = _run(_metadata(args, [args.topic] if args.topic else None))
+    filtered = args.under_replicated_partitions or args.under_min_isr_partitions or args.unavailable_partitions
     out = []
     for t in resp.topics:
         if t.error_code != ErrorCode.NONE:
             raise CliError(f"{t.error_message or ErrorCode(t.error_code).name}", EXIT_CLUSTER_ERROR)
+        min_isr = int(t.configs.get("min.insync.replicas", 1))
+        partitions = [
+            {
+                "partition": p.partition,
+                "leader": p.leader_id,
+                "leader_epoch": p.leader_epoch,
+                "replicas": p.replicas,
+                "isr": p.isr,
+                "offline_replicas": p.offline_replicas,
+            }
+            for p in t.partitions
+            # kafka-topics.sh's filters: ISR smaller than the replica set, or than min.insync.replicas;
+            # no leader at all. With a filter only the partitions that match are listed.
+            if not filtered
+            or (args.under_replicated_partitions and len(p.isr) < len(p.replicas))
+            or (args.under_min_isr_partitions and len(p.isr) < min_isr)
+            or (args.unavailable_partitions and p.leader_id < 0)
+        ]
+        if filtered and not partitions:
+            continue
         out.append(
             {
                 "topic": t.topic,
-                "partitions": [
-                    {
-                        "partition": p.partition,
-                        "leader": p.leader_id,
-                        "leader_epoch": p.leader_epoch,
-                        "replicas": p.replicas,
-                        "isr": p.isr,
-                    }
-                    for p in t.partitions
-                ],
+                "partition_count": len(t.partitions),
+                "replication_factor": len(t.partitions[0].replicas) if t.partitions else 0,
+                "configs": dict(sorted(t.configs.items())),
+                "partitions": partitions,
             }
         )
 
     def text() -> str:
         lines = []
         for t in out:
-            lines.append(f"Topic: {t['topic']}\tPartitionCount: {len(t['partitions'])}")
-            for p in t["partitions"]:
+            if not filtered:
+                configs = ",".join(f"{k}={v}" for k, v in t["configs"].items())
                 lines.append(
-                    f"\tPartition: {p['partition']}\tLeader: {p['leader']}\tEpoch: {p['leader_epoch']}"
-                    f"\tReplicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}"
+                    f"Topic: {t['topic']}\tPartitionCount: {t['partition_count']}"
+                    f"\tReplicationFactor: {t['replication_factor']}\tConfigs: {configs}"
+                )
+            for p in t["partitions"]:
+                offline = f"\tOffline: {','.join(map(str, p['offline_replicas']))}" if p["offline_replicas"] else ""
+                lines.append(
+                    f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLeader: {p['leader']}"
+                    f"\tEpoch: {p['leader_epoch']}\tReplicas: {','.join(map(str, p['replicas']))}"
+                    f"\tIsr: {','.join(map(str, p['isr']))}{offline}"
                 )
         return "\n".join(lines)
 
@@ -294,31 +391,82 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _properties(items: list[str] | None, known: dict[str, str]) -> dict[str, str]:
+    from client.console import parse_properties
+
+    try:
+        return parse_properties(items or [], known)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
+    from client.console import PRODUCER_PROPERTIES, LineReader, parse_header
     from client.producer import produce_command
 
-    values: Any
+    props = _properties(args.property, PRODUCER_PROPERTIES)
+    try:
+        headers = [parse_header(h) for h in args.header or []]
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    key = args.key.encode() if args.key is not None else None
+    records: Any
     if args.count is not None:
         if args.count < 0 or args.size < 0:
             raise CliError("--count and --size must be >= 0", EXIT_USAGE)
-        values = None
+        records = None
     else:
-        values = (line.rstrip("\n").encode() for line in sys.stdin)
-    result = _run(produce_command(args, values))
-    _emit(args, result, lambda: f"produced {result['acked']} records to {args.topic} ({result['failed']} failed)")
+        reader = LineReader(props, key, headers)
+        records = reader.records(sys.stdin.buffer)
+    result = _run(produce_command(args, records, key=key, headers=headers))
+    reasons = "".join(f"{', ' if i else ': '}{e['records']} {e['error']}" for i, e in enumerate(result["errors"]))
+    text = f"produced {result['acked']} records to {args.topic} ({result['failed']} failed{reasons})"
+    _emit(args, result, lambda: text)
+    if result.get("input_error"):
+        raise CliError(f"{result['input_error']} (records before it were sent)", EXIT_USAGE)
     return EXIT_OK if result["failed"] == 0 else EXIT_CLUSTER_ERROR
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
+    from client.console import CONSUMER_PROPERTIES, make_formatter
     from client.consumer import consume_command
 
-    result = _run(consume_command(args))
-    if args.json:
-        print(json.dumps({"records": result["count"], "partitions": result["partitions"]}))
+    props = _properties(args.property, CONSUMER_PROPERTIES)
+    start = _start_offset(args)
+    try:
+        formatter = make_formatter(props, args.format, args.json, args.print_offsets)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    result = _run(consume_command(args, formatter, start))
     print(f"Processed a total of {result['count']} messages", file=sys.stderr)
     if args.max_messages is not None and result["count"] < args.max_messages:
-        return EXIT_CHECK_FAILED
+        # Kafka's console consumer exits 0 when --timeout-ms passes; --fail-on-timeout makes it a check.
+        if args.fail_on_timeout:
+            print(
+                f"minibroker: check failed: {result['count']} of --max-messages {args.max_messages} records "
+                f"arrived within --timeout-ms {args.timeout_ms}",
+                file=sys.stderr,
+            )
+            return EXIT_CHECK_FAILED
     return EXIT_OK
+
+
+def _start_offset(args: argparse.Namespace) -> str | int:
+    """--offset earliest|latest|N|-N (kcat's -o), or --from-beginning; default latest, like Kafka's tool."""
+    spec = args.offset
+    if spec is None:
+        return "earliest" if args.from_beginning else "latest"
+    if args.from_beginning:
+        raise CliError("give --from-beginning or --offset, not both", EXIT_USAGE)
+    aliases = {"earliest": "earliest", "beginning": "earliest", "latest": "latest", "end": "latest"}
+    if spec in aliases:
+        return aliases[spec]
+    try:
+        return int(spec)
+    except ValueError:
+        raise CliError(
+            f"--offset expects earliest, latest, an offset N or -N (N before the end), got {spec!r}", EXIT_USAGE
+        ) from None
 
 
 # -- chaos, metrics -------------------------------------------------------------------------------
@@ -336,9 +484,20 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
 def _add_client(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--bootstrap-server",
-        default=os.environ.get("MINIBROKER_BOOTSTRAP_SERVER", DEFAULT_BOOTSTRAP),
-        help=f"HOST:PORT of any broker (default {DEFAULT_BOOTSTRAP}, the first broker of a default `cluster up`)",
+        metavar="HOST:PORT[,...]",
+        help=f"any broker of the cluster (default: ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
     )
+    p.add_argument("--dir", help="the local cluster in this directory (`cluster up --dir`): its brokers")
+    p.set_defaults(client_command=True)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("minibroker")
+    except PackageNotFoundError:  # pragma: no cover - run from a checkout without installing
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -348,6 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
         "leader-kill chaos and a Spark lag dashboard.",
         epilog="exit codes: 0 ok, 1 check failed, 2 bad usage, 3 cluster unreachable, 4 cluster error",
     )
+    parser.add_argument("--version", action="version", version=f"minibroker {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser(
@@ -402,9 +562,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = csub.add_parser(
         "status",
         help="brokers, partitions, leaders, epochs, ISR, HW/LEO and lag",
-        description="Show the local cluster in --dir.",
+        description="Show the local cluster in --dir (with pids), or any cluster through --bootstrap-server "
+        f"(or ${BOOTSTRAP_ENV}): brokers, controller, topics, partitions, leaders, ISR, HW/LEO and lag.",
     )
-    p.add_argument("--dir", default=DEFAULT_DIR)
+    p.add_argument("--dir", help=f"local cluster directory (default {DEFAULT_DIR})")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", help="describe the cluster behind this broker")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cluster_status)
 
@@ -426,35 +588,73 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _add_client(p)
     p.set_defaults(func=cmd_topic_list)
-    p = tsub.add_parser("describe", help="leaders, epochs, replicas, ISR", description="Describe one topic or all.")
+    p = tsub.add_parser(
+        "describe",
+        help="replication factor, configs, leaders, epochs, replicas, ISR",
+        description="Describe one topic or all, like kafka-topics.sh --describe.",
+    )
     p.add_argument("topic", nargs="?")
+    p.add_argument("--under-replicated-partitions", action="store_true", help="only partitions whose ISR < replicas")
+    p.add_argument(
+        "--under-min-isr-partitions", action="store_true", help="only partitions whose ISR < min.insync.replicas"
+    )
+    p.add_argument("--unavailable-partitions", action="store_true", help="only partitions without a leader")
     p.add_argument("--json", action="store_true")
     _add_client(p)
     p.set_defaults(func=cmd_topic_describe)
 
     p = sub.add_parser(
-        "produce", help="write records", description="Write lines from stdin, or --count generated records, to a topic."
+        "produce",
+        help="write records",
+        description="Write lines from stdin, or --count generated records, to a topic, like "
+        "kafka-console-producer. Records with a key go to the partition Kafka's partitioner picks for it.",
+        epilog="properties (Kafka's names): parse.key, key.separator (tab), parse.headers, headers.delimiter "
+        "(tab), headers.separator (,), headers.key.separator (:), null.marker. A line is "
+        "[HEADERS<headers.delimiter>][KEY<key.separator>]VALUE.",
     )
     p.add_argument("topic")
     p.add_argument("--count", type=int, help="generate this many records instead of reading stdin")
     p.add_argument("--size", type=int, default=100, help="bytes per generated record")
     p.add_argument("--acks", choices=["0", "1", "all", "-1"], default="all")
-    p.add_argument("--partition", type=int, help="write to this partition only (default: round robin)")
+    p.add_argument("--partition", type=int, help="write to this partition only (default: by key, else in turn)")
+    p.add_argument("--key", help="this key on every record (kcat -k)")
+    p.add_argument("--header", action="append", metavar="NAME=VALUE", help="a header on every record (repeatable)")
+    p.add_argument(
+        "--property", action="append", metavar="NAME=VALUE", help="line reader property, e.g. parse.key=true"
+    )
     p.add_argument("--batch-size", type=int, default=100, help="records per batch")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     _add_client(p)
     p.set_defaults(func=cmd_produce)
 
     p = sub.add_parser(
-        "consume", help="read records", description="Read records and print their values, like kafka-console-consumer."
+        "consume",
+        help="read records",
+        description="Read records and print them, like kafka-console-consumer (or kcat -C with --format).",
+        epilog="properties (Kafka's names): print.key, print.value, print.partition, print.offset, "
+        "print.timestamp, print.headers, key.separator (tab), line.separator, headers.separator (,), "
+        "headers.key.separator (:), null.literal (null). --format tokens (kcat -f): %%t topic, %%p partition, "
+        "%%o offset, %%T timestamp, %%k key, %%K key length, %%s value, %%S value length, %%h headers, "
+        "%%%% percent; \\n \\t escapes. Exit 0 when --timeout-ms passes, as Kafka's tool does, unless "
+        "--fail-on-timeout.",
     )
     p.add_argument("topic")
-    p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("--from-beginning", action="store_true", help="same as --offset earliest")
+    p.add_argument(
+        "--offset", help="where to start in each partition: earliest, latest (default), N, or -N (N before the end)"
+    )
     p.add_argument("--partition", type=int)
     p.add_argument("--max-messages", type=int)
     p.add_argument("--timeout-ms", type=int, default=10000, help="exit after this long without a new record")
+    p.add_argument(
+        "--fail-on-timeout",
+        action="store_true",
+        help="exit 1 when --timeout-ms passes before --max-messages records arrived",
+    )
     p.add_argument("--print-offsets", action="store_true", help="print partition and offset before each value")
-    p.add_argument("--json", action="store_true", help="print a JSON summary line at the end")
+    p.add_argument("--property", action="append", metavar="NAME=VALUE", help="formatter property, e.g. print.key=true")
+    p.add_argument("--format", metavar="FMT", help="kcat-style format string, e.g. '%%k:%%s\\n'")
+    p.add_argument("--json", action="store_true", help="one JSON object per record, one per line")
     _add_client(p)
     p.set_defaults(func=cmd_consume)
 
@@ -496,7 +696,27 @@ DELEGATED: dict[tuple[str, ...], Callable[[list[str]], int]] = {
 }
 
 
+def _leaf_parsers(parser: argparse.ArgumentParser) -> None:
+    """Let every subcommand remember its own parser, so its errors print its usage, not the top one's."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(_parser=sub)
+                _leaf_parsers(sub)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`... | head`): stop quietly. Point stdout at /dev/null so the interpreter's
+        # final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from cluster.allocator import tune_allocator
 
@@ -505,8 +725,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if tuple(argv[: len(prefix)]) == prefix:
             return int(run(argv[len(prefix) :]))
     parser = build_parser()
-    args = parser.parse_args(argv)
+    _leaf_parsers(parser)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
+        if getattr(args, "client_command", False):
+            args.bootstrap_server = resolve_bootstrap(args)
         return int(args.func(args))
     except CliError as exc:
         print(f"minibroker: error: {exc}", file=sys.stderr)
@@ -517,6 +742,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # Run through the imported module, not this __main__ copy, so exception classes are shared.
-    from cluster.cli import main as _main
+    from cluster.cli import main as _entry
 
-    sys.exit(_main())
+    sys.exit(_entry())

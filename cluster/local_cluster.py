@@ -3,6 +3,7 @@
 Layout of a cluster directory (`--dir D`):
 
     D/cluster.json                 who runs where: pids, ports, dirs (written once everything is up)
+    D/bootstrap.servers            the brokers' HOST:PORT list, one line: what client commands' --dir reads
     D/controller/controller.properties, controller.log, metadata/
     D/broker-<id>/broker.properties, broker.log, data/
     D/metrics/                     every broker's JSON-lines metrics (the lag dashboard reads these)
@@ -30,9 +31,14 @@ from client.connection import BrokerConnection
 from protocol.messages import MetadataRequest
 
 STATE_FILE = "cluster.json"
+BOOTSTRAP_FILE = "bootstrap.servers"
 
 
 class ClusterError(RuntimeError):
+    pass
+
+
+class PortInUseError(ClusterError):
     pass
 
 
@@ -181,6 +187,49 @@ def broker_props(
     return props
 
 
+def check_overrides(overrides: dict[str, str]) -> None:
+    """Refuse, before anything starts, an override that neither the controller nor a broker would accept.
+
+    The launcher hands each process only the keys its kind knows, so without this check a typo would be
+    dropped silently and the cluster would start with the default.
+    """
+    from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, unknown_key_error
+
+    for name, value in overrides.items():
+        kinds = [d for d in (CONTROLLER_CONFIG, BROKER_CONFIG) if name in d.keys]
+        if not kinds:
+            raise unknown_key_error(name, {*CONTROLLER_CONFIG.keys, *BROKER_CONFIG.keys}, "--override")
+        for definition in kinds:
+            definition.parse({name: value}, "--override")
+    url = overrides.get("metrics.mqtt.url")
+    if url:
+        from metrics.mqtt import parse_mqtt_url
+
+        try:
+            parse_mqtt_url(url)
+        except ValueError as exc:
+            from broker.config import ConfigError
+
+            raise ConfigError(f"metrics.mqtt.url: {exc}") from None
+
+
+def check_ports_free(host: str, ports: dict[int, str]) -> None:
+    """Raise PortInUseError naming the first port (and its role) something already listens on."""
+    import socket
+
+    for port, role in ports.items():
+        with socket.socket() as s:
+            # As the servers do (reuse_address): a port in TIME_WAIT is free, one with a listener is not.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                raise PortInUseError(
+                    f"port {port} on {host} ({role}) is already in use; pick another --base-port "
+                    "(brokers use BASE, BASE+1, ..., the controller BASE+100)"
+                ) from None
+
+
 def log_size(log_file: Path) -> int:
     try:
         return log_file.stat().st_size
@@ -250,6 +299,10 @@ async def start_cluster(
                 f"a cluster is already running in {cluster_dir} (pids {alive}); `minibroker cluster down` first"
             )
     cport = controller_port if controller_port is not None else base_port + 100
+    wanted = {cport: "controller"}
+    for i in range(num_brokers):
+        wanted.setdefault(broker_ports[i] if broker_ports else base_port + i, f"broker {i + 1}")
+    check_ports_free("127.0.0.1", wanted)
     (cluster_dir / "controller").mkdir(exist_ok=True)
     (cluster_dir / "metrics").mkdir(exist_ok=True)
     cconf = cluster_dir / "controller" / "controller.properties"
@@ -299,6 +352,7 @@ async def start_cluster(
             progress(f"all {num_brokers} brokers registered with the controller")
         state = LocalClusterState(str(cluster_dir), controller, brokers, str(cluster_dir / "metrics"), secret)
         state.save()
+        (cluster_dir / BOOTSTRAP_FILE).write_text(state.bootstrap + "\n")
         return state
     except BaseException:
         for proc in procs:

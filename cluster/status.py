@@ -1,4 +1,10 @@
-"""`minibroker cluster status`: processes, partitions, leaders, epochs, ISR, and HW/LEO/lag per replica."""
+"""`minibroker cluster status`: processes, partitions, leaders, epochs, ISR, and HW/LEO/lag per replica.
+
+Two sources: a local cluster's directory (`collect_status`: pids and process liveness from
+cluster.json, METADATA from the controller), or any broker of any cluster (`collect_remote_status`:
+what `rpk cluster info` and `kcat -L` show, from METADATA through a bootstrap server, plus each
+broker's DESCRIBE_LOG_DIRS). Both return the same shape; `pid` is None for a remote cluster.
+"""
 
 from __future__ import annotations
 
@@ -30,10 +36,69 @@ async def collect_status(state: LocalClusterState) -> dict[str, Any]:
     logs = await asyncio.gather(
         *(_ask(b.host, b.port, DescribeLogDirsRequest()) if pid_alive(b.pid) else _none() for b in state.brokers)
     )
+    partitions, leads, follows = _partitions(meta, [b.node_id for b in state.brokers], logs)
+    brokers = [
+        {
+            "id": b.node_id,
+            "pid": b.pid,
+            "address": f"{b.host}:{b.port}",
+            "alive": pid_alive(b.pid),
+            "registered": b.node_id in registered,
+            "leader_count": leads.get(b.node_id, 0),
+            "follower_count": follows.get(b.node_id, 0),
+        }
+        for b in state.brokers
+    ]
+    return {
+        "dir": state.dir,
+        "controller": {
+            "id": c.node_id,
+            "pid": c.pid,
+            "address": f"{c.host}:{c.port}",
+            "alive": pid_alive(c.pid) and meta is not None,
+        },
+        "brokers": brokers,
+        "partitions": partitions,
+    }
+
+
+async def collect_remote_status(bootstrap: str) -> dict[str, Any]:
+    """The cluster behind `bootstrap` as its brokers describe it; raises ClusterUnavailableError."""
+    from client.cluster_client import ClusterClient
+
+    async with ClusterClient(bootstrap, client_id="status") as client:
+        meta = await client.refresh_metadata(None)
+    endpoints = sorted(meta.brokers, key=lambda b: b.broker_id)
+    logs = await asyncio.gather(*(_ask(b.host, b.port, DescribeLogDirsRequest()) for b in endpoints))
+    partitions, leads, follows = _partitions(meta, [b.broker_id for b in endpoints], logs)
+    brokers = [
+        {
+            "id": b.broker_id,
+            "pid": None,
+            "address": f"{b.host}:{b.port}",
+            "alive": resp is not None,
+            "registered": True,
+            "leader_count": leads.get(b.broker_id, 0),
+            "follower_count": follows.get(b.broker_id, 0),
+        }
+        for b, resp in zip(endpoints, logs, strict=True)
+    ]
+    return {
+        "bootstrap_server": bootstrap,
+        # The controller is not a broker, so METADATA names it only by id (as Kafka's does in KRaft mode).
+        "controller": {"id": meta.controller_id, "pid": None, "address": None, "alive": meta.controller_id >= 0},
+        "brokers": brokers,
+        "partitions": partitions,
+    }
+
+
+def _partitions(
+    meta: Any, broker_ids: list[int], logs: list[Any]
+) -> tuple[list[dict[str, Any]], dict[int, int], dict[int, int]]:
     replicas: dict[tuple[str, int], dict[int, Any]] = {}
-    for b, resp in zip(state.brokers, logs, strict=True):
+    for broker_id, resp in zip(broker_ids, logs, strict=True):
         for r in resp.replicas if resp else []:
-            replicas.setdefault((r.topic, r.partition), {})[b.node_id] = r
+            replicas.setdefault((r.topic, r.partition), {})[broker_id] = r
     partitions = []
     leads: dict[int, int] = {}
     follows: dict[int, int] = {}
@@ -67,24 +132,7 @@ async def collect_status(state: LocalClusterState) -> dict[str, Any]:
                     "replicas": reps,
                 }
             )
-    brokers = [
-        {
-            "id": b.node_id,
-            "pid": b.pid,
-            "address": f"{b.host}:{b.port}",
-            "alive": pid_alive(b.pid),
-            "registered": b.node_id in registered,
-            "leader_count": leads.get(b.node_id, 0),
-            "follower_count": follows.get(b.node_id, 0),
-        }
-        for b in state.brokers
-    ]
-    return {
-        "dir": state.dir,
-        "controller": {"pid": c.pid, "address": f"{c.host}:{c.port}", "alive": pid_alive(c.pid) and meta is not None},
-        "brokers": brokers,
-        "partitions": partitions,
-    }
+    return partitions, leads, follows
 
 
 async def _none() -> None:
@@ -93,12 +141,18 @@ async def _none() -> None:
 
 def render_status(status: dict[str, Any]) -> str:
     c = status["controller"]
-    lines = [f"controller {c['address']}  pid {c['pid']}  {'up' if c['alive'] else 'DOWN'}", ""]
+    if c["address"] is None:
+        head = f"controller id {c['id']}  (via {status['bootstrap_server']})" if c["alive"] else "controller unknown"
+    else:
+        head = f"controller {c['address']}  pid {c['pid']}  {'up' if c['alive'] else 'DOWN'}"
+    lines = [head, ""]
     lines.append(f"{'broker':>6}  {'address':<16} {'pid':>7}  {'state':<12} {'leaders':>7} {'followers':>9}")
     for b in status["brokers"]:
         state = "up" if b["alive"] and b["registered"] else ("up, fenced" if b["alive"] else "DOWN")
+        if b["pid"] is None and not b["alive"]:
+            state = "unreachable"  # in METADATA, but its DESCRIBE_LOG_DIRS got no answer from here
         lines.append(
-            f"{b['id']:>6}  {b['address']:<16} {b['pid']:>7}  {state:<12} "
+            f"{b['id']:>6}  {b['address']:<16} {'-' if b['pid'] is None else b['pid']:>7}  {state:<12} "
             f"{b['leader_count']:>7} {b['follower_count']:>9}"
         )
     lines.append("")

@@ -276,7 +276,7 @@ def run_follow(
                 batches=state.batches,
             )
             state.changed.notify_all()
-        print(f"batch {batch_id}: {n} records, dashboard {out_dir / DASHBOARD_FILE}", flush=True)
+        print(f"batch {batch_id}: {n} records, dashboard {out_dir / DASHBOARD_FILE}", file=sys.stderr, flush=True)
 
     query = (
         stream.writeStream.foreachBatch(process)
@@ -382,9 +382,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NoMetricsError as e:
         print(f"minibroker dashboard: {e}", file=sys.stderr)
         return 1
-    print(f"dashboard: {result.dashboard_html}")
+    # With --json, stdout carries exactly one JSON document; the human lines go to stderr.
+    text = sys.stderr if args.json else sys.stdout
+    print(f"dashboard: {result.dashboard_html}", file=text)
     for name, path in result.tables.items():
-        print(f"table {name}: {path} ({result.row_counts[name]} rows)")
+        print(f"table {name}: {path} ({result.row_counts[name]} rows)", file=text)
     if args.json:
         print(result.to_json())
     return 0

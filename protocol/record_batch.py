@@ -111,7 +111,7 @@ def build_batch(
     if not records:
         raise ValueError("a batch holds at least one record")
     ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    items = []
+    items: list[list[object]] = []
     for delta, rec in enumerate(records):
         if not isinstance(rec, tuple):
             items.append([delta, 0, None, rec])

@@ -18,7 +18,14 @@ from tests.integration.processes import ROOT
 pytestmark = [pytest.mark.slow]
 
 
-def cli(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def cli(
+    *args: str, stdin: str | None = None, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cluster", *args],
         input=stdin,
@@ -26,8 +33,14 @@ def cli(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=env or clean_env(),
     )
+
+
+def error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The one error line a user error prints; never a traceback."""
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stderr.strip().splitlines()[-1]
 
 
 COMMANDS = [
@@ -61,10 +74,105 @@ def test_every_command_has_help(command: list[str]) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_a_bad_flag_is_a_usage_error() -> None:
+def test_a_bad_flag_is_a_usage_error_with_the_subcommands_usage() -> None:
     result = cli("topic", "list", "--no-such-flag")
     assert result.returncode == 2
-    assert "unrecognized arguments: --no-such-flag" in result.stderr
+    assert result.stderr.startswith("usage: minibroker topic list "), result.stderr
+    assert error_line(result) == "minibroker topic list: error: unrecognized arguments: --no-such-flag"
+
+
+@pytest.mark.timeout(30)
+def test_version() -> None:
+    from importlib.metadata import version
+
+    result = cli("--version")
+    assert (result.returncode, result.stdout) == (0, f"minibroker {version('minibroker')}\n")
+
+
+@pytest.mark.timeout(30)
+def test_a_typo_in_a_cluster_up_override_stops_before_anything_starts(tmp_path: Path) -> None:
+    result = cli("cluster", "up", "--dir", str(tmp_path / "c"), "--override", "metrics.mqtt.ur=mqtt://127.0.0.1:1")
+    assert result.returncode == 2
+    assert error_line(result) == (
+        "minibroker: error: config error: unknown config key 'metrics.mqtt.ur' (--override); "
+        "did you mean 'metrics.mqtt.url'?"
+    )
+    assert not (tmp_path / "c" / "cluster.json").exists()
+    far = cli("cluster", "up", "--dir", str(tmp_path / "c"), "--override", "no.such.thing=1")
+    assert error_line(far) == "minibroker: error: config error: unknown config key 'no.such.thing' (--override)"
+    typed = cli("cluster", "up", "--dir", str(tmp_path / "c"), "--override", "replica.lag.time.max.ms=soon")
+    assert typed.returncode == 2
+    assert error_line(typed) == (
+        "minibroker: error: config error: replica.lag.time.max.ms: expected an integer, got 'soon' (--override)"
+    )
+
+
+@pytest.mark.timeout(30)
+def test_a_bad_mqtt_url_is_a_usage_error_without_a_traceback(tmp_path: Path) -> None:
+    expected = (
+        "minibroker: error: config error: metrics.mqtt.url: invalid MQTT URL 'nonsense': expected "
+        "mqtt://host:port (for example mqtt://127.0.0.1:1883)"
+    )
+    up = cli("cluster", "up", "--dir", str(tmp_path / "c"), "--override", "metrics.mqtt.url=nonsense")
+    assert (up.returncode, error_line(up)) == (2, expected)
+    (port,) = free_ports(1)
+    broker = cli(
+        *("broker", "--broker-id", "1", "--log-dirs", str(tmp_path / "b"), "--listeners", f"127.0.0.1:{port}"),
+        *("--override", "metrics.mqtt.url=nonsense"),
+    )
+    assert (broker.returncode, error_line(broker)) == (2, expected)
+
+
+@pytest.mark.timeout(60)
+def test_a_busy_port_is_a_usage_error_that_names_the_port(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        up = cli("cluster", "up", "--dir", str(tmp_path / "c"), "--brokers", "1", "--base-port", str(port))
+        assert up.returncode == 2
+        assert error_line(up) == (
+            f"minibroker: error: port {port} on 127.0.0.1 (broker 1) is already in use; pick another --base-port "
+            "(brokers use BASE, BASE+1, ..., the controller BASE+100)"
+        )
+        broker = cli(
+            *("broker", "--broker-id", "1", "--log-dirs", str(tmp_path / "b"), "--listeners", f"127.0.0.1:{port}")
+        )
+        assert broker.returncode == 2
+        assert error_line(broker) == (
+            f"minibroker: error: cannot listen on 127.0.0.1:{port}: address already in use "
+            "(another process has this port; pick another)"
+        )
+
+
+@pytest.mark.timeout(30)
+def test_client_flag_errors_are_usage_errors(tmp_path: Path) -> None:
+    cases = {
+        ("produce", "t", "--property", "parse.kye=true"): (
+            "minibroker: error: unknown property 'parse.kye'; did you mean 'parse.key'?"
+        ),
+        ("consume", "t", "--offset", "soon"): (
+            "minibroker: error: --offset expects earliest, latest, an offset N or -N (N before the end), got 'soon'"
+        ),
+        ("consume", "t", "--from-beginning", "--offset", "3"): (
+            "minibroker: error: give --from-beginning or --offset, not both"
+        ),
+        ("consume", "t", "--format", "%x"): (
+            "minibroker: error: --format: unknown token %x (known: %t %p %o %T %k %K %s %S %h %%)"
+        ),
+        ("produce", "t", "--header", "novalue"): "minibroker: error: --header expects NAME=VALUE, got 'novalue'",
+        ("topic", "list", "--dir", "d", "--bootstrap-server", "127.0.0.1:1"): (
+            "minibroker: error: give --bootstrap-server or --dir, not both"
+        ),
+    }
+    for args, expected in cases.items():
+        result = cli(*args, "--bootstrap-server", "127.0.0.1:1") if "--dir" not in args else cli(*args)
+        assert (result.returncode, error_line(result)) == (2, expected), args
+    missing = cli("topic", "list", "--dir", str(tmp_path / "none"))
+    assert missing.returncode == 3
+    assert error_line(missing).startswith(f"minibroker: error: no cluster in {tmp_path / 'none'}")
 
 
 @pytest.mark.timeout(30)
@@ -145,6 +253,10 @@ def test_topic_produce_consume_and_status_round_trip(running_cluster: tuple[Path
     assert "orders" in json.loads(listed.stdout)
     described = json.loads(cli("topic", "describe", "orders", "--json", *b).stdout)
     assert [len(p["replicas"]) for p in described[0]["partitions"]] == [3, 3, 3]
+    assert (described[0]["replication_factor"], described[0]["configs"]) == (3, {"min.insync.replicas": "1"})
+    text = cli("topic", "describe", "orders", *b).stdout.splitlines()
+    assert text[0] == "Topic: orders\tPartitionCount: 3\tReplicationFactor: 3\tConfigs: min.insync.replicas=1"
+    assert text[1].startswith("\tTopic: orders\tPartition: 0\tLeader: ")
 
     lines = "".join(f"line-{i}\n" for i in range(50))
     produced = cli("produce", "orders", "--json", *b, stdin=lines)
@@ -167,7 +279,16 @@ def test_topic_produce_consume_and_status_round_trip(running_cluster: tuple[Path
     assert offsets == sorted(offsets) == list(range(len(offsets)))
 
     short = cli("consume", "orders", "--from-beginning", "--max-messages", "1000", "--timeout-ms", "1000", *b)
-    assert short.returncode == 1, "fewer records than --max-messages within the timeout is a failed check"
+    assert short.returncode == 0, "a timeout ends the consumer with 0, as Kafka's console consumer does"
+    assert short.stdout.count("\n") == 80
+    strict = cli(
+        *("consume", "orders", "--from-beginning", "--max-messages", "1000", "--timeout-ms", "1000"),
+        *("--fail-on-timeout", *b),
+    )
+    assert strict.returncode == 1
+    assert error_line(strict) == (
+        "minibroker: check failed: 80 of --max-messages 1000 records arrived within --timeout-ms 1000"
+    )
 
     status = cli("cluster", "status", "--dir", str(cluster_dir), "--json")
     assert status.returncode == 0, status.stderr
@@ -202,3 +323,254 @@ def test_a_second_cluster_up_in_the_same_dir_is_refused(running_cluster: tuple[P
     result = cli("cluster", "up", "--dir", str(cluster_dir), "--detach")
     assert result.returncode == 4
     assert "already running" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def up_info(running_cluster: tuple[Path, str]) -> dict[str, object]:
+    cluster_dir, _ = running_cluster
+    from cluster.local_cluster import LocalClusterState
+
+    state = LocalClusterState.load(cluster_dir)
+    return {
+        "dir": state.dir,
+        "bootstrap_server": state.bootstrap,
+        "controller": f"{state.controller.host}:{state.controller.port}",
+        "metrics_dir": state.metrics_dir,
+        "brokers": [
+            {"id": b.node_id, "address": f"{b.host}:{b.port}", "pid": b.pid, "log": b.log} for b in state.brokers
+        ],
+    }
+
+
+@pytest.mark.timeout(120)
+def test_the_hints_cluster_up_prints_work_as_printed(running_cluster: tuple[Path, str], up_info: dict) -> None:
+    import shlex
+
+    from cluster.cli import _describe_up
+
+    cluster_dir, _ = running_cluster
+    assert (cluster_dir / "bootstrap.servers").read_text() == f"{up_info['bootstrap_server']}\n"
+    lines = _describe_up(up_info, detached=True).splitlines()
+    commands = [
+        line[line.index("minibroker ") :] for line in lines if "  minibroker " in line or ": minibroker " in line
+    ]
+    create, status, stop = commands
+    assert create == f"minibroker topic create demo --partitions 3 --replication-factor 3 --dir {cluster_dir}"
+    assert stop == f"minibroker cluster down --dir {cluster_dir}"
+    # The printed commands run as printed (the cluster is not on the default port); `cluster down` is
+    # left to the fixture.
+    for command in (create, status):
+        argv = shlex.split(command)
+        assert argv[0] == "minibroker"
+        result = cli(*argv[1:])
+        assert result.returncode == 0, (command, result.stderr)
+    # And the exported variable works for every client command without flags.
+    export = next(line for line in lines if "export" in line).split("export ", 1)[1].split()[0]
+    name, value = export.split("=", 1)
+    listed = cli("topic", "list", "--json", env=clean_env(**{name: value}))
+    assert listed.returncode == 0, listed.stderr
+    assert "demo" in json.loads(listed.stdout)
+
+
+@pytest.mark.timeout(120)
+def test_keys_and_headers_round_trip_through_produce_and_consume(running_cluster: tuple[Path, str]) -> None:
+    from client.partitioner import partition_for_key
+
+    cluster_dir, _ = running_cluster
+    d = ["--dir", str(cluster_dir)]
+    assert cli("topic", "create", "keyed", "--partitions", "3", *d).returncode == 0
+    # Given lines with headers, a key and a value, in Kafka's console producer layout
+    lines = "".join(f"trace:{i},origin:cli\tuser-{i % 4}:value {i}: with colon\n" for i in range(40))
+    produced = cli(
+        *("produce", "keyed", "--property", "parse.key=true", "--property", "key.separator=:"),
+        *("--property", "parse.headers=true", "--header", "app=test", "--json", *d),
+        stdin=lines,
+    )
+    assert produced.returncode == 0, produced.stderr
+    assert json.loads(produced.stdout) == {"topic": "keyed", "acked": 40, "failed": 0, "errors": []}
+
+    # When they are consumed as JSON lines
+    consumed = cli("consume", "keyed", "--from-beginning", "--max-messages", "40", "--json", *d)
+    assert consumed.returncode == 0, consumed.stderr
+    records = [json.loads(line) for line in consumed.stdout.splitlines()]
+
+    # Then every record comes back with its key, value and headers, on the partition Kafka would pick
+    assert len(records) == 40
+    by_value = {r["value"]: r for r in records}
+    for i in range(40):
+        r = by_value[f"value {i}: with colon"]
+        assert r["key"] == f"user-{i % 4}"
+        assert r["headers"] == [["app", "test"], ["trace", str(i)], ["origin", "cli"]]
+        assert r["partition"] == partition_for_key(f"user-{i % 4}".encode(), 3)
+        assert r["topic"] == "keyed"
+
+    # And Kafka's print.key / print.headers and kcat's --format show them as text
+    text = cli(
+        *("consume", "keyed", "--partition", str(partition_for_key(b"user-1", 3)), "--from-beginning"),
+        *("--max-messages", "1", "--property", "print.key=true", "--property", "print.headers=true"),
+        *("--property", "key.separator=|", *d),
+    )
+    first_of_partition = min(
+        (r for r in records if r["partition"] == partition_for_key(b"user-1", 3)), key=lambda r: r["offset"]
+    )
+    headers = ",".join(f"{k}:{v}" for k, v in first_of_partition["headers"])
+    assert text.stdout == f"{headers}|{first_of_partition['key']}|{first_of_partition['value']}\n"
+    formatted = cli(
+        *("consume", "keyed", "--partition", "0", "--offset", "0", "--max-messages", "2"),
+        *("--format", "%p:%o:%k=%s\\n", *d),
+    )
+    expected = [
+        f"0:{r['offset']}:{r['key']}={r['value']}"
+        for r in sorted(records, key=lambda r: r["offset"])
+        if r["partition"] == 0
+    ][:2]
+    assert formatted.stdout.splitlines() == expected
+
+
+@pytest.mark.timeout(120)
+def test_consume_starts_at_the_offset_asked_for(running_cluster: tuple[Path, str]) -> None:
+    cluster_dir, _ = running_cluster
+    d = ["--dir", str(cluster_dir)]
+    assert cli("topic", "create", "offsets", "--partitions", "1", *d).returncode == 0
+    assert cli("produce", "offsets", *d, stdin="".join(f"m{i}\n" for i in range(10))).returncode == 0
+
+    def values(*args: str) -> list[str]:
+        result = cli("consume", "offsets", "--timeout-ms", "1000", *args, *d)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    assert values("--offset", "7") == ["m7", "m8", "m9"]
+    assert values("--offset", "-2") == ["m8", "m9"]
+    assert values("--offset", "earliest", "--max-messages", "2") == ["m0", "m1"]
+    assert values("--offset", "-100", "--max-messages", "1") == ["m0"]  # clamped to the log start
+    assert values("--offset", "latest") == []
+    assert values("--offset", "500") == []  # clamped to the end: waits for new records
+
+
+@pytest.mark.timeout(60)
+def test_acks_all_that_can_never_succeed_fails_at_once_with_the_reason(running_cluster: tuple[Path, str]) -> None:
+    cluster_dir, _ = running_cluster
+    d = ["--dir", str(cluster_dir)]
+    created = cli(
+        *("topic", "create", "bad2", "--partitions", "1", "--replication-factor", "1"),
+        *("--config", "min.insync.replicas=2", *d),
+    )
+    assert created.returncode == 0, created.stderr
+    result = cli("produce", "bad2", "--count", "10", *d)
+    assert result.returncode == 4
+    assert error_line(result) == (
+        "minibroker: error: acks=all to 'bad2' can never succeed: min.insync.replicas=2 is larger than its "
+        "replication factor 1 (use --acks 1, or a topic with a lower min.insync.replicas)"
+    )
+    assert cli("produce", "bad2", "--count", "10", "--acks", "1", *d).returncode == 0
+    # kafka-topics.sh's filter lists exactly the partitions whose ISR is below min.insync.replicas
+    under = cli("topic", "describe", "--under-min-isr-partitions", *d)
+    assert under.returncode == 0, under.stderr
+    assert [line.split("\t")[1:3] for line in under.stdout.splitlines()] == [["Topic: bad2", "Partition: 0"]]
+
+
+@pytest.mark.timeout(120)
+def test_every_json_output_is_one_document(running_cluster: tuple[Path, str]) -> None:
+    cluster_dir, bootstrap = running_cluster
+    d = ["--dir", str(cluster_dir)]
+    assert cli("produce", "orders", "--count", "5", *d).returncode in (0, 4)
+    for args in (
+        ("topic", "create", "jsonic", "--partitions", "2", "--json", *d),
+        ("topic", "list", "--json", *d),
+        ("topic", "describe", "--json", *d),
+        ("topic", "describe", "--under-replicated-partitions", "--json", *d),
+        ("produce", "jsonic", "--count", "30", "--json", *d),
+        ("cluster", "status", "--json", *d),
+        ("cluster", "status", "--json", "--bootstrap-server", bootstrap),
+    ):
+        result = cli(*args)
+        assert result.returncode == 0, (args, result.stderr)
+        json.loads(result.stdout)  # raises unless stdout is exactly one JSON document
+    consumed = cli("consume", "jsonic", "--from-beginning", "--max-messages", "30", "--json", *d)
+    assert consumed.returncode == 0
+    assert [json.loads(line)["topic"] for line in consumed.stdout.splitlines()] == ["jsonic"] * 30
+
+
+@pytest.mark.timeout(60)
+def test_cluster_status_describes_a_cluster_through_any_broker(running_cluster: tuple[Path, str]) -> None:
+    cluster_dir, bootstrap = running_cluster
+    status = cli("cluster", "status", "--bootstrap-server", bootstrap.split(",")[-1], "--json")
+    assert status.returncode == 0, status.stderr
+    st = json.loads(status.stdout)
+    assert st["controller"]["id"] == 3000
+    assert [(b["id"], b["alive"]) for b in st["brokers"]] == [(1, True), (2, True), (3, True)]
+    assert {p["topic"] for p in st["partitions"]} >= {"orders"}
+    local = json.loads(cli("cluster", "status", "--dir", str(cluster_dir), "--json").stdout)
+    assert sorted((p["topic"], p["partition"], p["leader"]) for p in st["partitions"]) == sorted(
+        (p["topic"], p["partition"], p["leader"]) for p in local["partitions"]
+    )
+    text = cli("cluster", "status", "--bootstrap-server", bootstrap)
+    assert text.stdout.startswith(f"controller id 3000  (via {bootstrap})\n")
+
+
+@pytest.mark.timeout(60)
+def test_a_reader_that_goes_away_ends_the_consumer_quietly(running_cluster: tuple[Path, str]) -> None:
+    cluster_dir, _ = running_cluster
+    d = ["--dir", str(cluster_dir)]
+    assert cli("produce", "orders", "--count", "20000", "--size", "64", *d).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster", "consume", "orders", "--from-beginning", "--timeout-ms", "3000", *d],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=clean_env(),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline()  # like `| head -1`
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=30) == 0
+    assert err == ""
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_broker_shows_in_the_filters_and_produce_says_why_it_waits(running_cluster: tuple[Path, str]) -> None:
+    import asyncio
+    import signal
+    import time
+
+    from cluster.local_cluster import LocalClusterState, restart_broker, wait_exit
+
+    cluster_dir, _ = running_cluster
+    d = ["--dir", str(cluster_dir)]
+    created = cli("topic", "create", "strict", "--partitions", "1", "--config", "min.insync.replicas=3", *d)
+    assert created.returncode == 0, created.stderr
+    state = LocalClusterState.load(cluster_dir)
+    victim = state.broker(3)
+    os.kill(victim.pid, signal.SIGKILL)
+    assert wait_exit(victim.pid, 10)
+    try:
+        # Given broker 3 dead and fenced: every partition lost a replica from its ISR
+        deadline = time.monotonic() + 30
+        while True:
+            under = json.loads(cli("topic", "describe", "--under-replicated-partitions", "--json", *d).stdout)
+            if "strict" in {t["topic"] for t in under}:
+                break
+            assert time.monotonic() < deadline, under
+            time.sleep(0.2)
+        strict = next(t for t in under if t["topic"] == "strict")
+        assert [3 not in p["isr"] and 3 in p["offline_replicas"] for p in strict["partitions"]] == [True]
+        text = cli("topic", "describe", "strict", "--under-min-isr-partitions", *d).stdout
+        assert text.startswith("\tTopic: strict\tPartition: 0\t") and text.rstrip().endswith("\tOffline: 3")
+
+        # When acks=all needs the dead broker, then produce says why it retries, not only that it failed
+        result = cli("produce", "strict", "--count", "1", *d)
+        assert result.returncode == 4
+        assert "Traceback" not in result.stderr
+        lines = result.stderr.splitlines()
+        assert lines[0].startswith("minibroker: produce: NOT_ENOUGH_REPLICAS: strict-0: ISR ")
+        assert lines[0].endswith(" is smaller than min.insync.replicas=3 (retrying)")
+        assert lines[1].startswith("minibroker: produce: strict-0: NOT_ENOUGH_REPLICAS: ")
+        assert lines[1].endswith("(gave up after 20 retries)")
+        assert result.stdout == "produced 0 records to strict (1 failed: 1 NOT_ENOUGH_REPLICAS)\n"
+    finally:
+        asyncio.run(restart_broker(state, 3))
+    deadline = time.monotonic() + 60
+    while json.loads(cli("topic", "describe", "--under-replicated-partitions", "--json", *d).stdout):
+        assert time.monotonic() < deadline, "broker 3 did not rejoin every ISR"
+        time.sleep(0.2)

@@ -441,7 +441,7 @@ def test_the_command_line_prints_where_it_wrote_and_a_json_summary(
     # the session fixture is already running, so main's getOrCreate reuses it rather than starting one
     code = spark_app.main(["--metrics", str(tmp_path / "metrics"), "--out", str(tmp_path / "out"), "--json"])
     assert code == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == f"dashboard: {tmp_path / 'out' / 'dashboard.html'}"
-    summary = json.loads(lines[-1])
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[0] == f"dashboard: {tmp_path / 'out' / 'dashboard.html'}"
+    summary = json.loads(captured.out)  # stdout is one JSON document and nothing else
     assert summary["status_counts"] == {"OK": 3, "STALL": 1}
