@@ -510,11 +510,12 @@ def test_cluster_status_describes_a_cluster_through_any_broker(running_cluster: 
 
 @pytest.mark.timeout(60)
 def test_a_reader_that_goes_away_ends_the_consumer_quietly(running_cluster: tuple[Path, str]) -> None:
-    cluster_dir, _ = running_cluster
-    d = ["--dir", str(cluster_dir)]
-    assert cli("produce", "orders", "--count", "20000", "--size", "64", *d).returncode == 0
+    _, bootstrap = running_cluster
+    d = ["--bootstrap-server", bootstrap]
+    assert cli("topic", "create", "pipe", "--partitions", "1", *d).returncode == 0
+    assert cli("produce", "pipe", "--count", "20000", "--size", "64", *d).returncode == 0
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster", "consume", "orders", "--from-beginning", "--timeout-ms", "3000", *d],
+        [sys.executable, "-m", "cluster", "consume", "pipe", "--from-beginning", "--timeout-ms", "3000", *d],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
