@@ -17,6 +17,11 @@ one format however the metrics travelled. It owns two tasks:
 
 A message that breaks the payload format is logged, counted in `invalid` and skipped. On start,
 active files a crashed sink left behind are rolled; on stop every active file is rolled.
+
+Health: the roll task also rewrites `DIR/.sink-status.json` every second with whether the sink is
+subscribed right now. `minibroker metrics sink --check --out DIR` (the compose healthcheck) exits 0
+only when that file says subscribed and is fresh, so a sink that lost Mosquitto, or hangs, is unhealthy.
+The leading dot keeps the file out of Spark's reads of DIR (Spark skips hidden files).
 """
 
 from __future__ import annotations
@@ -52,6 +57,29 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SINK_CLIENT_ID = "minibroker-metrics-sink"
 ROLL_CHECK_INTERVAL_MS = 1000
+STATUS_FILE = ".sink-status.json"
+STATUS_MAX_AGE_MS = 10_000
+
+
+def write_status(out_dir: Path, subscribed: bool, mqtt_url: str, now_ms: int) -> None:
+    path = out_dir / STATUS_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"subscribed": subscribed, "mqtt": mqtt_url, "updated_ms": now_ms}))
+    tmp.replace(path)
+
+
+def check_status(out_dir: Path, now_ms: int, max_age_ms: int = STATUS_MAX_AGE_MS) -> str | None:
+    """None when the sink writing to `out_dir` is subscribed and alive, else why not."""
+    try:
+        status = json.loads((out_dir / STATUS_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        return f"no sink status in {out_dir} ({exc})"
+    age_ms = now_ms - int(status.get("updated_ms", 0))
+    if age_ms > max_age_ms:
+        return f"sink status is {age_ms} ms old: the sink is not running"
+    if not status.get("subscribed"):
+        return f"the sink is not subscribed to {status.get('mqtt')} (reconnecting)"
+    return None
 
 
 # -- broker side: config -> sinks ------------------------------------------------------------------
@@ -195,8 +223,16 @@ async def run_sink(
     stats = SinkStats() if stats is None else stats
     files = _BrokerFiles(Path(out_dir), roll_ms, max_bytes, time, stats)
     backoff = Backoff(time, backoff_initial_ms, backoff_max_ms)
+    subscribed = False
+
+    def report_status() -> None:
+        try:
+            write_status(Path(out_dir), subscribed, mqtt_url, time.milliseconds())
+        except OSError as exc:
+            log.warning("metrics sink: cannot write %s: %s", STATUS_FILE, exc)
 
     async def consume() -> None:
+        nonlocal subscribed
         failing = False
         while True:
             # A fixed identifier with a persistent session: Mosquitto keeps QoS 1 messages published
@@ -207,6 +243,8 @@ async def run_sink(
             try:
                 async with client:
                     await client.subscribe(TOPIC_FILTER, qos=qos)
+                    subscribed = True
+                    report_status()
                     stats.connects += 1
                     backoff.reset()
                     log.info("metrics sink: subscribed to %s on %s", TOPIC_FILTER, mqtt_url)
@@ -214,6 +252,8 @@ async def run_sink(
                     async for message in client.messages:
                         files.handle(message.topic.value, message.payload)
             except aiomqtt.MqttError as exc:
+                subscribed = False
+                report_status()
                 (log.debug if failing else log.warning)("metrics sink: %s: %s; reconnecting", mqtt_url, exc)
                 failing = True
                 await backoff.sleep()
@@ -222,6 +262,7 @@ async def run_sink(
         while True:
             await time.sleep(ROLL_CHECK_INTERVAL_MS / 1000.0)
             files.roll_due()
+            report_status()
 
     try:
         async with asyncio.TaskGroup() as group:
@@ -233,6 +274,8 @@ async def run_sink(
                 roller.cancel()
     finally:
         files.close()
+        subscribed = False
+        report_status()
     return stats
 
 
@@ -245,14 +288,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Spark lag job reads."
         ),
     )
-    parser.add_argument("--mqtt", required=True, metavar="URL", help="Mosquitto to read, mqtt://host:port")
+    parser.add_argument("--mqtt", metavar="URL", help="Mosquitto to read, mqtt://host:port (required to run)")
     parser.add_argument("--out", required=True, metavar="DIR", help="metrics directory to write")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="do not run: exit 0 if the sink writing to --out is subscribed to MQTT now, else 1 (a healthcheck)",
+    )
     parser.add_argument("--json", action="store_true", help="print the final counts as one JSON object")
     parser.add_argument("--qos", type=int, choices=(0, 1, 2), default=1, help="subscription QoS (default 1)")
     parser.add_argument("--client-id", default=DEFAULT_SINK_CLIENT_ID, help="MQTT client identifier")
     parser.add_argument("--roll-ms", type=int, default=DEFAULT_ROLL_MS, help="metrics.file.roll.ms")
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="metrics.file.max.bytes")
     args = parser.parse_args(argv)
+    if args.check:
+        problem = check_status(Path(args.out), SYSTEM_TIME.milliseconds())
+        if problem:
+            print(f"minibroker metrics sink: unhealthy: {problem}", file=sys.stderr)
+            return 1
+        return 0
+    if not args.mqtt:
+        parser.error("--mqtt is required")
     try:
         parse_mqtt_url(args.mqtt)
     except ValueError as exc:

@@ -25,7 +25,7 @@ from metrics.mqtt import (
     encode_payload,
     parse_mqtt_url,
 )
-from metrics.sink import SinkStats, main, run_sink
+from metrics.sink import SinkStats, check_status, main, run_sink, write_status
 from protocol.time import ManualTime
 from tests.metrics.mosquitto import Mosquitto
 
@@ -300,3 +300,31 @@ def test_the_sink_command_explains_itself_and_rejects_a_bad_url(capsys: pytest.C
         main(["--mqtt", "http://localhost:1883", "--out", "/nonexistent"])
     assert bad_exit.value.code == 2
     assert "expected mqtt://host:port" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+async def test_the_sink_healthcheck_follows_its_subscription(mosquitto: Mosquitto, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+
+    def check() -> int:
+        return main(["--check", "--out", str(out)])
+
+    # given no sink yet: unhealthy
+    assert check() == 1
+    # when the sink is subscribed: healthy
+    running = RunningSink(mosquitto.url, out)
+    await wait_until(lambda: running.stats.connects >= 1, what="the sink to subscribe")
+    assert check() == 0
+    # when Mosquitto goes away: unhealthy until it is back and the sink has subscribed again
+    mosquitto.stop()
+    await wait_until(lambda: check() == 1, what="the check to see the lost subscription")
+    await mosquitto.start_async()
+    await wait_until(lambda: check() == 0, timeout_s=20, what="the check to see the new subscription")
+    # when the sink stops: unhealthy
+    await running.stop()
+    assert check() == 1
+    # and a sink killed without a last word goes stale: its fresh-looking status counts only 10 s
+    write_status(out, True, mosquitto.url, 1_000_000)
+    assert check_status(out, 1_005_000) is None
+    assert check_status(out, 1_010_001) == "sink status is 10001 ms old: the sink is not running"
