@@ -220,7 +220,7 @@ def cmd_cluster_down(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    from client.cluster_client import ClusterUnavailableError
+    from client.cluster_client import ClusterUnavailableError, parse_bootstrap
     from cluster.local_cluster import ClusterError, LocalClusterState
     from cluster.status import collect_remote_status, collect_status, render_status
 
@@ -229,7 +229,10 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         raise CliError("give --bootstrap-server or --dir, not both", EXIT_USAGE)
     remote = args.bootstrap_server or (env if args.dir is None else None)
     if remote:
-        _client(argparse.Namespace(bootstrap_server=remote))  # a malformed HOST:PORT is a usage error
+        try:
+            parse_bootstrap(remote)
+        except ValueError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
         try:
             status = _run(collect_remote_status(remote))
         except ClusterUnavailableError as exc:
@@ -633,9 +636,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read records and print them, like kafka-console-consumer (or kcat -C with --format).",
         epilog="properties (Kafka's names): print.key, print.value, print.partition, print.offset, "
         "print.timestamp, print.headers, key.separator (tab), line.separator, headers.separator (,), "
-        "headers.key.separator (:), null.literal (null). --format tokens (kcat -f): %%t topic, %%p partition, "
-        "%%o offset, %%T timestamp, %%k key, %%K key length, %%s value, %%S value length, %%h headers, "
-        "%%%% percent; \\n \\t escapes. Exit 0 when --timeout-ms passes, as Kafka's tool does, unless "
+        "headers.key.separator (:), null.literal (null). --format tokens (kcat -f): %t topic, %p partition, "
+        "%o offset, %T timestamp, %k key, %K key length, %s value, %S value length, %h headers, "
+        "%% percent; \\n \\t escapes. Exit 0 when --timeout-ms passes, as Kafka's tool does, unless "
         "--fail-on-timeout.",
     )
     p.add_argument("topic")
@@ -721,21 +724,27 @@ def _main(argv: Sequence[str] | None) -> int:
     from cluster.allocator import tune_allocator
 
     tune_allocator()  # brokers and clients move megabyte buffers: see cluster/allocator.py
-    for prefix, run in DELEGATED.items():
-        if tuple(argv[: len(prefix)]) == prefix:
-            return int(run(argv[len(prefix) :]))
-    parser = build_parser()
-    _leaf_parsers(parser)
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
+        for prefix, run in DELEGATED.items():
+            if tuple(argv[: len(prefix)]) == prefix:
+                return int(run(argv[len(prefix) :]))
+        parser = build_parser()
+        _leaf_parsers(parser)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
         if getattr(args, "client_command", False):
             args.bootstrap_server = resolve_bootstrap(args)
         return int(args.func(args))
     except CliError as exc:
         print(f"minibroker: error: {exc}", file=sys.stderr)
         return exc.code
+    except (FileNotFoundError, NotADirectoryError, PermissionError, IsADirectoryError) as exc:
+        # A path the user gave (--dir, log.dirs, --out, ...) that cannot be used: say which, no traceback.
+        if exc.filename is None:
+            raise
+        print(f"minibroker: error: cannot use {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 

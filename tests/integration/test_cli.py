@@ -575,3 +575,14 @@ def test_a_dead_broker_shows_in_the_filters_and_produce_says_why_it_waits(runnin
     while json.loads(cli("topic", "describe", "--under-replicated-partitions", "--json", *d).stdout):
         assert time.monotonic() < deadline, "broker 3 did not rejoin every ISR"
         time.sleep(0.2)
+
+
+@pytest.mark.timeout(30)
+def test_a_path_that_cannot_be_used_is_named_without_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    bad = tmp_path / "file" / "c"
+    up = cli("cluster", "up", "--dir", str(bad))
+    assert (up.returncode, error_line(up)) == (2, f"minibroker: error: cannot use {bad}: Not a directory")
+    (port,) = free_ports(1)
+    broker = cli("broker", "--broker-id", "1", "--log-dirs", str(bad), "--listeners", f"127.0.0.1:{port}")
+    assert (broker.returncode, error_line(broker)) == (2, f"minibroker: error: cannot use {bad}: Not a directory")
