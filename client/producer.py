@@ -103,7 +103,9 @@ async def produce_command(
         topic = meta.topics[0]
         if topic.error_code != ErrorCode.NONE:
             raise CliError(
-                f"unknown topic {args.topic!r} (create it with `minibroker topic create`)", EXIT_CLUSTER_ERROR
+                f"unknown topic {args.topic!r} (create it with "
+                f"`minibroker topic create {args.topic} --bootstrap-server {args.bootstrap_server}`)",
+                EXIT_CLUSTER_ERROR,
             )
         partitions = client.partitions_of(args.topic)
         if args.partition is not None:

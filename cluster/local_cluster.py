@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -75,7 +76,8 @@ class LocalClusterState:
             raw = json.loads(path.read_text())
         except FileNotFoundError:
             raise ClusterError(
-                f"no cluster in {cluster_dir} (no {STATE_FILE}); start one with `minibroker cluster up`"
+                f"no cluster in {cluster_dir} (no {STATE_FILE}); start one with "
+                f"`minibroker cluster up --dir {shlex.quote(str(cluster_dir))}`"
             ) from None
         except (OSError, json.JSONDecodeError) as exc:
             raise ClusterError(f"cannot read {path}: {exc}") from None
@@ -296,7 +298,8 @@ async def start_cluster(
         alive = [p.pid for p in [state.controller, *state.brokers] if pid_alive(p.pid)]
         if alive:
             raise ClusterError(
-                f"a cluster is already running in {cluster_dir} (pids {alive}); `minibroker cluster down` first"
+                f"a cluster is already running in {cluster_dir} (pids {alive}); "
+                f"`minibroker cluster down --dir {shlex.quote(str(cluster_dir))}` first"
             )
     cport = controller_port if controller_port is not None else base_port + 100
     wanted = {cport: "controller"}

@@ -315,6 +315,12 @@ def test_unknown_topic_errors_name_the_topic(running_cluster: tuple[Path, str]) 
         result = cli(*command, *b)
         assert result.returncode == 4, (command, result.stderr)
         assert "ghost" in result.stderr
+    # The hint works as printed: it names the cluster the command used
+    result = cli("produce", "ghost", "--count", "1", *b)
+    assert error_line(result) == (
+        f"minibroker: error: unknown topic 'ghost' (create it with "
+        f"`minibroker topic create ghost --bootstrap-server {bootstrap}`)"
+    )
 
 
 @pytest.mark.timeout(60)
