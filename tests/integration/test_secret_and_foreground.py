@@ -112,8 +112,13 @@ async def test_metric_records_match_what_the_broker_serves(tmp_path: Path) -> No
         assert sorted(f["broker_id"] for f in record["followers"]) == sorted(  # type: ignore[union-attr]
             b.node_id for b in state.brokers if b.node_id != leader.node_id
         )
-        brokers = [r for r in read_records(Path(state.metrics_dir)) if r.get("kind") == "broker"]
-        assert {r["broker_id"] for r in brokers} == {1, 2, 3}
+
+        # Each broker writes its broker record on its own schedule: wait for all three, do not assume it.
+        async def every_broker_reported() -> list[dict[str, object]] | None:
+            rows = [r for r in read_records(Path(state.metrics_dir)) if r.get("kind") == "broker"]
+            return rows if {r["broker_id"] for r in rows} == {1, 2, 3} else None
+
+        brokers = await wait_until(every_broker_reported, what="a broker record from every broker")
         assert all(r["MetricsDropped"] == 0 for r in brokers)
     finally:
         await client.close()
