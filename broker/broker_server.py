@@ -117,11 +117,11 @@ class BrokerServer:
             cluster_secret=config.get("cluster.secret"),
             forward_to_controller=self._forward_to_controller if self.controller else None,
         )
-        self.server = SocketServer(
+        self.server = SocketServer.from_config(
             self.apis.handle,
             self.listen_host,
             self.listen_port,
-            max_frame_bytes=config["socket.request.max.bytes"],
+            config,
             max_queued_requests=config["queued.max.requests.per.connection"],
             max_in_flight=config["max.in.flight.requests.per.connection"],
         )

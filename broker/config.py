@@ -168,6 +168,12 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("controller.quorum.voters", str, None, "host:port of the controller (none: standalone)"),
         ConfigKey("cluster.secret", str, None, "shared secret that controller-only requests must present"),
         ConfigKey("socket.request.max.bytes", int, 100 * MIB, "largest request frame accepted"),
+        ConfigKey("max.connections", int, 2**31 - 1, "connections accepted at once; more are closed at once"),
+        ConfigKey("max.connections.per.ip", int, 2**31 - 1, "connections accepted at once from one address"),
+        ConfigKey("connections.max.idle.ms", int, 600000, "close a connection with nothing to do for this long"),
+        ConfigKey(
+            "socket.request.read.timeout.ms", int, 30000, "close a connection whose started frame is not complete"
+        ),
         ConfigKey("queued.max.requests.per.connection", int, 64, "requests read ahead per connection"),
         ConfigKey(
             "max.in.flight.requests.per.connection",
@@ -234,6 +240,12 @@ CONTROLLER_CONFIG = ConfigDef(
         ConfigKey("min.insync.replicas", int, 1, "default min.insync.replicas for new topics"),
         ConfigKey("controller.tick.ms", int, 50, "how often broker sessions are checked"),
         ConfigKey("socket.request.max.bytes", int, 100 * MIB, "largest request frame accepted"),
+        ConfigKey("max.connections", int, 2**31 - 1, "connections accepted at once; more are closed at once"),
+        ConfigKey("max.connections.per.ip", int, 2**31 - 1, "connections accepted at once from one address"),
+        ConfigKey("connections.max.idle.ms", int, 600000, "close a connection with nothing to do for this long"),
+        ConfigKey(
+            "socket.request.read.timeout.ms", int, 30000, "close a connection whose started frame is not complete"
+        ),
     ]
 )
 

@@ -43,6 +43,16 @@ class DelayedOperation(TimerTask):
         self.on_complete()
         return True
 
+    def abandon(self) -> bool:
+        """Nobody waits for the answer any more (the client's connection closed): leave the timer now and
+        count as completed, so the purgatory's watch lists drop it at their next purge, without computing
+        a response. True if this call ended the operation."""
+        if self._completed:
+            return False
+        self._completed = True
+        self.cancel()
+        return True
+
     @property
     def is_completed(self) -> bool:
         return self._completed

@@ -172,7 +172,11 @@ class ReplicaManager:
 
         op = DelayedProduce(timeout_ms, statuses, self, respond)
         self.produce_purgatory.try_complete_else_watch(op, list(statuses))
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            op.abandon()  # the connection closed: nobody will read the answer
+            raise
 
     def _after_leader_change_of_data(self, tp: TopicPartition, hw_changed: bool) -> None:
         self.fetch_purgatory.check_and_complete(tp)
@@ -200,7 +204,11 @@ class ReplicaManager:
 
         op = DelayedFetch(params.max_wait_ms, params, statuses, self, respond)
         self.fetch_purgatory.try_complete_else_watch(op, list(statuses))
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            op.abandon()  # the connection closed: the parked fetch leaves the timer now, not at its deadline
+            raise
 
     def read_and_record(self, params: FetchParams, infos: list[FetchPartition]) -> list[FetchPartitionResponse]:
         """Read every partition (L3) and, for a follower, record its fetch position (L4) afterwards."""

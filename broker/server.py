@@ -12,6 +12,18 @@ While `queued.max.requests.per.connection` requests wait, the socket stops being
 through TCP instead of memory). On close the server stops reading, answers what it received (bounded
 by a drain timeout) and then closes the connections.
 
+Limits (Kafka's keys where Kafka has one; docs/protocol.md lists them with their defaults):
+* `max.connections` and `max.connections.per.ip`: a connection past either is closed as soon as it is
+  accepted; the ones already open keep working;
+* `connections.max.idle.ms`: a connection with nothing queued, in flight or half-received for that long
+  is closed;
+* `socket.request.read.timeout.ms`: a frame that has begun must be complete within that long, so a peer
+  cannot hold buffer memory with a frame it never finishes;
+* memory per connection follows what arrived (see protocol/framing.py); a connection quiet for a second
+  gives its read buffer back; while a client does not read its responses (the transport's write buffer
+  is over its high-water mark) the connection's requests are not read either.
+A periodic maintenance pass (`_maintain`) applies the time limits.
+
 Failure handling, per DESIGN principle 8:
 * a broken frame, undecodable msgpack, an oversize length prefix or an unreadable header closes that
   connection only, with a log line;
@@ -26,7 +38,7 @@ import asyncio
 import collections
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +48,8 @@ from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame_prefix
 from protocol.messages import ErrorResponse, RequestDecodeError, RequestHeader, decode_request_value
 
 log = logging.getLogger(__name__)
+
+_CLOSED_DECODER = FrameDecoder(initial_bytes=0)  # what a closed connection keeps: no buffer at all
 
 
 @dataclass(slots=True)
@@ -58,6 +72,12 @@ class ServerStats:
     bad_frames_total: int = 0
     bad_requests_total: int = 0
     handler_errors_total: int = 0
+    refused_connections_total: int = 0  # over max.connections or max.connections.per.ip
+    idle_closed_total: int = 0  # connections.max.idle.ms
+    incomplete_closed_total: int = 0  # socket.request.read.timeout.ms
+
+
+INT_MAX = 2**31 - 1
 
 
 class _ServerConnection(asyncio.BufferedProtocol):
@@ -76,6 +96,10 @@ class _ServerConnection(asyncio.BufferedProtocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.worker: asyncio.Task[None] | None = None
+        self.in_flight = 0
+        self.last_active_s = 0.0  # loop time of the last bytes read or response written
+        self.partial_since_s: float | None = None  # loop time a frame began that is not complete yet
+        self.host = "?"
 
     # -- asyncio protocol callbacks ---------------------------------------------------------------
 
@@ -83,10 +107,19 @@ class _ServerConnection(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
         peer = transport.get_extra_info("peername")
         self.context.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.host = peer[0] if peer else "?"
+        self.last_active_s = asyncio.get_running_loop().time()
+        self.server.stats.active_connections += 1
+        refusal = self.server._admit(self)
+        if refusal is not None:
+            self.server.stats.refused_connections_total += 1
+            self.server._log_refusal(self.context.peer, refusal)
+            self.peer_gone = True
+            transport.abort()  # type: ignore[attr-defined]
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.stats.active_connections += 1
         self.worker = asyncio.get_running_loop().create_task(self._work(), name=f"conn-{self.context.peer}")
         self.server._workers.add(self.worker)
         self.worker.add_done_callback(self.server._workers.discard)
@@ -95,18 +128,24 @@ class _ServerConnection(asyncio.BufferedProtocol):
         return self.decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.decoder.buffer_updated(nbytes)
+        decoder = self.decoder
+        decoder.buffer_updated(nbytes)
+        now = self.last_active_s = asyncio.get_running_loop().time()
         try:
-            while (frame := self.decoder.next_frame()) is not None:
+            while (frame := decoder.next_frame()) is not None:
                 self._on_frame(frame)
         except ProtocolError as exc:
             self.server.stats.bad_frames_total += 1
             log.warning("closing connection from %s: %s", self.context.peer, exc)
             self._abort()
             return
-        if len(self.queue) >= self.server.max_queued_requests and not self.reading_paused and self.transport:
-            self.transport.pause_reading()
-            self.reading_paused = True
+        if decoder.pending:
+            if self.partial_since_s is None:
+                self.partial_since_s = now
+        else:
+            self.partial_since_s = None
+        if len(self.queue) >= self.server.max_queued_requests:
+            self._pause_reading()
 
     def _on_frame(self, frame: bytes | bytearray) -> None:
         value = unpackb(frame)
@@ -119,16 +158,27 @@ class _ServerConnection(asyncio.BufferedProtocol):
             self.queue.append((header, body, None))
         self.wakeup.set()
 
+    def _pause_reading(self) -> None:
+        if not self.reading_paused and self.transport is not None and not self.peer_gone:
+            self.transport.pause_reading()
+            self.reading_paused = True
+
     def pause_writing(self) -> None:
+        # A client that does not read its responses does not get more requests read either: what the
+        # broker holds for it stays bounded by the transport's high-water mark plus what is in flight.
         self._can_write.clear()
+        self._pause_reading()
 
     def resume_writing(self) -> None:
         self._can_write.set()
+        self._maybe_resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.peer_gone = True
         self.server.stats.active_connections -= 1
-        self.server._connections.discard(self)
+        self.server._forget(self)
+        self.decoder = _CLOSED_DECODER  # give the buffers back now, not when the worker is collected
+        self.queue.clear()
         self._can_write.set()
         self.wakeup.set()
 
@@ -163,14 +213,17 @@ class _ServerConnection(asyncio.BufferedProtocol):
                     task = loop.create_task(self._respond(header, body, error))
                     task.add_done_callback(self._on_request_done)
                     in_flight.append((header, task))
+                self.in_flight = len(in_flight)
                 self._maybe_resume_reading()
                 while in_flight and in_flight[0][1].done():
                     header, task = in_flight.popleft()
+                    self.in_flight = len(in_flight)
                     response = task.result()
                     if response is None or self.peer_gone or self.transport is None:
                         continue
                     payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
                     self.transport.writelines([frame_prefix(len(payload)), payload])
+                    self.last_active_s = loop.time()
                     if not self._can_write.is_set():
                         await self._can_write.wait()
                 if self.peer_gone or (self.draining and not self.queue and not in_flight):
@@ -188,10 +241,23 @@ class _ServerConnection(asyncio.BufferedProtocol):
         self.wakeup.set()
 
     def _maybe_resume_reading(self) -> None:
-        if self.reading_paused and not self.draining and len(self.queue) < self.server.max_queued_requests // 2:
+        if (
+            self.reading_paused
+            and not self.draining
+            and self._can_write.is_set()
+            and len(self.queue) < self.server.max_queued_requests // 2
+        ):
             self.reading_paused = False
             if self.transport is not None and not self.peer_gone:
                 self.transport.resume_reading()
+
+    def idle(self) -> bool:
+        """Nothing queued, in flight or half-received: the connection only holds its socket."""
+        return not self.queue and self.in_flight == 0 and not self.decoder.pending and self._can_write.is_set()
+
+    def close_for(self, reason: str) -> None:
+        log.info("closing connection from %s: %s", self.context.peer, reason)
+        self._abort()
 
     def drain(self) -> None:
         """Graceful close: read no more requests, finish and answer the ones already received."""
@@ -240,6 +306,11 @@ class SocketServer:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_queued_requests: int = 64,
         max_in_flight: int = 16,
+        *,
+        max_connections: int = INT_MAX,
+        max_connections_per_ip: int = INT_MAX,
+        connections_max_idle_ms: int = 600_000,
+        request_read_timeout_ms: int = 30_000,
     ) -> None:
         self.handler = handler
         self.host = host
@@ -247,11 +318,92 @@ class SocketServer:
         self.max_frame_bytes = max_frame_bytes
         self.max_queued_requests = max_queued_requests
         self.max_in_flight = max(1, max_in_flight)
+        self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self.request_read_timeout_ms = request_read_timeout_ms
         self.stats = ServerStats()
         self._server: asyncio.AbstractServer | None = None
         self._workers: set[asyncio.Task[None]] = set()
         self._connections: set[_ServerConnection] = set()
+        self._per_ip: dict[str, int] = {}
         self._next_id = 0
+        self._maintenance: asyncio.Task[None] | None = None
+        self._refusals_unlogged = 0
+        self._last_refusal_log_s = -1e9
+
+    @classmethod
+    def from_config(
+        cls, handler: Handler, host: str, port: int, config: Mapping[str, Any], **kwargs: Any
+    ) -> SocketServer:
+        """A server with the socket keys of a broker or controller config (both define them)."""
+        return cls(
+            handler,
+            host,
+            port,
+            max_frame_bytes=config["socket.request.max.bytes"],
+            max_connections=config["max.connections"],
+            max_connections_per_ip=config["max.connections.per.ip"],
+            connections_max_idle_ms=config["connections.max.idle.ms"],
+            request_read_timeout_ms=config["socket.request.read.timeout.ms"],
+            **kwargs,
+        )
+
+    # -- admission and bookkeeping --------------------------------------------------------------------
+
+    def _admit(self, conn: _ServerConnection) -> str | None:
+        """Count a new connection in; the reason to refuse it, if it is over a limit."""
+        count = self._per_ip.get(conn.host, 0) + 1
+        self._per_ip[conn.host] = count
+        if self.stats.active_connections > self.max_connections:
+            return f"max.connections={self.max_connections} reached"
+        if count > self.max_connections_per_ip:
+            return f"max.connections.per.ip={self.max_connections_per_ip} reached for {conn.host}"
+        return None
+
+    def _forget(self, conn: _ServerConnection) -> None:
+        self._connections.discard(conn)
+        count = self._per_ip.get(conn.host, 0) - 1
+        if count > 0:
+            self._per_ip[conn.host] = count
+        else:
+            self._per_ip.pop(conn.host, None)
+
+    def _log_refusal(self, peer: str, reason: str) -> None:
+        """One line per refused connection at most every 10 s, with how many were refused meanwhile."""
+        now = asyncio.get_running_loop().time()
+        if now - self._last_refusal_log_s < 10.0:
+            self._refusals_unlogged += 1
+            return
+        more = f" ({self._refusals_unlogged} more refused since the last report)" if self._refusals_unlogged else ""
+        log.warning("refused connection from %s: %s%s", peer, reason, more)
+        self._last_refusal_log_s = now
+        self._refusals_unlogged = 0
+
+    async def _maintain(self) -> None:
+        """Apply the time limits: close idle connections and those whose frame did not complete in time,
+        and take read buffers back from connections that went quiet."""
+        loop = asyncio.get_running_loop()
+        limits_ms = [self.connections_max_idle_ms, self.request_read_timeout_ms, 4000]
+        period_s = max(0.01, min(limits_ms) / 4000.0)
+        while True:
+            await asyncio.sleep(period_s)
+            now = loop.time()
+            idle_s = self.connections_max_idle_ms / 1000.0
+            read_s = self.request_read_timeout_ms / 1000.0
+            for conn in list(self._connections):
+                if conn.peer_gone:
+                    continue
+                if conn.partial_since_s is not None and now - conn.partial_since_s > read_s:
+                    self.stats.incomplete_closed_total += 1
+                    conn.close_for(
+                        f"request not complete after socket.request.read.timeout.ms={self.request_read_timeout_ms}"
+                    )
+                elif conn.idle() and now - conn.last_active_s > idle_s:
+                    self.stats.idle_closed_total += 1
+                    conn.close_for(f"idle for connections.max.idle.ms={self.connections_max_idle_ms}")
+                elif conn.idle() and now - conn.last_active_s > 1.0:
+                    conn.decoder.release()
 
     def _make_connection(self) -> _ServerConnection:
         self._next_id += 1
@@ -264,6 +416,7 @@ class SocketServer:
         self._server = await loop.create_server(self._make_connection, self.host, self.port, reuse_address=True)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        self._maintenance = loop.create_task(self._maintain(), name="socket-server-maintenance")
         log.info("listening on %s:%d", self.host, self.port)
 
     async def stop_accepting(self) -> None:
@@ -273,6 +426,10 @@ class SocketServer:
     async def close(self, drain_timeout_s: float = 5.0) -> None:
         """Stop accepting, let in-flight requests finish (bounded), then close every connection."""
         await self.stop_accepting()
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            await asyncio.gather(self._maintenance, return_exceptions=True)
+            self._maintenance = None
         for conn in list(self._connections):
             conn.drain()
         if self._workers:

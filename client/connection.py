@@ -31,7 +31,9 @@ M = TypeVar("M", bound=Message)
 
 class _ClientProtocol(asyncio.BufferedProtocol):
     def __init__(self, max_frame_bytes: int) -> None:
-        self.decoder = FrameDecoder(max_frame_bytes=max_frame_bytes)
+        # The server's answers are trusted to be as large as they say (responses to what we asked for), so
+        # a 1 MiB fetch response is read straight into a buffer of its size.
+        self.decoder = FrameDecoder(max_frame_bytes=max_frame_bytes, trust_prefix=True)
         self.pending: dict[int, tuple[asyncio.Future[Message], ApiKey]] = {}
         self.transport: asyncio.Transport | None = None
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -156,7 +156,7 @@ class ControllerServer:
         self.store = MetadataStore(data_dir)
         self.controller = Controller(ControllerConfig.from_properties(pure), time, self.store)
         host, port = parse_host_port(config["listeners"], "listeners")
-        self.server = SocketServer(self.handle, host, port, max_frame_bytes=config["socket.request.max.bytes"])
+        self.server = SocketServer.from_config(self.handle, host, port, config)
         self.channels: dict[int, BrokerChannel] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 

@@ -10,18 +10,29 @@ prefixes are plain unit tests. Bytes go in one of two ways:
 * `get_buffer()` / `buffer_updated(n)`: hand the kernel a writable view to `recv_into` directly, the
   shape of asyncio's `BufferedProtocol`. This is the broker's path: no bytes object per read.
 
-Small frames live in one reusable scratch buffer (`scratch_bytes`, 256 KiB). A frame too large for it
-gets its own `bytearray` of exactly its size as soon as its prefix is known, and from then on the kernel
-writes straight into that, so a 1 MiB produce or fetch response is copied once by the kernel and never
-again by us:
+Memory follows the bytes that actually arrived, never what a length prefix announces, so a peer that
+sends `06 40 00 00 92` (a 100 MB prefix) and goes silent costs the broker nothing but its scratch:
+
+* the scratch buffer is allocated on the first read (an idle connection holds none), starts at
+  `initial_bytes` (16 KiB) and doubles, up to `scratch_bytes` (256 KiB), only when a read filled all the
+  room it was offered (the peer has more to send than fits) or a frame being received fills it;
+* a frame too large for the scratch moves to a buffer of its own once the scratch is full of it; that
+  buffer also doubles as it fills, capped at the frame's exact size, so the completed frame is returned
+  without a final copy and a 1 MiB frame costs about one extra MiB of copying on its way in;
+* a client reading its own server's answers may pass `trust_prefix=True`: a large frame then gets a
+  buffer of its exact size as soon as its prefix is in, and the kernel writes the body straight into it
+  (one copy, no growth); the broker never trusts a prefix;
+* `release()` gives the scratch back while nothing is buffered (the server calls it for connections that
+  went quiet), and `held_bytes` says what a connection holds now.
 
     scratch: [ consumed | prefix+body | prefix+body | prefix+par.. | free             ]
                         ^_start                                   ^_end
-    big:     [ body bytes received so far ......... | still to come ]   (one frame, exact size)
+    big:     [ body bytes received so far ......... | room | ]    (one frame; grows up to its size)
 
 A length prefix larger than `max_frame_bytes` (Kafka's `socket.request.max.bytes`, 100 MiB by default)
-is rejected as soon as the 4 prefix bytes are in, before any of the body is buffered, so a broken or
-hostile peer cannot make the broker allocate the memory.
+is rejected as soon as the 4 prefix bytes are in, before any of the body is buffered. `pending` says
+whether part of a frame is buffered, so the server can close a connection whose frame does not complete
+in time (a slow or stalled peer holding memory).
 """
 
 from __future__ import annotations
@@ -31,7 +42,8 @@ import struct
 from protocol.errors import ProtocolError
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
-DEFAULT_SCRATCH_BYTES = 256 * 1024
+DEFAULT_SCRATCH_BYTES = 256 * 1024  # the most the scratch buffer grows to
+DEFAULT_INITIAL_BYTES = 16 * 1024  # what it starts at, on the first read
 PREFIX = struct.Struct(">I")
 PREFIX_SIZE = PREFIX.size
 
@@ -55,34 +67,70 @@ class FrameDecoder:
     """Turns a byte stream into frame bodies.
 
     Invariants: `_buf[_start:_end]` holds received, unconsumed bytes of the scratch buffer; while `_big`
-    is set, `_big[:_big_have]` is the received part of the one oversize frame and the scratch is empty.
+    is set, `_big[:_big_have]` is the received part of the one large frame of `_big_size` bytes,
+    `len(_big) <= _big_size`, and the scratch is empty. Nothing is allocated for bytes not yet received
+    beyond doubling what is held.
     """
 
-    __slots__ = ("_buf", "_start", "_end", "_big", "_big_have", "max_frame_bytes")
+    __slots__ = (
+        "_buf",
+        "_start",
+        "_end",
+        "_big",
+        "_big_have",
+        "_big_size",
+        "_offered",
+        "_initial",
+        "_scratch_max",
+        "max_frame_bytes",
+        "trust_prefix",
+    )
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
-        self._buf = bytearray(scratch_bytes)
+    def __init__(
+        self,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
+        initial_bytes: int = DEFAULT_INITIAL_BYTES,
+        trust_prefix: bool = False,
+    ):
+        self._scratch_max = max(scratch_bytes, 2 * PREFIX_SIZE)
+        self._initial = max(min(initial_bytes, self._scratch_max), 2 * PREFIX_SIZE)
+        self._buf = bytearray()  # allocated on the first read
         self._start = 0
         self._end = 0
         self._big: bytearray | None = None
         self._big_have = 0
+        self._big_size = 0
+        self._offered = 0  # room handed out by the last get_buffer
         self.max_frame_bytes = max_frame_bytes
+        self.trust_prefix = trust_prefix
 
     # -- bytes in ---------------------------------------------------------------------------------
 
     def get_buffer(self) -> memoryview:
         """A writable view for the next read. Never empty."""
-        if self._big is not None:
-            return memoryview(self._big)[self._big_have :]
+        big = self._big
+        if big is not None:
+            if self._big_have == len(big):
+                big = self._grow_big()
+            self._offered = len(big) - self._big_have
+            return memoryview(big)[self._big_have :]
         if self._end == len(self._buf):
-            self._compact()
+            self._make_room()
+            if self._big is not None:  # the frame filling the scratch moved to a buffer of its own
+                return self.get_buffer()
+        self._offered = len(self._buf) - self._end
         return memoryview(self._buf)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._big is not None:
             self._big_have += nbytes
-        else:
-            self._end += nbytes
+            return
+        self._end += nbytes
+        if nbytes == self._offered and self._start == 0 and len(self._buf) < self._scratch_max:
+            # The read filled all the room it had: the peer sends faster than one buffer drains, so the
+            # next read gets twice the room (memory follows the traffic, up to the scratch maximum).
+            self._resize_scratch(min(self._scratch_max, 2 * len(self._buf)))
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Copy `data` in. Call `next_frame` until it returns None between calls if frames may be large."""
@@ -91,11 +139,9 @@ class FrameDecoder:
             target = self.get_buffer()
             n = min(len(target), len(view))
             target[:n] = view[:n]
+            del target  # release the export so the buffers may grow
             self.buffer_updated(n)
-            del target  # release the export so the scratch buffer may grow
             view = view[n:]
-            if view:
-                self._make_room()
 
     # -- frames out -------------------------------------------------------------------------------
 
@@ -103,14 +149,33 @@ class FrameDecoder:
     def buffered(self) -> int:
         return (self._end - self._start) + self._big_have
 
+    @property
+    def pending(self) -> bool:
+        """Part of a frame (or a prefix) is buffered and waits for the rest."""
+        return self._big is not None or self._end > self._start
+
+    @property
+    def held_bytes(self) -> int:
+        """Buffer memory this decoder holds now."""
+        return len(self._buf) + (len(self._big) if self._big is not None else 0)
+
+    def release(self) -> bool:
+        """Give the scratch buffer back if nothing is buffered; True if it did. The next read allocates
+        a fresh one of the initial size."""
+        if self.pending or not self._buf:
+            return False
+        self._buf = bytearray()
+        self._start = self._end = 0
+        return True
+
     def next_frame(self) -> bytes | bytearray | None:
         """The next complete frame body, or None until more bytes arrive. Raises FrameTooLargeError."""
         big = self._big
         if big is not None:
-            if self._big_have < len(big):
+            if self._big_have < self._big_size:
                 return None
             self._big = None
-            self._big_have = 0
+            self._big_have = self._big_size = 0
             return big
         available = self._end - self._start
         if available < PREFIX_SIZE:
@@ -124,33 +189,57 @@ class FrameDecoder:
             if self._start == self._end:
                 self._start = self._end = 0
             return bytes(self._buf[begin : begin + size])
-        if PREFIX_SIZE + size > len(self._buf):
-            # Too big for the scratch buffer: give it a buffer of its own and read into that directly.
-            begin = self._start + PREFIX_SIZE
-            have = self._end - begin
-            self._big = bytearray(size)
-            self._big[:have] = self._buf[begin : self._end]
-            self._big_have = have
-            self._start = self._end = 0
-        elif self._start + PREFIX_SIZE + size > len(self._buf):
-            self._compact()
+        if self.trust_prefix and PREFIX_SIZE + size > self._scratch_max:
+            self._to_big(size, exact=True)  # a trusted peer: read straight into a buffer of the frame's size
         return None
 
+    # -- room, as bytes arrive --------------------------------------------------------------------
+
     def _make_room(self) -> None:
-        """Called by receive_data when the buffer filled: surface an oversize frame or compact."""
-        if self._big is None and self._end - self._start >= PREFIX_SIZE:
-            (size,) = PREFIX.unpack_from(self._buf, self._start)
+        """The scratch is full (or not allocated yet) and a read is coming."""
+        buf = self._buf
+        if not buf:
+            self._buf = bytearray(self._initial)
+            return
+        if self._start:
+            self._compact()
+            return
+        # Full from the front. Either whole frames nobody pulled yet (receive_data of a large chunk), or
+        # the start of one frame that fills the scratch.
+        if self._end >= PREFIX_SIZE:
+            (size,) = PREFIX.unpack_from(buf, 0)
             if size > self.max_frame_bytes:
                 raise FrameTooLargeError(size, self.max_frame_bytes)
-            if PREFIX_SIZE + size > len(self._buf) - self._start:
-                self.next_frame()  # switches to a frame-sized buffer or compacts
+            whole = PREFIX_SIZE + size
+            if whole > self._end and whole > self._scratch_max:
+                self._to_big(size)
                 return
-        if self._big is None:
-            if self._start == 0 and self._end == len(self._buf):
-                # Full of complete small frames nobody pulled yet (receive_data of a large chunk).
-                self._buf.extend(bytes(len(self._buf)))
-            else:
-                self._compact()
+        self._resize_scratch(2 * len(buf))
+
+    def _to_big(self, size: int, exact: bool = False) -> None:
+        """Move the frame being received (at `_start`) out of the scratch into a buffer of its own."""
+        begin = self._start + PREFIX_SIZE
+        have = self._end - begin
+        big = bytearray(size if exact else min(size, max(2 * have, self._scratch_max)))
+        big[:have] = memoryview(self._buf)[begin : self._end]
+        self._big, self._big_have, self._big_size = big, have, size
+        self._buf = bytearray()  # empty while the large frame arrives; the next read allocates it again
+        self._start = self._end = 0
+
+    def _grow_big(self) -> bytearray:
+        big = self._big
+        assert big is not None
+        grown = bytearray(min(self._big_size, 2 * len(big)))
+        grown[: self._big_have] = big
+        self._big = grown
+        return grown
+
+    def _resize_scratch(self, capacity: int) -> None:
+        if self._start:
+            self._compact()
+        grown = bytearray(capacity)
+        grown[: self._end] = memoryview(self._buf)[: self._end]
+        self._buf = grown
 
     def _compact(self) -> None:
         n = self._end - self._start

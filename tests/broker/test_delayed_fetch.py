@@ -275,3 +275,25 @@ async def test_fetch_that_can_answer_now_never_enters_the_purgatory(broker: Lead
     assert error[TopicPartition("nope", 0)].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert no_wait[TP0].records == b""
     assert broker.fetch_purgatory.watched == 0 and broker.fetch_purgatory.num_delayed == 0
+
+
+async def test_a_parked_fetch_whose_client_went_away_leaves_the_purgatory_at_once(broker: LeaderBroker) -> None:
+    import asyncio
+
+    # given fetches parked for a very long time (a deadline days away), and an acks=all produce waiting
+    broker.make_leader()
+    tasks = [await broker.start_fetch(CONSUMER_REPLICA_ID, {TP0: 0}, max_wait_ms=2**31 - 1) for _ in range(50)]
+    produce = await broker.start_produce({TP0: [b"a"]})
+    assert broker.fetch_purgatory.num_delayed == 50
+    assert broker.produce_purgatory.num_delayed == 1
+
+    # when their connections close (the server cancels what the connection had in flight)
+    for task in [*tasks, produce]:
+        task.cancel()
+    await asyncio.gather(*tasks, produce, return_exceptions=True)
+
+    # then nothing waits in the timers any more, and the watch lists drop them at the next purge
+    assert broker.fetch_purgatory.num_delayed == 0
+    assert broker.produce_purgatory.num_delayed == 0
+    broker.fetch_purgatory.purge_completed()
+    assert broker.fetch_purgatory.watched == 0
