@@ -207,6 +207,7 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("log.retention.check.interval.ms", int, 300000, "how often retention runs"),
         ConfigKey("log.flush.interval.messages", int, LONG_MAX, "fsync after this many messages"),
         ConfigKey("log.flush.interval.ms", int, None, "fsync after this many ms (unset: leave it to the OS)"),
+        ConfigKey("message.max.bytes", int, 1048588, "largest record batch accepted (topic: max.message.bytes)"),
         ConfigKey("leader.replication.throttled.rate", int, LONG_MAX, "bytes/s a leader sends to throttled replicas"),
         ConfigKey(
             "follower.replication.throttled.rate", int, LONG_MAX, "bytes/s a follower fetches for throttled replicas"
@@ -239,6 +240,8 @@ CONTROLLER_CONFIG = ConfigDef(
         ConfigKey("num.partitions", int, 1, "partitions when a request gives -1"),
         ConfigKey("min.insync.replicas", int, 1, "default min.insync.replicas for new topics"),
         ConfigKey("controller.tick.ms", int, 50, "how often broker sessions are checked"),
+        ConfigKey("create.topics.request.max.topics", int, 1000, "topics one CREATE_TOPICS may name"),
+        ConfigKey("create.topics.request.max.partitions", int, 10000, "partitions one CREATE_TOPICS may create"),
         ConfigKey("socket.request.max.bytes", int, 100 * MIB, "largest request frame accepted"),
         ConfigKey("max.connections", int, 2**31 - 1, "connections accepted at once; more are closed at once"),
         ConfigKey("max.connections.per.ip", int, 2**31 - 1, "connections accepted at once from one address"),

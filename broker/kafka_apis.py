@@ -254,7 +254,7 @@ class KafkaApis:
         if refused is not None:
             return refused
         self.metadata_cache.update(request)
-        self.replica_manager.topic_configs = dict(request.topic_configs)
+        self.replica_manager.update_topic_configs(request.topic_configs)
         return UpdateMetadataResponse()
 
     async def handle_create_topics(self, ctx: ConnectionContext, request: CreateTopicsRequest) -> Message:

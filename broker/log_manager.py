@@ -43,11 +43,12 @@ class LogManager:
                 found.append(TopicPartition(m["topic"], int(m["partition"])))
         return found
 
-    def get_or_create_log(self, tp: TopicPartition) -> Log:
+    def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None) -> Log:
+        """The log of `tp`, opened with `config` (the topic's settings over the broker's) if it is new."""
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        log_ = Log.open(self.log_dir / log_dir_name(tp), self.config, self.time)
+        log_ = Log.open(self.log_dir / log_dir_name(tp), config or self.config, self.time)
         hw = self._checkpointed_hw.get((tp.topic, tp.partition))
         if hw is not None:
             log_.update_high_watermark(hw)

@@ -35,6 +35,7 @@ from protocol.errors import (
     ErrorCode,
     FencedLeaderEpochError,
     KafkaError,
+    MessageTooLargeError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -48,6 +49,7 @@ from protocol.messages import (
     LeaderAndIsrPartition,
     TopicPartition,
 )
+from protocol.record_batch import iter_headers
 
 log = logging.getLogger(__name__)
 
@@ -146,15 +148,16 @@ class Partition:
             self.leader_epoch_start_offset = leo
             # KAFKA-7415: record (epoch, LEO) so OffsetsForLeaderEpoch can answer for an epoch we never wrote in.
             self.log.maybe_assign_epoch_start_offset(state.leader_epoch, leo)  # type: ignore[attr-defined]
-            self.remote_replicas = {
-                b: Replica(b) for b in self.assignment if b != self.local_broker_id
-            }
+            self.remote_replicas = {b: Replica(b) for b in self.assignment if b != self.local_broker_id}
             for broker_id, replica in self.remote_replicas.items():
                 replica.reset_replica_state(now_ms, leo, broker_id in self.isr)
             self.pending_isr = None
             log.info(
                 "%s: became leader at epoch %d, epoch start offset %d, ISR %s",
-                self.topic_partition, state.leader_epoch, leo, sorted(self.isr),
+                self.topic_partition,
+                state.leader_epoch,
+                leo,
+                sorted(self.isr),
             )
         self.maybe_increment_leader_hw(now_ms)
         return is_new_leader
@@ -206,6 +209,14 @@ class Partition:
                 f"{self.topic_partition}: ISR {sorted(self.isr)} is smaller than min.insync.replicas="
                 f"{self.min_insync_replicas}"
             )
+        max_bytes = self.log.config.max_message_bytes  # type: ignore[attr-defined]
+        if len(records) > max_bytes:
+            for header in iter_headers(records):
+                if header.size_in_bytes > max_bytes:
+                    raise MessageTooLargeError(
+                        f"{self.topic_partition}: a batch of {header.size_in_bytes} bytes is larger than "
+                        f"max.message.bytes={max_bytes}"
+                    )
         info = self.log.append_as_leader(records, self.leader_epoch)  # type: ignore[attr-defined]
         self.counters.bytes_in += info.size_bytes
         self.counters.messages_in += info.num_records
@@ -417,4 +428,3 @@ class Partition:
     @property
     def under_min_isr(self) -> bool:
         return self.is_leader and len(self.isr) < self.min_insync_replicas
-

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
+from broker.log.log_config import with_topic_configs
 from broker.log_manager import LogManager
 from broker.partition import IsrChangeSink, Partition
 from broker.purgatory import DelayedOperationPurgatory
@@ -363,13 +364,22 @@ class ReplicaManager:
                 self.fetcher_manager.add_fetcher_for_partitions(initial)
         return LeaderAndIsrResponse(partitions=results)
 
+    def update_topic_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        """New topic configs from the controller (UPDATE_METADATA): partitions already here take them at
+        once, as Kafka applies a dynamic topic config change; new ones are created with them."""
+        self.topic_configs = {topic: dict(values) for topic, values in configs.items()}
+        for tp, partition in self.partitions.items():
+            topic_config = self.topic_configs.get(tp.topic, {})
+            partition.min_insync_replicas = int(topic_config.get("min.insync.replicas", self.min_insync_replicas))
+            partition.log.config = with_topic_configs(self.log_manager.config, topic_config)  # type: ignore[attr-defined]
+
     def _create_partition(self, tp: TopicPartition) -> Partition:
         topic_config = self.topic_configs.get(tp.topic, {})
         min_isr = int(topic_config.get("min.insync.replicas", self.min_insync_replicas))
         partition = Partition(
             tp,
             self.broker_id,
-            self.log_manager.get_or_create_log(tp),
+            self.log_manager.get_or_create_log(tp, with_topic_configs(self.log_manager.config, topic_config)),
             replica_lag_time_max_ms=self.replica_lag_time_max_ms,
             min_insync_replicas=min_isr,
             isr_sink=self.isr_sink,
@@ -400,7 +410,6 @@ class ReplicaManager:
 
     def checkpoint_high_watermarks(self) -> None:
         self.log_manager.checkpoint_high_watermarks()
-
 
 
 def _refuse_unknown_replica(

@@ -296,6 +296,11 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
             raise CliError(f"--config expects key=value, got {item!r}", EXIT_USAGE)
         k, v = item.split("=", 1)
         configs[k] = v
+    from broker.log.log_config import topic_config_error
+
+    if (problem := topic_config_error(configs)) is not None:
+        # The controller refuses it too (INVALID_CONFIG); saying so here needs no cluster.
+        raise CliError(problem, EXIT_USAGE)
 
     async def go() -> Any:
         async with _client(args) as client:

@@ -43,10 +43,12 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
+from broker.log.log_config import topic_config_error
 from cluster.metadata import (
     NO_LEADER,
     BrokerRegistration,
@@ -102,6 +104,8 @@ class ControllerConfig:
     default_replication_factor: int = 1
     num_partitions: int = 1
     min_insync_replicas: int = 1
+    create_topics_request_max_topics: int = 1000
+    create_topics_request_max_partitions: int = 10000
 
     KEYS = {
         "node.id": "node_id",
@@ -111,6 +115,8 @@ class ControllerConfig:
         "default.replication.factor": "default_replication_factor",
         "num.partitions": "num_partitions",
         "min.insync.replicas": "min_insync_replicas",
+        "create.topics.request.max.topics": "create_topics_request_max_topics",
+        "create.topics.request.max.partitions": "create_topics_request_max_partitions",
     }
 
     @classmethod
@@ -442,42 +448,81 @@ class Controller:
     def _unfence(self, broker_id: int, committed: list[MetadataRecord]) -> None:
         broker = self._image.brokers[broker_id]
         active = self._image.active_broker_ids() | {broker_id}
-        unclean = self.config.unclean_leader_election_enable
         elections = [
             change
             for p in self._image.offline_partitions()
-            if (change := partition_change(p, None, active, unclean)) is not None
+            if (change := partition_change(p, None, active, self._unclean(p.topic))) is not None
         ]
         self._commit([UnfenceBrokerRecord(broker_id, broker.broker_epoch), *elections], committed)
 
     def _removal_changes(self, broker_id: int) -> list[MetadataRecord]:
         """Changes that take `broker_id` out of every ISR and leadership (it is about to be inactive)."""
         active = self._image.active_broker_ids() - {broker_id}
-        unclean = self.config.unclean_leader_election_enable
         touched = {p.topic_partition: p for p in self._image.partitions_with_isr_member(broker_id)}
         touched.update((p.topic_partition, p) for p in self._image.partitions_led_by(broker_id))
         return [
-            change for p in touched.values() if (change := partition_change(p, broker_id, active, unclean)) is not None
+            change
+            for p in touched.values()
+            if (change := partition_change(p, broker_id, active, self._unclean(p.topic))) is not None
         ]
+
+    def _unclean(self, topic: str) -> bool:
+        """unclean.leader.election.enable for `topic`: its own config, else the controller's."""
+        info = self._image.topics.get(topic)
+        value = info.configs.get("unclean.leader.election.enable") if info is not None else None
+        return self.config.unclean_leader_election_enable if value is None else value.strip().lower() == "true"
 
     # -- topics -----------------------------------------------------------------------------------
 
     def create_topics(self, request: CreateTopicsRequest) -> ControllerResult[CreateTopicsResponse]:
+        """Validation is linear in the request and its work is bounded by
+        `create.topics.request.max.topics` and `create.topics.request.max.partitions`, so no request can
+        hold the controller's loop (and with it every broker's heartbeat) for long. A name listed more than
+        once is refused with INVALID_REQUEST, once in the answer, as Kafka does."""
+        config = self.config
+        if len(request.topics) > config.create_topics_request_max_topics:
+            return self._result(
+                [],
+                CreateTopicsResponse(
+                    error_code=ErrorCode.INVALID_REQUEST,
+                    error_message=f"{len(request.topics)} topics in one request; at most "
+                    f"{config.create_topics_request_max_topics} (create.topics.request.max.topics)",
+                ),
+            )
+        counts = Counter(t.name for t in request.topics)
         committed: list[MetadataRecord] = []
-        names = [t.name for t in request.topics]
-        duplicated = {name for name in names if names.count(name) > 1}
         results: list[CreatableTopicResult] = []
+        partitions_left = config.create_topics_request_max_partitions
         for topic in request.topics:
-            if topic.name in duplicated:
+            count = counts[topic.name]
+            if count == 0:
+                continue  # a duplicate already answered
+            if count > 1:
                 results.append(
                     CreatableTopicResult(
                         name=topic.name,
                         error_code=ErrorCode.INVALID_REQUEST,
-                        error_message=f"topic {topic.name} is listed more than once",
+                        error_message=f"topic {topic.name} is listed {count} times in one request",
                     )
                 )
-            else:
-                results.append(self._create_topic(topic, committed))
+                counts[topic.name] = 0
+                continue
+            wanted = config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+            if wanted > partitions_left:
+                results.append(
+                    CreatableTopicResult(
+                        name=topic.name,
+                        error_code=ErrorCode.INVALID_PARTITIONS,
+                        error_message=f"{wanted} partitions would pass the "
+                        f"{config.create_topics_request_max_partitions} one request may create "
+                        "(create.topics.request.max.partitions)",
+                    )
+                )
+                continue
+            result = self._create_topic(topic, committed)
+            if result.error_code == ErrorCode.NONE:
+                partitions_left -= wanted
+            results.append(result)
         return self._result(committed, CreateTopicsResponse(topics=results))
 
     def _create_topic(self, topic: CreatableTopic, committed: list[MetadataRecord]) -> CreatableTopicResult:
@@ -494,6 +539,8 @@ class Controller:
             return error(ErrorCode.INVALID_TOPIC_EXCEPTION, name_error)
         if topic.name in self._image.topics:
             return error(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name} already exists")
+        if (config_error := topic_config_error(topic.configs)) is not None:
+            return error(ErrorCode.INVALID_CONFIG, config_error)
         if num_partitions <= 0:
             return error(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be positive, got {num_partitions}")
         if replication_factor <= 0:

@@ -35,6 +35,7 @@ class ErrorCode(IntEnum):
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
+    INVALID_CONFIG = 40
     NOT_CONTROLLER = 41
     KAFKA_STORAGE_ERROR = 56
     FETCH_SESSION_ID_NOT_FOUND = 70
@@ -107,6 +108,7 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.TOPIC_ALREADY_EXISTS: "CREATE_TOPICS: a topic of that name exists",
     ErrorCode.INVALID_PARTITIONS: "CREATE_TOPICS: the partition count is not valid",
     ErrorCode.INVALID_REPLICATION_FACTOR: "CREATE_TOPICS: the replication factor is larger than the live brokers",
+    ErrorCode.INVALID_CONFIG: "a config key is unknown or its value out of range; the message names it",
     ErrorCode.NOT_CONTROLLER: "the request needs the controller and this node is not it",
     ErrorCode.INVALID_REQUEST: "the request breaks the protocol's rules; the message names the field",
     ErrorCode.KAFKA_STORAGE_ERROR: "the replica's log directory failed: the partition is offline on this broker",

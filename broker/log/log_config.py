@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 LONG_MAX = 2**63 - 1
@@ -20,6 +21,7 @@ class LogConfig:
     retention_bytes: int = -1  # log.retention.bytes; -1 = unlimited
     flush_interval_messages: int = LONG_MAX  # log.flush.interval.messages; LONG_MAX = never forced
     flush_interval_ms: int | None = None  # log.flush.interval.ms; None = never forced
+    max_message_bytes: int = 1048588  # message.max.bytes (max.message.bytes per topic): largest batch accepted
 
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= _MAX_SEGMENT_BYTES:
@@ -61,6 +63,7 @@ class LogConfig:
         retention_ms = millis(("retention.ms", "log.retention.ms"), "log.retention.minutes", "log.retention.hours")
         retention_bytes = first("retention.bytes", "log.retention.bytes")
         flush_messages = first("flush.messages", "log.flush.interval.messages")
+        max_message = first("max.message.bytes", "message.max.bytes")
         return cls(
             segment_bytes=defaults.segment_bytes if segment_bytes is None else segment_bytes,
             segment_ms=defaults.segment_ms if segment_ms is None else segment_ms,
@@ -70,4 +73,82 @@ class LogConfig:
             retention_bytes=defaults.retention_bytes if retention_bytes is None else retention_bytes,
             flush_interval_messages=defaults.flush_interval_messages if flush_messages is None else flush_messages,
             flush_interval_ms=first("flush.ms", "log.flush.interval.ms"),
+            max_message_bytes=defaults.max_message_bytes if max_message is None else max_message,
         )
+
+
+# -- topic configs --------------------------------------------------------------------------------------
+#
+# The per-topic keys minibroker honours (Kafka's topic-level names), with the range each accepts. A topic
+# created with any other key, or a value out of range, is refused with INVALID_CONFIG: a config that would
+# be accepted and then ignored is worse than an error. `message.max.bytes` is accepted as an alias of
+# Kafka's topic-level `max.message.bytes`, since users know the broker-level name.
+
+
+def _int_in(low: int, high: int) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        try:
+            number = int(value)
+        except ValueError:
+            return f"expected an integer, got {value!r}"
+        if not low <= number <= high:
+            return f"must be in [{low}, {high}], got {number}"
+        return None
+
+    return check
+
+
+def _boolean(value: str) -> str | None:
+    return None if value.strip().lower() in ("true", "false") else f"expected true or false, got {value!r}"
+
+
+TOPIC_CONFIG_KEYS: dict[str, Callable[[str], str | None]] = {
+    "segment.bytes": _int_in(14, _MAX_SEGMENT_BYTES),
+    "segment.ms": _int_in(1, LONG_MAX),
+    "retention.ms": _int_in(-1, LONG_MAX),
+    "retention.bytes": _int_in(-1, LONG_MAX),
+    "flush.messages": _int_in(1, LONG_MAX),
+    "flush.ms": _int_in(0, LONG_MAX),
+    "max.message.bytes": _int_in(0, 2**31 - 1),
+    "message.max.bytes": _int_in(0, 2**31 - 1),
+    "min.insync.replicas": _int_in(1, 2**31 - 1),
+    "unclean.leader.election.enable": _boolean,
+}
+
+
+def topic_config_error(configs: Mapping[str, str]) -> str | None:
+    """Why `configs` cannot be a topic's configuration (naming the key, with a close match for a typo), or
+    None when every key is one minibroker honours and every value is in range."""
+    for key in sorted(configs):
+        check = TOPIC_CONFIG_KEYS.get(key)
+        if check is None:
+            close = difflib.get_close_matches(key, TOPIC_CONFIG_KEYS, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; known keys: {', '.join(sorted(TOPIC_CONFIG_KEYS))}"
+            return f"unknown topic config {key!r}{hint}"
+        if (problem := check(str(configs[key]))) is not None:
+            return f"topic config {key}: {problem}"
+    return None
+
+
+def with_topic_configs(base: LogConfig, configs: Mapping[str, str]) -> LogConfig:
+    """`base` (the broker's log.* settings) overridden by a topic's configs."""
+    merged: dict[str, str | int] = {}
+    for name, field_name in _LOG_FIELDS.items():
+        merged[name] = getattr(base, field_name)
+    if base.flush_interval_ms is not None:
+        merged["flush.ms"] = base.flush_interval_ms
+    for key, value in configs.items():
+        merged["max.message.bytes" if key == "message.max.bytes" else key] = value
+    return LogConfig.from_kafka_props(merged)
+
+
+_LOG_FIELDS = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "index.interval.bytes": "index_interval_bytes",
+    "segment.index.bytes": "segment_index_bytes",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "flush.messages": "flush_interval_messages",
+    "max.message.bytes": "max_message_bytes",
+}

@@ -270,12 +270,73 @@ def test_a_topic_named_twice_in_one_request_is_refused_but_others_are_created() 
 
     response = cluster.controller.create_topics(CreateTopicsRequest(topics=topics)).response
 
-    assert [t.error_code for t in response.topics] == [
-        ErrorCode.INVALID_REQUEST,
-        0,
-        ErrorCode.INVALID_REQUEST,
-    ]
+    # one answer per name, as Kafka's response (keyed by topic name) has
+    assert [(t.name, t.error_code) for t in response.topics] == [("a", ErrorCode.INVALID_REQUEST), ("b", 0)]
     assert list(cluster.controller.image.topics) == ["b"]
+
+
+def test_a_request_naming_one_topic_twenty_thousand_times_is_answered_in_linear_time() -> None:
+    import time
+
+    topics = [CreatableTopic("same", 1, 1)] * 20_000
+    # with the default cap, such a request is refused whole before anything is looked at
+    cluster = Cluster()
+    cluster.start_brokers(1)
+    response = cluster.controller.create_topics(CreateTopicsRequest(topics=topics)).response
+    assert response.error_code == ErrorCode.INVALID_REQUEST and response.topics == []
+
+    # and where the cap allows it, validation is linear: a quadratic check took ~5.5 s of CPU here
+    cluster = Cluster(create_topics_request_max_topics=100_000)
+    cluster.start_brokers(1)
+    started = time.process_time()
+    response = cluster.controller.create_topics(CreateTopicsRequest(topics=topics)).response
+    assert time.process_time() - started < 0.5
+    assert [(t.name, t.error_code) for t in response.topics] == [("same", ErrorCode.INVALID_REQUEST)]
+    assert "20000 times" in (response.topics[0].error_message or "")
+
+
+def test_create_topics_refuses_more_topics_or_partitions_than_one_request_may_create() -> None:
+    cluster = Cluster(create_topics_request_max_topics=3, create_topics_request_max_partitions=10)
+    cluster.start_brokers(1)
+    too_many = cluster.controller.create_topics(
+        CreateTopicsRequest(topics=[CreatableTopic(f"t{i}", 1, 1) for i in range(4)])
+    ).response
+    assert too_many.error_code == ErrorCode.INVALID_REQUEST and "create.topics.request.max.topics" in (
+        too_many.error_message or ""
+    )
+    assert not cluster.controller.image.topics
+
+    partly = cluster.controller.create_topics(
+        CreateTopicsRequest(topics=[CreatableTopic("six", 6, 1), CreatableTopic("five", 5, 1)])
+    ).response
+    assert [(t.name, t.error_code) for t in partly.topics] == [("six", 0), ("five", ErrorCode.INVALID_PARTITIONS)]
+    assert list(cluster.controller.image.topics) == ["six"]
+
+
+def test_unknown_topic_configs_and_bad_values_are_refused_with_invalid_config() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1)
+    response = cluster.controller.create_topics(
+        CreateTopicsRequest(
+            topics=[
+                CreatableTopic("typo", 1, 1, configs={"segment.byte": "65536"}),
+                CreatableTopic("unknown", 1, 1, configs={"foo.bar": "1"}),
+                CreatableTopic("bad", 1, 1, configs={"retention.ms": "soon"}),
+                CreatableTopic(
+                    "good", 1, 1, configs={"segment.bytes": "65536", "unclean.leader.election.enable": "true"}
+                ),
+            ]
+        )
+    ).response
+    codes = {t.name: (t.error_code, t.error_message) for t in response.topics}
+    assert codes["typo"] == (
+        ErrorCode.INVALID_CONFIG,
+        "unknown topic config 'segment.byte'; did you mean segment.bytes?",
+    )
+    assert codes["unknown"][0] == ErrorCode.INVALID_CONFIG and "foo.bar" in (codes["unknown"][1] or "")
+    assert codes["bad"] == (ErrorCode.INVALID_CONFIG, "topic config retention.ms: expected an integer, got 'soon'")
+    assert codes["good"][0] == ErrorCode.NONE
+    assert sorted(cluster.controller.image.topics) == ["good"]
 
 
 # -- registration and heartbeats ------------------------------------------------------------------
