@@ -143,6 +143,7 @@ class BrokerServer:
             self.broker_id,
             f"broker-{self.broker_id}-fetcher-{fetcher_id}",
             socket_timeout_ms=self.config["replica.socket.timeout.ms"],
+            secret=self.config.get("cluster.secret"),
         )
 
     async def _forward_to_controller(self, request: Any) -> Any:

@@ -11,6 +11,7 @@ CREATE_TOPICS sent to a broker is forwarded to the controller, as Kafka brokers 
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -64,21 +65,31 @@ log = logging.getLogger(__name__)
 ForwardToController = Callable[[Message], Awaitable[Any]]
 
 
-def check_secret(ctx: ConnectionContext, secret: str | None) -> ErrorResponse | None:
+def check_secret(ctx: ConnectionContext, secret: str | None, what: str = "this request") -> ErrorResponse | None:
+    """Kafka's ClusterAction: with a secret set, requests only brokers (or admins) may send must come from a
+    connection that authenticated. None when allowed."""
     if secret is None or ctx.authenticated:
         return None
     return ErrorResponse(
         int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
-        "this request needs the cluster secret: send SASL_AUTHENTICATE first",
+        f"{what} needs the cluster secret: send SASL_AUTHENTICATE first",
     )
 
 
-def authenticate(
+FAILED_AUTHENTICATION_DELAY_S = 0.1  # Kafka's connection.failed.authentication.delay.ms default, 100 ms
+
+
+async def authenticate(
     ctx: ConnectionContext, secret: str | None, request: SaslAuthenticateRequest
 ) -> SaslAuthenticateResponse:
+    """Check the secret. A wrong one is answered after a delay and the connection is then closed, as Kafka
+    does (connection.failed.authentication.delay.ms): guessing costs a connection and 100 ms a try."""
     if secret is None or hmac.compare_digest(request.auth_bytes, secret.encode()):
         ctx.authenticated = True
         return SaslAuthenticateResponse()
+    log.warning("failed authentication from %s; closing the connection", ctx.peer)
+    ctx.close_after_response = True
+    await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
     return SaslAuthenticateResponse(int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "wrong cluster secret")
 
 
@@ -141,6 +152,8 @@ class KafkaApis:
 
     async def handle_fetch(self, ctx: ConnectionContext, request: FetchRequest) -> Message:
         is_from_follower = request.replica_id >= 0
+        if is_from_follower and (refused := check_secret(ctx, self.cluster_secret, "a FETCH from a replica")):
+            return refused  # a forged follower position would move the HW
         context = self.fetch_manager.new_context(request, is_from_follower)
         if context.error != ErrorCode.NONE:
             return context.error_response()
@@ -148,7 +161,11 @@ class KafkaApis:
         parts = await self.replica_manager.fetch_messages(params, context.partitions_to_read())
         return context.update_and_generate_response(parts)
 
-    async def handle_list_offsets(self, ctx: ConnectionContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    async def handle_list_offsets(self, ctx: ConnectionContext, request: ListOffsetsRequest) -> Message:
+        if request.replica_id >= 0 and (
+            refused := check_secret(ctx, self.cluster_secret, "LIST_OFFSETS from a replica")
+        ):
+            return refused
         out = []
         for p in request.partitions:
             resp = ListOffsetsPartitionResponse(p.topic, p.partition, timestamp=p.timestamp)
@@ -168,7 +185,11 @@ class KafkaApis:
 
     async def handle_offset_for_leader_epoch(
         self, ctx: ConnectionContext, request: OffsetForLeaderEpochRequest
-    ) -> OffsetForLeaderEpochResponse:
+    ) -> Message:
+        if request.replica_id >= 0 and (
+            refused := check_secret(ctx, self.cluster_secret, "OFFSET_FOR_LEADER_EPOCH from a replica")
+        ):
+            return refused
         out = []
         for p in request.partitions:
             resp = EpochEndOffset(p.topic, p.partition)
@@ -182,9 +203,9 @@ class KafkaApis:
             out.append(resp)
         return OffsetForLeaderEpochResponse(partitions=out)
 
-    async def handle_delete_records(
-        self, ctx: ConnectionContext, request: DeleteRecordsRequest
-    ) -> DeleteRecordsResponse:
+    async def handle_delete_records(self, ctx: ConnectionContext, request: DeleteRecordsRequest) -> Message:
+        if refused := check_secret(ctx, self.cluster_secret, "DELETE_RECORDS"):
+            return refused
         out = []
         for p in request.partitions:
             resp = DeleteRecordsPartitionResponse(p.topic, p.partition)
@@ -225,7 +246,11 @@ class KafkaApis:
                     latest_epoch=-1 if latest is None else latest,
                 )
             )
-        return DescribeLogDirsResponse(str(self.replica_manager.log_manager.log_dir), replicas)
+        log_dir = self.replica_manager.log_manager.log_dir
+        # The absolute path says where data lives on the host: only for authenticated connections when a
+        # secret is set; others see the directory's name.
+        shown = str(log_dir) if self.cluster_secret is None or ctx.authenticated else log_dir.name
+        return DescribeLogDirsResponse(shown, replicas)
 
     # -- metadata and control -----------------------------------------------------------------------
 
@@ -236,7 +261,7 @@ class KafkaApis:
         return api_versions_response()
 
     async def handle_sasl_authenticate(self, ctx: ConnectionContext, request: SaslAuthenticateRequest) -> Message:
-        return authenticate(ctx, self.cluster_secret, request)
+        return await authenticate(ctx, self.cluster_secret, request)
 
     async def handle_leader_and_isr(self, ctx: ConnectionContext, request: LeaderAndIsrRequest) -> Message:
         refused = check_secret(ctx, self.cluster_secret)
@@ -258,6 +283,10 @@ class KafkaApis:
         return UpdateMetadataResponse()
 
     async def handle_create_topics(self, ctx: ConnectionContext, request: CreateTopicsRequest) -> Message:
+        # The broker forwards with its own authenticated link: without this check any client could use it
+        # to reach the controller with a secret it does not hold.
+        if refused := check_secret(ctx, self.cluster_secret, "CREATE_TOPICS"):
+            return refused
         if self.forward_to_controller is None:
             return CreateTopicsResponse(
                 error_code=int(ErrorCode.NOT_CONTROLLER),

@@ -60,6 +60,7 @@ class ConnectionContext:
     peer: str
     authenticated: bool = False
     attributes: dict[str, Any] = field(default_factory=dict)
+    close_after_response: bool = False  # set by a handler: answer, then close (failed authentication)
 
 
 Handler = Callable[[ConnectionContext, RequestHeader, Message], Awaitable[Message | None]]
@@ -224,6 +225,9 @@ class _ServerConnection(asyncio.BufferedProtocol):
                     payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
                     self.transport.writelines([frame_prefix(len(payload)), payload])
                     self.last_active_s = loop.time()
+                    if self.context.close_after_response:
+                        self.close_for("the handler asked to close it after its answer")
+                        return
                     if not self._can_write.is_set():
                         await self._can_write.wait()
                 if self.peer_gone or (self.draining and not self.queue and not in_flight):

@@ -37,6 +37,7 @@ from protocol.messages import (
     ProducePartition,
     ProduceRequest,
     ProduceResponse,
+    SaslAuthenticateRequest,
     TopicPartition,
 )
 
@@ -75,9 +76,18 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
 
 
 class ClusterClient:
-    def __init__(self, bootstrap: str, client_id: str = "minibroker-cli", request_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        client_id: str = "minibroker-cli",
+        request_timeout_s: float = 30.0,
+        secret: str | None = None,
+    ):
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
+        # With a cluster secret every connection authenticates first, so admin requests (CREATE_TOPICS,
+        # DELETE_RECORDS) are accepted by a cluster that requires it (docs/protocol.md, trust model).
+        self.secret = secret
         self.request_timeout_s = request_timeout_s
         self.brokers: dict[int, BrokerEndpoint] = {}
         self.partitions: dict[TopicPartition, PartitionInfo] = {}
@@ -104,6 +114,11 @@ class ClusterClient:
         conn = self._connections.get(key)
         if conn is None or not conn.is_open:
             conn = await BrokerConnection.connect(host, port, self.client_id, timeout_s=5.0)
+            if self.secret is not None:
+                auth = await conn.send(SaslAuthenticateRequest(self.secret.encode()), timeout_s=5.0)
+                if auth.error_code != ErrorCode.NONE:
+                    await conn.close()
+                    raise PermissionError(f"{host}:{port} refused the cluster secret: {auth.error_message}")
             self._connections[key] = conn
         return conn
 

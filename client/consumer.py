@@ -156,7 +156,7 @@ async def consume_command(
         counts[str(tp.partition)] = counts.get(str(tp.partition), 0) + 1
         out.write(formatter(tp.topic, tp.partition, rec))
 
-    async with ClusterClient(args.bootstrap_server) as client:
+    async with ClusterClient(args.bootstrap_server, secret=getattr(args, "cluster_secret", None)) as client:
         try:
             meta = await client.refresh_metadata([args.topic])
         except ClusterUnavailableError as exc:

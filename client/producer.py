@@ -95,7 +95,7 @@ async def produce_command(
         payload = os.urandom(max(args.size, 0) // 2 + 1).hex()[: args.size].encode()
         records = ((key, payload, headers) for _ in range(args.count))
     acks = ACKS[args.acks]
-    async with ClusterClient(args.bootstrap_server) as client:
+    async with ClusterClient(args.bootstrap_server, secret=getattr(args, "cluster_secret", None)) as client:
         try:
             meta = await client.refresh_metadata([args.topic])
         except ClusterUnavailableError as exc:

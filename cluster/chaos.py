@@ -112,7 +112,7 @@ class ChaosRun:
     # -- helpers ------------------------------------------------------------------------------------
 
     def _client(self, name: str) -> ClusterClient:
-        return ClusterClient(self.state.bootstrap, client_id=name, request_timeout_s=10.0)
+        return ClusterClient(self.state.bootstrap, client_id=name, request_timeout_s=10.0, secret=self.state.secret)
 
     async def _leaders(self, client: ClusterClient) -> dict[TopicPartition, tuple[int, int, list[int]]]:
         await client.refresh_metadata([self.args.topic])

@@ -26,6 +26,7 @@ from typing import Any
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CLUSTER_ERROR = 0, 1, 2, 3, 4
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "MINIBROKER_BOOTSTRAP_SERVER"
+SECRET_ENV = "MINIBROKER_CLUSTER_SECRET"  # what client commands authenticate with, when the cluster has a secret
 DEFAULT_DIR = "./minibroker-cluster"
 
 
@@ -267,11 +268,26 @@ def resolve_bootstrap(args: argparse.Namespace) -> str:
     return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
 
 
+def resolve_secret(args: argparse.Namespace) -> str | None:
+    """The cluster secret a client command authenticates with: $MINIBROKER_CLUSTER_SECRET, else that of the
+    cluster in --dir (written there by `cluster up --secret`), else none."""
+    from cluster.local_cluster import ClusterError, LocalClusterState
+
+    if secret := os.environ.get(SECRET_ENV):
+        return secret
+    if getattr(args, "dir", None):
+        try:
+            return LocalClusterState.load(Path(args.dir)).secret
+        except ClusterError:
+            return None
+    return None
+
+
 def _client(args: argparse.Namespace) -> Any:
     from client.cluster_client import ClusterClient
 
     try:
-        return ClusterClient(args.bootstrap_server)
+        return ClusterClient(args.bootstrap_server, secret=getattr(args, "cluster_secret", None))
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
 
@@ -740,6 +756,7 @@ def _main(argv: Sequence[str] | None) -> int:
             getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
         if getattr(args, "client_command", False):
             args.bootstrap_server = resolve_bootstrap(args)
+            args.cluster_secret = resolve_secret(args)
         return int(args.func(args))
     except CliError as exc:
         print(f"minibroker: error: {exc}", file=sys.stderr)

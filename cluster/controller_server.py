@@ -214,7 +214,7 @@ class ControllerServer:
         if isinstance(body, ApiVersionsRequest):
             return api_versions_response()
         if isinstance(body, SaslAuthenticateRequest):
-            return authenticate(ctx, self.secret, body)
+            return await authenticate(ctx, self.secret, body)
         if isinstance(body, MetadataRequest):
             return self.controller.metadata(body.topics)
         refused = check_secret(ctx, self.secret)

@@ -42,6 +42,7 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         client_id: str,
         socket_timeout_ms: int = 30000,
         max_frame_bytes: int = 100 * 1024 * 1024,
+        secret: str | None = None,
     ) -> None:
         self.leader_broker_id = leader_broker_id
         self.supports_offsets_for_leader_epoch = True
@@ -54,6 +55,7 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         self._connection = ReconnectingConnection(
             address,
             client_id,
+            secret=secret,  # a leader with a cluster secret serves replica fetches to authenticated brokers only
             timeout_s=socket_timeout_ms / 1000.0,
             max_frame_bytes=max_frame_bytes,
             describe=f"leader broker {leader_broker_id}",

@@ -48,18 +48,28 @@ async def test_with_a_cluster_secret_only_authenticated_connections_may_change_s
             state_change = LeaderAndIsrRequest(0, 99, [LeaderAndIsrPartition("evil", 0, 1, 5, [1], 5, [1])])
             refused = await conn.send(state_change)
             assert refused.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-            wrong = await conn.send(SaslAuthenticateRequest(b"guess"))
-            assert wrong.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-            still_refused = await conn.send(state_change)
-            assert still_refused.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             logs = await conn.send(DescribeLogDirsRequest())
             assert all(r.topic != "evil" for r in logs.replicas), "nothing was applied"
+            # an unauthenticated client does not learn where the data lives on the host
+            assert not logs.log_dir.startswith("/") and logs.log_dir == Path(b.dir, "data").name
+            # a wrong secret is answered after a delay, and the connection is closed
+            started = time.monotonic()
+            wrong = await conn.send(SaslAuthenticateRequest(b"guess"))
+            assert wrong.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            assert time.monotonic() - started >= 0.09
+            await asyncio.wait_for(conn.wait_closed(), 5.0)
         c = state.controller
         async with await BrokerConnection.connect(c.host, c.port) as conn:
             resp = await conn.send(BrokerRegistrationRequest(9, "127.0.0.1", 1, "intruder"))
             assert resp.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-        # The brokers themselves hold the secret: topics are created through them and get leaders.
-        client = ClusterClient(state.bootstrap)
+        # CREATE_TOPICS through a broker needs the secret too: the broker does not lend its own link.
+        anonymous = ClusterClient(state.bootstrap)
+        try:
+            refused_create = await anonymous.create_topic("guarded", 2, 3)
+            assert refused_create.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        finally:
+            await anonymous.close()
+        client = ClusterClient(state.bootstrap, secret="s3cret")
         try:
             created = await client.create_topic("guarded", 2, 3)
             assert created.topics[0].error_code == ErrorCode.NONE, created.topics[0].error_message
@@ -185,3 +195,52 @@ def test_cluster_up_in_the_foreground_stops_every_process_on_ctrl_c(tmp_path: Pa
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+async def test_with_a_cluster_secret_forged_follower_fetches_cannot_move_the_high_watermark(tmp_path: Path) -> None:
+    from client.producer import send_batch
+    from protocol.messages import FetchPartition, FetchRequest
+
+    ports = free_ports(4)
+    state = await start_cluster(tmp_path / "c", 3, controller_port=ports[3], broker_ports=ports[:3], secret="s3cret")
+    client = ClusterClient(state.bootstrap, secret="s3cret")
+    paused: list[int] = []
+    try:
+        created = await client.create_topic("forged", 1, 3, {"min.insync.replicas": "2"})
+        assert created.topics[0].error_code == ErrorCode.NONE, created.topics[0].error_message
+        await client.wait_for_leaders("forged")
+        tp = TopicPartition("forged", 0)
+        outcome, _, message = await send_batch(client, tp, [b"replicated"], acks=-1)
+        assert outcome == "acked", message  # the real followers replicate through authenticated fetches
+        leader = client.leader_of(tp)
+        followers = [b for b in state.brokers if b.node_id != leader.leader_id]
+        # given both real followers paused (well within the session timeout, so nobody is fenced yet)
+        for f in followers:
+            os.kill(f.pid, signal.SIGSTOP)
+            paused.append(f.pid)
+        # when an acks=all produce waits for them and a client claims to be each follower, at the log end
+        produce = asyncio.ensure_future(send_batch(client, tp, [b"unreplicated"], acks=-1, retries=0, timeout_ms=3000))
+        ep = state.broker(leader.leader_id)
+        async with await BrokerConnection.connect(ep.host, ep.port) as forger:
+            for _ in range(20):
+                for f in followers:
+                    forged = await forger.send(
+                        FetchRequest(
+                            replica_id=f.node_id,
+                            max_wait_ms=0,
+                            min_bytes=1,
+                            max_bytes=1 << 20,
+                            partitions=[FetchPartition("forged", 0, 2, 1 << 20)],
+                        )
+                    )
+                    # then the leader refuses them: only authenticated brokers may fetch as replicas
+                    assert forged.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                await asyncio.sleep(0.05)
+        # and the produce is not acknowledged: no follower holds the record
+        outcome, _, message = await produce
+        assert outcome != "acked", "the HW moved on forged fetches"
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+        await client.close()
+        stop_cluster(state)
