@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from broker.log.log_validator import validate_records
 from broker.replica import Replica
 from protocol.errors import (
     ErrorCode,
@@ -217,6 +218,7 @@ class Partition:
                         f"{self.topic_partition}: a batch of {header.size_in_bytes} bytes is larger than "
                         f"max.message.bytes={max_bytes}"
                     )
+        validate_records(records)  # Kafka's LogValidator: poison with a valid CRC never reaches the log
         info = self.log.append_as_leader(records, self.leader_epoch)  # type: ignore[attr-defined]
         self.counters.bytes_in += info.size_bytes
         self.counters.messages_in += info.num_records

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -20,9 +21,9 @@ from typing import Any
 
 from client.cluster_client import REFRESH_ERRORS, ClusterClient, ClusterUnavailableError
 from client.connection import BrokerConnection
-from protocol.errors import ErrorCode, error_for_code
+from protocol.errors import CorruptRecordError, ErrorCode, error_for_code
 from protocol.messages import DEBUGGING_REPLICA_ID, FetchPartition, FetchRequest, TopicPartition
-from protocol.record_batch import Record, iter_records
+from protocol.record_batch import Record, iter_headers, iter_records, read_header
 
 
 @dataclass
@@ -33,6 +34,8 @@ class Consumer:
     nonmonotonic: int = 0
     last_offsets: dict[TopicPartition, int] = field(default_factory=dict)
     max_wait_ms: int = 200
+    corrupt: dict[TopicPartition, str] = field(default_factory=dict)  # partitions stopped at a bad batch
+    on_corrupt: Callable[[TopicPartition, str], None] | None = None
 
     async def seek_all(self, earliest: bool) -> None:
         for tp in self.partitions:
@@ -60,10 +63,31 @@ class Consumer:
             await self.client.refresh_metadata([tp.topic])
         raise ClusterUnavailableError(f"no offset for {tp}")
 
+    def _records_before_corruption(self, tp: TopicPartition, data: bytes) -> list[Record]:
+        """The records of the batches before the first one that cannot be read; that partition stops there
+        (as Kafka's consumer stops at a CorruptRecordException) and `corrupt` says where and why."""
+        good: list[Record] = []
+        view = memoryview(data)
+        position = 0  # of the batch being read
+        try:
+            for header in iter_headers(data):
+                good.extend(iter_records(view[header.position : header.position + header.size_in_bytes]))
+                position = header.position + header.size_in_bytes
+        except CorruptRecordError as exc:
+            offset = self.positions[tp]
+            with contextlib.suppress(CorruptRecordError):
+                offset = max(offset, read_header(data, position).base_offset)
+            self.corrupt[tp] = f"corrupt batch at offset {offset}: {exc}"
+            if self.on_corrupt is not None:
+                self.on_corrupt(tp, self.corrupt[tp])
+        return good
+
     async def poll(self) -> list[tuple[TopicPartition, Record]]:
         """One fetch round to every leader; records in offset order per partition."""
         by_leader: dict[int, list[FetchPartition]] = {}
         for tp in self.partitions:
+            if tp in self.corrupt:
+                continue  # stopped at a corrupt batch; the other partitions go on
             info = self.client.partitions.get(tp)
             if info is None or info.leader_id < 0:
                 continue
@@ -94,7 +118,11 @@ class Consumer:
                 if p.error_code != ErrorCode.NONE:
                     refresh = refresh or ErrorCode(p.error_code) in REFRESH_ERRORS
                     continue
-                for rec in iter_records(p.records):
+                try:
+                    records = list(iter_records(p.records))
+                except CorruptRecordError:
+                    records = self._records_before_corruption(tp, p.records)
+                for rec in records:
                     if rec.offset < self.positions[tp]:
                         continue
                     last = self.last_offsets.get(tp, -1)
@@ -119,10 +147,12 @@ async def consume_all(
     max_messages: int | None,
     timeout_ms: int,
     on_record: Callable[[TopicPartition, Record], None] | None = None,
+    on_corrupt: Callable[[TopicPartition, str], None] | None = None,
 ) -> Consumer:
     """Read until `max_messages` or `timeout_ms` without a new record. `from_beginning` is True/False
-    (earliest/latest) or a `Consumer.seek` start."""
-    consumer = Consumer(client, partitions)
+    (earliest/latest) or a `Consumer.seek` start. A partition that serves a batch that cannot be read stops
+    there (`on_corrupt` hears where and why); the others are read on."""
+    consumer = Consumer(client, partitions, on_corrupt=on_corrupt)
     if isinstance(from_beginning, bool):
         await consumer.seek_all(earliest=from_beginning)
     else:
@@ -130,6 +160,8 @@ async def consume_all(
     count = 0
     last_new = time.monotonic()
     while max_messages is None or count < max_messages:
+        if len(consumer.corrupt) == len(partitions):
+            break  # every partition stopped at a corrupt batch: nothing more can be read
         batch = await consumer.poll()
         if batch:
             last_new = time.monotonic()
@@ -169,9 +201,23 @@ async def consume_command(
             if tp not in partitions:
                 raise CliError(f"topic {args.topic!r} has no partition {args.partition}", EXIT_CLUSTER_ERROR)
             partitions = [tp]
-        await consume_all(client, partitions, start, args.max_messages, args.timeout_ms, on_record)
+
+        def on_corrupt(tp: TopicPartition, reason: str) -> None:
+            out.flush()
+            print(
+                f"minibroker: error: {tp.topic} partition {tp.partition}: {reason}; reading the other partitions on",
+                file=sys.stderr,
+            )
+
+        consumer = await consume_all(
+            client, partitions, start, args.max_messages, args.timeout_ms, on_record, on_corrupt
+        )
     out.flush()
-    return {"count": sum(counts.values()), "partitions": counts}
+    return {
+        "count": sum(counts.values()),
+        "partitions": counts,
+        "corrupt": {str(tp.partition): reason for tp, reason in sorted(consumer.corrupt.items())},
+    }
 
 
 async def read_replica(conn: BrokerConnection, tp: TopicPartition, max_bytes: int = 8 * 1024 * 1024) -> bytes:

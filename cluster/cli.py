@@ -463,6 +463,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_USAGE) from None
     result = _run(consume_command(args, formatter, start))
     print(f"Processed a total of {result['count']} messages", file=sys.stderr)
+    if result["corrupt"]:
+        # What was readable was printed; the partitions that stopped at a corrupt batch make it an error.
+        print(f"minibroker: error: {len(result['corrupt'])} partition(s) stopped at a corrupt batch", file=sys.stderr)
+        return EXIT_CLUSTER_ERROR
     if args.max_messages is not None and result["count"] < args.max_messages:
         # Kafka's console consumer exits 0 when --timeout-ms passes; --fail-on-timeout makes it a check.
         if args.fail_on_timeout:

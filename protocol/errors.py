@@ -44,6 +44,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_LEADER_EPOCH = 75
     STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78
+    INVALID_RECORD = 87
     INVALID_UPDATE_VERSION = 95
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
@@ -121,6 +122,7 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ),
     ErrorCode.STALE_BROKER_EPOCH: "a broker request with an old broker epoch (the broker re-registered since)",
     ErrorCode.OFFSET_NOT_AVAILABLE: "a new leader's HW has not reached its epoch start yet: retry LIST_OFFSETS",
+    ErrorCode.INVALID_RECORD: "a batch passed its CRC but breaks the record format (the message says how)",
     ErrorCode.INVALID_UPDATE_VERSION: "ALTER_PARTITION: the partition epoch is not the current one",
     ErrorCode.INELIGIBLE_REPLICA: "ALTER_PARTITION: a proposed ISR member is fenced or shutting down",
     ErrorCode.NEW_LEADER_ELECTED: "ALTER_PARTITION: a new leader was elected meanwhile",

@@ -207,6 +207,15 @@ def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
                 raise CorruptRecordError(f"malformed record in batch at offset {header.base_offset}")
             headers = _headers(item[4], header.base_offset) if len(item) == 5 else ()
             delta, ts_delta, key, value = item[:4]
+            if (
+                type(delta) is not int
+                or type(ts_delta) is not int
+                or not (key is None or type(key) is bytes)
+                or not (value is None or type(value) is bytes)
+            ):
+                raise CorruptRecordError(
+                    f"record with fields of the wrong types in batch at offset {header.base_offset}"
+                )
             yield Record(header.base_offset + delta, header.first_timestamp + ts_delta, key, value, headers)
 
 
