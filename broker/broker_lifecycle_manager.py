@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 
 from client.controller_client import ControllerClient
 from protocol.errors import ErrorCode
@@ -23,6 +24,8 @@ from protocol.messages import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    OfflineReplica,
+    TopicPartition,
 )
 from protocol.time import Time
 
@@ -50,6 +53,7 @@ class BrokerLifecycleManager:
         self.is_fenced = True
         self.registered = asyncio.Event()
         self.heartbeats_sent = 0
+        self.offline_replicas: Callable[[], list[TopicPartition]] = list  # what each heartbeat reports
 
     async def register(self) -> int:
         backoff_s = 0.05
@@ -72,7 +76,12 @@ class BrokerLifecycleManager:
     async def heartbeat(self, want_shutdown: bool = False) -> BrokerHeartbeatResponse | None:
         try:
             resp: BrokerHeartbeatResponse = await self.controller.send(
-                BrokerHeartbeatRequest(self.broker_id, self.broker_epoch, want_shutdown=want_shutdown)
+                BrokerHeartbeatRequest(
+                    self.broker_id,
+                    self.broker_epoch,
+                    want_shutdown=want_shutdown,
+                    offline_replicas=[OfflineReplica(tp.topic, tp.partition) for tp in self.offline_replicas()],
+                )
             )
         except (TimeoutError, ConnectionError, OSError, PermissionError) as exc:
             log.info("heartbeat failed: %s", exc)

@@ -219,6 +219,7 @@ class BrokerServer:
                 self.time,
                 heartbeat_interval_ms=self.config["broker.heartbeat.interval.ms"],
             )
+            self.lifecycle.offline_replicas = self.replica_manager.offline_replicas
             self.alter_partition = AlterPartitionManager(
                 self.broker_id,
                 self.controller,
@@ -242,6 +243,7 @@ class BrokerServer:
         thread so it never delays a request or an acks=all completion."""
         period_s = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000.0
         loop = asyncio.get_running_loop()
+        failing = False  # a full or read-only disk fails every period: say so once, and again when it heals
         while True:
             await self.time.sleep(period_s)
             snapshot = self.log_manager.high_watermarks()
@@ -250,8 +252,17 @@ class BrokerServer:
                 await asyncio.shield(self._checkpoint_write)
             except asyncio.CancelledError:
                 raise
+            except OSError as exc:
+                if not failing:
+                    log.error("high watermark checkpoint failed (reported once until it works again): %s", exc)
+                failing = True
+                continue
             except Exception:
                 log.exception("high watermark checkpoint failed")
+                continue
+            if failing:
+                log.info("high watermark checkpoint works again")
+                failing = False
 
     def _on_isr_rejected(self, tp: TopicPartition) -> None:
         partition = self.replica_manager.partitions.get(tp)

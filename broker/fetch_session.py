@@ -124,9 +124,7 @@ class CachedPartition:
         )
 
     @classmethod
-    def from_request_and_response(
-        cls, request: FetchPartition, response: FetchPartitionResponse
-    ) -> CachedPartition:
+    def from_request_and_response(cls, request: FetchPartition, response: FetchPartitionResponse) -> CachedPartition:
         cached = cls.from_request(request)
         cached.high_watermark = response.high_watermark
         cached.local_log_start_offset = response.log_start_offset
@@ -334,9 +332,7 @@ class FetchSessionCache:
         nothing. The new session expects epoch 1 next.
         """
         now_ms = self._now(now_ms)
-        if self.size >= self.max_entries and not self.try_evict(
-            privileged, EvictableKey(privileged, size, 0), now_ms
-        ):
+        if self.size >= self.max_entries and not self.try_evict(privileged, EvictableKey(privileged, size, 0), now_ms):
             log.debug("no fetch session created (privileged=%s, size=%d): cache full", privileged, size)
             return INVALID_SESSION_ID
         session = FetchSession(
@@ -349,9 +345,7 @@ class FetchSessionCache:
         )
         self._sessions[session.id] = session
         self.touch(session, now_ms)
-        log.debug(
-            "created fetch session %d (privileged=%s, %d partitions)", session.id, privileged, session.size
-        )
+        log.debug("created fetch session %d (privileged=%s, %d partitions)", session.id, privileged, session.size)
         return session.id
 
     def try_evict(self, privileged: bool, key: EvictableKey, now_ms: int) -> bool:
@@ -369,9 +363,7 @@ class FetchSessionCache:
             self._evict(least_recent)
             return True
         candidates = [
-            s
-            for s in self._sessions.values()
-            if (s.evictable_by_privileged if privileged else s.evictable_by_all)
+            s for s in self._sessions.values() if (s.evictable_by_privileged if privileged else s.evictable_by_all)
         ]
         if not candidates:
             return False

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from broker.log.checkpoint import HighWatermarkCheckpoint
 from broker.log.log import Log, LogConfig
+from protocol.errors import KafkaStorageError
 from protocol.messages import TopicPartition
 from protocol.time import Time
 
@@ -74,6 +75,14 @@ class LogManager:
             lg.flush()
 
     def close(self) -> None:
-        self.checkpoint_high_watermarks()
+        """Checkpoint and close every log; a disk error is one log line each, never an exception, so the
+        logs that can be closed cleanly still are."""
+        try:
+            self.checkpoint_high_watermarks()
+        except OSError as exc:
+            log.error("high watermark checkpoint at close failed: %s", exc)
         for lg in self.logs.values():
-            lg.close()
+            try:
+                lg.close()
+            except (OSError, KafkaStorageError) as exc:
+                log.error("closing %s-%d failed: %s", lg.topic, lg.partition, exc)

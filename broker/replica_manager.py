@@ -36,6 +36,7 @@ from fetcher.partition_fetch_state import InitialFetchState
 from protocol.errors import (
     ErrorCode,
     KafkaError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
@@ -103,6 +104,7 @@ class ReplicaManager:
         self.isr_sink = isr_sink
         self.partitions: dict[TopicPartition, Partition] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
+        self.failed_replicas: dict[TopicPartition, str] = {}  # could not be created or opened on this disk
         self.controller_epoch = -1
         self.fetcher_manager: Any = None  # fetcher.replica_fetcher_manager.ReplicaFetcherManager
         self.initial_fetch_state_factory: Callable[[int, int, int], Any] = InitialFetchState
@@ -336,13 +338,22 @@ class ReplicaManager:
                     if partition.is_leader and partition.maybe_increment_leader_hw(now):
                         self._on_high_watermark_change(tp)
                 continue
-            partition = partition or self._create_partition(tp)
-            if state.leader == self.broker_id:
-                partition.make_leader(state, now)
-                to_leaders.append(tp)
-            else:
-                if partition.make_follower(state):
+            try:
+                partition = partition or self._create_partition(tp)
+                if partition.log.offline_reason is not None:  # type: ignore[attr-defined]
+                    raise KafkaStorageError(partition.log.offline_reason)  # type: ignore[attr-defined]
+                if state.leader == self.broker_id:
+                    partition.make_leader(state, now)
+                    to_leaders.append(tp)
+                elif partition.make_follower(state):
                     to_followers[tp] = state
+            except (OSError, KafkaStorageError) as exc:
+                # The replica cannot be created or used on this disk: answer KAFKA_STORAGE_ERROR and report it
+                # offline to the controller (next heartbeat), which moves the leadership elsewhere.
+                if tp not in self.failed_replicas:
+                    log.error("%s cannot be served from this broker's disk: %s", tp, exc)
+                self.failed_replicas[tp] = str(exc)
+                result.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
         if to_leaders and self.fetcher_manager is not None:
             self.fetcher_manager.remove_fetcher_for_partitions(set(to_leaders))
         if to_followers and self.fetcher_manager is not None:
@@ -363,6 +374,13 @@ class ReplicaManager:
             if initial:
                 self.fetcher_manager.add_fetcher_for_partitions(initial)
         return LeaderAndIsrResponse(partitions=results)
+
+    def offline_replicas(self) -> list[TopicPartition]:
+        """Replicas here that must not be served or led (corruption found, disk errors), in a fixed order:
+        the broker's heartbeat reports them so the controller moves their leaderships away."""
+        offline = set(self.failed_replicas)
+        offline.update(tp for tp, p in self.partitions.items() if p.log.offline_reason is not None)  # type: ignore[attr-defined]
+        return sorted(offline)
 
     def update_topic_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
         """New topic configs from the controller (UPDATE_METADATA): partitions already here take them at

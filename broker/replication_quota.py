@@ -180,9 +180,7 @@ def quota_manager_from_kafka_props(
     if "replication.quota.window.size.seconds" in props:
         window_ms = int(float(str(props["replication.quota.window.size.seconds"])) * 1000)
     rate = props.get(f"{side}.replication.throttled.rate")
-    manager = ReplicationQuotaManager(
-        None if rate is None else float(str(rate)), time, num_windows, window_ms
-    )
+    manager = ReplicationQuotaManager(None if rate is None else float(str(rate)), time, num_windows, window_ms)
     replicas = props.get(f"{side}.replication.throttled.replicas")
     if replicas is not None:
         parsed = parse_throttled_replicas(str(replicas))

@@ -285,6 +285,9 @@ class Controller:
         # broker id -> last time it showed it is alive (registration or heartbeat). Only brokers whose
         # session can still expire are here; a broker fenced by expiry leaves until it heartbeats.
         self._last_contact_ms: dict[int, int] = {}
+        # Replicas each broker reported it cannot serve (its latest heartbeat): they leave the ISR, lose
+        # leadership and may not rejoin the ISR until the broker stops reporting them.
+        self._offline_replicas: dict[int, frozenset[TopicPartition]] = {}
         # Brokers loaded from the store: their session starts with the first now_ms we are given.
         self._sessions_to_start: set[int] = set(self._image.brokers)
         self._commit(
@@ -398,6 +401,7 @@ class Controller:
                 ),
             )
         self._last_contact_ms[broker.broker_id] = now_ms
+        self._take_offline_replicas(broker.broker_id, request, committed)
         should_shutdown = False
         if request.want_shutdown or broker.in_controlled_shutdown:
             should_shutdown = self._controlled_shutdown(broker, committed)
@@ -408,6 +412,26 @@ class Controller:
         after = self._image.brokers[broker.broker_id]
         response = BrokerHeartbeatResponse(is_caught_up=True, is_fenced=after.fenced, should_shutdown=should_shutdown)
         return self._result(committed, response)
+
+    def _take_offline_replicas(
+        self, broker_id: int, request: BrokerHeartbeatRequest, committed: list[MetadataRecord]
+    ) -> None:
+        """A broker whose disk failed or that found corruption reports those replicas: take it out of
+        their ISRs and move their leaderships to a healthy ISR member, with an epoch bump."""
+        offline = frozenset(TopicPartition(r.topic, r.partition) for r in request.offline_replicas)
+        self._offline_replicas[broker_id] = offline
+        if not offline:
+            return
+        active = self._image.active_broker_ids() - {broker_id}
+        changes: list[MetadataRecord] = []
+        for tp in sorted(offline):
+            p = self._image.partitions.get(tp)
+            if p is None or (broker_id not in p.isr and p.leader != broker_id):
+                continue
+            if (change := partition_change(p, broker_id, active, self._unclean(tp.topic))) is not None:
+                changes.append(change)
+        if changes:
+            self._commit(changes, committed)
 
     def tick(self, now_ms: int | None = None) -> ControllerResult[list[int]]:
         """Fence every broker silent for more than broker.session.timeout.ms; answer their ids."""
@@ -658,6 +682,10 @@ class Controller:
         ineligible = [r for r in item.new_isr if r not in partition.isr and r not in active]
         if ineligible:
             return ErrorCode.INELIGIBLE_REPLICA, f"brokers {ineligible} are fenced or shutting down"
+        tp = TopicPartition(partition.topic, partition.partition)
+        offline = [r for r in item.new_isr if r not in partition.isr and tp in self._offline_replicas.get(r, ())]
+        if offline:
+            return ErrorCode.INELIGIBLE_REPLICA, f"brokers {offline} reported this replica offline"
         return None
 
     # -- committing -------------------------------------------------------------------------------

@@ -542,6 +542,11 @@ class ReplicaFetcher:
             # Transient (a torn read on the leader, a flipped bit in flight): retry, do not fail.
             log.warning("%s: invalid records for %s at offset %d: %s", self.name, tp, state.fetch_offset, exc)
             return False
+        except KafkaStorageError as exc:
+            # The local replica went offline (the log said why, once); Kafka's fetcher marks it failed too.
+            log.warning("%s: %s is offline here, not fetched any more: %s", self.name, tp, exc)
+            self._mark_partition_failed(tp)
+            return True
         except Exception:
             log.exception("%s: error processing data of %s at offset %d", self.name, tp, state.fetch_offset)
             self._mark_partition_failed(tp)

@@ -556,6 +556,15 @@ class BrokerHeartbeatRequest(Message):
     want_fence: bool = False
     want_shutdown: bool = False
     current_metadata_offset: int = -1
+    # Replicas this broker cannot serve (corruption found, disk errors): the controller takes it out of
+    # their ISRs and moves their leaderships (KIP-858 reports offline log dirs the same way).
+    offline_replicas: list[OfflineReplica] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OfflineReplica(Message):
+    topic: str
+    partition: int
 
 
 @dataclass(slots=True)

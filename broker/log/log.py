@@ -31,6 +31,9 @@ Everything is synchronous and single-threaded.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
 import logging
 import os
 import re
@@ -39,8 +42,9 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
-from broker.log.batches import OFFSET_LENGTH_EPOCH, Buffer, scan, single_batch
+from broker.log.batches import HEADER, OFFSET_LENGTH_EPOCH, Buffer, scan, single_batch
 from broker.log.checkpoint import (
     CorruptCheckpointError,
     LeaderEpochCheckpoint,
@@ -53,7 +57,12 @@ from broker.log.log_config import LogConfig
 from broker.log.offset_index import INDEX_SUFFIX
 from broker.log.offset_metadata import LogOffsetMetadata
 from broker.log.segment import LOG_SUFFIX, NO_TIMESTAMP, LogSegment
-from protocol.errors import CorruptRecordError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
+from protocol.errors import (
+    CorruptRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    UnexpectedAppendOffsetError,
+)
 from protocol.record_batch import LOG_OVERHEAD
 from protocol.time import Time
 
@@ -88,6 +97,26 @@ def parse_topic_partition(dir_name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _storage_errors(method: Callable[Concatenate[Log, P], R]) -> Callable[Concatenate[Log, P], R]:
+    """A disk error (full, read-only, failing) in a write path takes this replica offline, as Kafka takes a
+    failed log dir offline: one log line, KafkaStorageError (56) to the caller, and the broker reports the
+    replica to the controller, which moves its leadership. It stays offline until the broker restarts."""
+
+    @functools.wraps(method)
+    def wrapper(log: Log, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(log, *args, **kwargs)
+        except OSError as exc:
+            log.mark_offline(f"{method.__name__} failed: {exc}")
+            raise KafkaStorageError(f"{log.topic}-{log.partition}: {method.__name__} failed: {exc}") from None
+
+    return wrapper
+
+
 class Log:
     def __init__(
         self,
@@ -111,6 +140,9 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = time.milliseconds()
         self._closed = False
+        # Why this replica must not be served (corruption found, the disk failed), or None. Once set, reads
+        # and appends raise KafkaStorageError: a replica never serves a hole or leads with one.
+        self.offline_reason: str | None = None
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -150,7 +182,25 @@ class Log:
         if clean:
             marker.unlink()
             fsync_dir(dir)
+        for before, after in itertools.pairwise(log._segments):
+            if before.next_offset != after.base_offset:
+                # A closed segment's offsets do not reach the next one: a base offset changed on disk. The
+                # replica goes offline rather than serve (or lead with) a hole.
+                log.mark_offline(
+                    f"segment {before.base_offset} ends at offset {before.next_offset} but the next segment "
+                    f"starts at {after.base_offset}"
+                )
+                break
         return log
+
+    def mark_offline(self, reason: str) -> None:
+        if self.offline_reason is None:
+            logger.error("%s-%d is offline: %s", self._topic, self._partition, reason)
+            self.offline_reason = reason
+
+    def _check_online(self) -> None:
+        if self.offline_reason is not None:
+            raise KafkaStorageError(f"{self._topic}-{self._partition} is offline on this broker: {self.offline_reason}")
 
     # -- properties --------------------------------------------------------------------------------
 
@@ -209,9 +259,11 @@ class Log:
 
     # -- append ------------------------------------------------------------------------------------
 
+    @_storage_errors
     def append_as_leader(self, records: Buffer, leader_epoch: int) -> AppendInfo:
         """Validate every batch, assign offsets from the log end, stamp `leader_epoch`, and append.
         Raises CorruptRecordError (appending nothing) if any batch is torn, corrupt or inconsistent."""
+        self._check_online()
         single = single_batch(records)
         if single is not None and single[1] + 1 == single[3]:
             # One producer batch: the hot path, with nothing allocated but the stamped copy.
@@ -251,10 +303,12 @@ class Log:
         self._append(stamped, next_offset - 1, max_timestamp, placed, num_records)
         return AppendInfo(first_offset, next_offset - 1, len(batches), num_records, len(stamped), max_timestamp)
 
+    @_storage_errors
     def append_as_follower(self, records: Buffer) -> AppendInfo:
         """Append the leader's batches unchanged, keeping their offsets and epochs. The first batch must
         start at the log end (UnexpectedAppendOffsetError otherwise) and offsets must increase
         (CorruptRecordError otherwise, as for a bad CRC); nothing is appended on error."""
+        self._check_online()
         result = scan(records, verify_crc=True)
         if result.error is not None:
             raise CorruptRecordError(result.error)
@@ -315,6 +369,7 @@ class Log:
         ):
             self.flush()
 
+    @_storage_errors
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end (a no-op when the active segment is empty)."""
         active = self._segments[-1]
@@ -335,6 +390,7 @@ class Log:
         is ≥ `upper_bound` (the log end when None; leaders pass the high watermark for consumers), at most
         `max_bytes` long, except that `min_one_message` returns the first batch even when it is larger
         (KIP-74). Raises OffsetOutOfRangeError outside [log_start_offset, log_end_offset]."""
+        self._check_online()
         log_end = self.log_end_offset
         if start_offset < self._log_start_offset or start_offset > log_end:
             raise OffsetOutOfRangeError(
@@ -354,7 +410,11 @@ class Log:
             max_position = None
             if bound < segment.next_offset:
                 max_position = segment.position_of_first_batch_from(bound)
-            found = segment.read_at(offset, remaining, max_position, min_one_message and not parts)
+            try:
+                found = segment.read_at(offset, remaining, max_position, min_one_message and not parts)
+            except CorruptRecordError as exc:
+                self.mark_offline(str(exc))
+                raise KafkaStorageError(f"{self._topic}-{self._partition}: {exc}") from None
             if found is not None:
                 position, data = found
                 if not data:
@@ -367,9 +427,27 @@ class Log:
             i += 1
             if i < len(segments):
                 offset = segments[i].base_offset
-        if len(parts) == 1:
-            return parts[0]
-        return b"".join(parts)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._check_contiguous(start_offset, data)
+        return data
+
+    def _check_contiguous(self, start_offset: int, data: bytes) -> None:
+        """Offsets in this log have no gaps (leaders assign them in sequence, followers append at the log
+        end): the first batch read must hold `start_offset` and each next one start right after it. A batch
+        whose base offset changed on disk (outside its CRC) breaks that: the log goes offline."""
+        view = memoryview(data)
+        expected = start_offset
+        first = True
+        position = 0
+        while position < len(data):
+            base, length, _e, _m, _c, _a, delta, _f, _t, _n = HEADER.unpack_from(view, position)
+            if (base > expected) if first else (base != expected):
+                reason = f"offsets jump from {expected} to {base} in a read from offset {start_offset}"
+                self.mark_offline(reason)
+                raise KafkaStorageError(f"{self._topic}-{self._partition}: {reason}")
+            expected = base + delta + 1
+            first = False
+            position += LOG_OVERHEAD + length
 
     def offset_metadata(self, offset: int) -> LogOffsetMetadata:
         """Segment and byte position of the batch holding `offset` (the log end maps to the active
@@ -423,6 +501,7 @@ class Log:
 
     # -- truncation --------------------------------------------------------------------------------
 
+    @_storage_errors
     def truncate_to(self, target_offset: int) -> bool:
         """Remove every batch at or after `target_offset` (a batch holding it is removed whole). False
         when there is nothing to remove. Below the first segment the log is emptied and restarts there."""
@@ -452,6 +531,7 @@ class Log:
     def _name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    @_storage_errors
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and restart empty at `new_offset` (log start = log end = HW = new_offset)."""
         if new_offset < 0:
@@ -472,12 +552,14 @@ class Log:
         """(epoch, end offset) as OffsetsForLeaderEpoch answers; see LeaderEpochFileCache.end_offset_for."""
         return self._epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
+    @_storage_errors
     def maybe_assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
         """A new leader records where its epoch starts before it appends anything (KAFKA-7415)."""
         self._epoch_cache.assign(epoch, start_offset)
 
     # -- log start and retention -------------------------------------------------------------------
 
+    @_storage_errors
     def maybe_increment_log_start_offset(self, new_offset: int) -> bool:
         """Advance the log start (DeleteRecords, or a follower following its leader's log start). It may
         not pass the high watermark. Segments wholly below the new start are deleted."""
@@ -494,6 +576,7 @@ class Log:
         self._delete_segments_while(lambda segment, next_segment: next_segment.base_offset <= new_offset)
         return True
 
+    @_storage_errors
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords: make `offset` the log start (≤ HW); returns the log start afterwards."""
         self.maybe_increment_log_start_offset(offset)
@@ -550,6 +633,7 @@ class Log:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
+    @_storage_errors
     def flush(self) -> None:
         """fsync every segment with unflushed appends."""
         for segment in self._segments:
@@ -561,6 +645,13 @@ class Log:
         """Flush, persist checkpoints and leave the clean-shutdown marker so the next open skips recovery
         of all but the active segment."""
         if self._closed:
+            return
+        if self.offline_reason is not None:
+            # No clean-shutdown marker for a replica that went offline: the next open recovers it in full.
+            for segment in self._segments:
+                with contextlib.suppress(OSError):
+                    segment.close()
+            self._closed = True
             return
         self.flush()
         self._epoch_cache.flush()

@@ -16,6 +16,12 @@ Only the active (last) segment of a log is appended to. Truncation cuts the file
 and trims the index. `recover` re-validates every batch header and CRC from the start of the file after
 an unclean shutdown, cuts the file at the first torn or corrupt batch and rebuilds the index.
 
+Every read checks the CRC of what it returns past the CRC-verified prefix before it is served
+(`_check_read`): what this process appended or recovered is in the prefix, so a segment loaded after a
+clean shutdown is checked as it is first served, once. A payload byte flipped on disk is found the first
+time it would be served and the read raises CorruptRecordError instead of serving it (the log checks that
+offsets are contiguous, which the CRC does not cover, and takes the partition offline on either).
+
 Invariants: `size_in_bytes` is the file length and always a batch boundary; `next_offset` is one past
 the last offset in the segment (`base_offset` when empty); batch base offsets increase.
 """
@@ -28,10 +34,12 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from crc32c import crc32c
+
 from broker.log.batches import HEADER, Buffer, scan
 from broker.log.offset_index import INDEX_SUFFIX, OffsetIndex
 from protocol.errors import CorruptRecordError
-from protocol.record_batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC
+from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC
 from protocol.time import Time
 
 LOG_SUFFIX = ".log"
@@ -73,6 +81,10 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._dirty = False
         self.created_ms = time.milliseconds()
+        # Bytes [0, _crc_verified_end) hold batches whose CRC this process has checked: what it appended
+        # (validated before the append) or recovered. Reads check the CRC of batches past it once, so a
+        # segment loaded after a clean shutdown is verified as it is first served, never served unverified.
+        self._crc_verified_end = 0
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -172,6 +184,7 @@ class LogSegment:
         end of the segment, indexing a batch whenever index.interval.bytes have passed since the last one."""
         position = self._size
         total = len(records)
+        verified = self._crc_verified_end == position  # the log validated these batches' CRCs already
         written = os.pwrite(self._fd, records, position)
         if written != total:
             self._write_rest(records, position, written)
@@ -186,6 +199,8 @@ class LogSegment:
             position += size
         self._bytes_since_last_index_entry = since
         self._size += total
+        if verified:
+            self._crc_verified_end = self._size
         self._next_offset = largest_offset + 1
         if self._max_timestamp is not None and largest_timestamp > self._max_timestamp:
             self._max_timestamp = largest_timestamp
@@ -249,7 +264,31 @@ class LogSegment:
             end = start + first_size
         else:
             end = self._last_boundary_at_or_before(min(limit, start + max_bytes), start + first_size)
-        return start, self._pread(start, end - start)
+        data = self._pread(start, end - start)
+        self._check_read(start, data)
+        return start, data
+
+    def _check_read(self, position: int, data: bytes) -> None:
+        """Raise CorruptRecordError if a batch in `data` (read at byte `position`) that lies past the
+        CRC-verified prefix fails its CRC; the prefix then grows over the batches checked."""
+        end = position + len(data)
+        verified_end = self._crc_verified_end
+        if end <= verified_end:
+            return
+        view = memoryview(data)
+        unpack = HEADER.unpack_from
+        rel = 0
+        while rel < len(data):
+            _base, length, _epoch, _magic, crc, _attrs, _delta, _first_ts, _max_ts, _count = unpack(view, rel)
+            size = LOG_OVERHEAD + length
+            absolute = position + rel
+            if absolute + size > verified_end:
+                if crc32c(view[rel + CRC_START : rel + size]) != crc:
+                    raise CorruptRecordError(f"CRC mismatch in the batch at byte {absolute} of {self.log_path}")
+                if absolute <= verified_end:
+                    verified_end = absolute + size
+            rel += size
+        self._crc_verified_end = verified_end
 
     def read_bytes(self, start: int, end: int) -> bytes:
         """The raw bytes between two batch boundaries."""
@@ -320,6 +359,7 @@ class LogSegment:
         removed = self._size - position
         os.ftruncate(self._fd, position)
         self._size = position
+        self._crc_verified_end = min(self._crc_verified_end, position)
         self.index.truncate_to(base)
         self._recompute_tail()
         self._max_timestamp = NO_TIMESTAMP if position == 0 else None
@@ -383,6 +423,7 @@ class LogSegment:
             os.ftruncate(self._fd, position)
             os.fsync(self._fd)
         self._size = position
+        self._crc_verified_end = position  # recovery checked every CRC it kept
         self._next_offset = next_offset
         self._max_timestamp = largest
         self._bytes_since_last_index_entry = since

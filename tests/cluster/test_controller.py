@@ -887,3 +887,29 @@ def test_config_reads_kafkas_dotted_keys() -> None:
 def test_config_refuses_unknown_keys() -> None:
     with pytest.raises(ValueError, match="session.timeout"):
         ControllerConfig.from_properties({"session.timeout.ms": "1"})
+
+
+# -- replicas a broker reports offline (corruption, disk errors) ----------------------------------
+
+
+def test_a_leader_that_reports_its_replica_offline_loses_leadership_and_isr_until_it_stops_reporting() -> None:
+    from protocol.messages import OfflineReplica
+
+    cluster = three_brokers_one_partition()
+    first, second, third = replicas_of(cluster)
+    before = cluster.partition()
+    assert before.leader == first
+    # when the leader's heartbeat says its replica of t-0 cannot be served
+    request = BrokerHeartbeatRequest(first, cluster.epochs[first], offline_replicas=[OfflineReplica("t", 0)])
+    cluster.controller.heartbeat(request, cluster.now_ms)
+    # then the next ISR member leads, with a new epoch, and the reporter is out of the ISR
+    after = cluster.partition()
+    assert after.leader == second and after.leader_epoch == before.leader_epoch + 1
+    assert first not in after.isr and sorted(after.isr) == sorted([second, third])
+    # and the new leader may not bring it back while it is reported offline
+    refused = cluster.alter(second, [second, third, first]).response.partitions[0]
+    assert refused.error_code == ErrorCode.INELIGIBLE_REPLICA
+    # once the broker stops reporting it (restarted, disk replaced), it may rejoin
+    cluster.heartbeat(first)
+    accepted = cluster.alter(second, [second, third, first]).response.partitions[0]
+    assert accepted.error_code == ErrorCode.NONE
