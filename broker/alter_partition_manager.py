@@ -16,10 +16,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from client.controller_client import ControllerClient
 from protocol.errors import ErrorCode
 from protocol.messages import AlterPartitionItem, AlterPartitionRequest, AlterPartitionResponse, TopicPartition
 from protocol.time import Time
+from protocol.transport import NETWORK_ERRORS, Transport
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +28,16 @@ class AlterPartitionManager:
     def __init__(
         self,
         broker_id: int,
-        controller: ControllerClient,
+        transport: Transport,
+        controller_id: int,
         broker_epoch: Callable[[], int],
         on_committed: Callable[[TopicPartition, int, list[int], int], None],
         on_rejected: Callable[[TopicPartition], None],
         time: Time,
     ) -> None:
         self.broker_id = broker_id
-        self.controller = controller
+        self.transport = transport
+        self.controller_id = controller_id
         self.broker_epoch = broker_epoch
         self.on_committed = on_committed
         self.on_rejected = on_rejected
@@ -64,8 +66,8 @@ class AlterPartitionManager:
             batch, self._queued = self._queued, {}
             request = AlterPartitionRequest(self.broker_id, self.broker_epoch(), list(batch.values()))
             try:
-                response: AlterPartitionResponse = await self.controller.send(request)
-            except (TimeoutError, ConnectionError, OSError, PermissionError) as exc:
+                response: AlterPartitionResponse = await self.transport.send(self.controller_id, request)
+            except NETWORK_ERRORS as exc:
                 log.info("ALTER_PARTITION failed (%s); retrying", exc)
                 for tp, item in batch.items():
                     self._queued.setdefault(tp, item)

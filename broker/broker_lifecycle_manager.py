@@ -17,7 +17,6 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from client.controller_client import ControllerClient
 from protocol.errors import ErrorCode
 from protocol.messages import (
     BrokerHeartbeatRequest,
@@ -28,6 +27,7 @@ from protocol.messages import (
     TopicPartition,
 )
 from protocol.time import Time
+from protocol.transport import NETWORK_ERRORS, Transport
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +38,16 @@ class BrokerLifecycleManager:
         broker_id: int,
         advertised_host: str,
         advertised_port: int,
-        controller: ControllerClient,
+        transport: Transport,
+        controller_id: int,
         time: Time,
         heartbeat_interval_ms: int = 2000,
     ) -> None:
         self.broker_id = broker_id
         self.host = advertised_host
         self.port = advertised_port
-        self.controller = controller
+        self.transport = transport
+        self.controller_id = controller_id
         self.time = time
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.incarnation_id = uuid.uuid4().hex
@@ -59,8 +61,9 @@ class BrokerLifecycleManager:
         backoff_s = 0.05
         while True:
             try:
-                resp: BrokerRegistrationResponse = await self.controller.send(
-                    BrokerRegistrationRequest(self.broker_id, self.host, self.port, self.incarnation_id)
+                resp: BrokerRegistrationResponse = await self.transport.send(
+                    self.controller_id,
+                    BrokerRegistrationRequest(self.broker_id, self.host, self.port, self.incarnation_id),
                 )
                 if resp.error_code == ErrorCode.NONE:
                     self.broker_epoch = resp.broker_epoch
@@ -68,22 +71,23 @@ class BrokerLifecycleManager:
                     log.info("registered with the controller, broker epoch %d", self.broker_epoch)
                     return self.broker_epoch
                 log.warning("registration refused: %s %s", ErrorCode(resp.error_code).name, resp.error_message)
-            except (TimeoutError, ConnectionError, OSError, PermissionError) as exc:
+            except NETWORK_ERRORS as exc:
                 log.info("controller not reachable yet (%s); retrying", exc)
             await self.time.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, 1.0)
 
     async def heartbeat(self, want_shutdown: bool = False) -> BrokerHeartbeatResponse | None:
         try:
-            resp: BrokerHeartbeatResponse = await self.controller.send(
+            resp: BrokerHeartbeatResponse = await self.transport.send(
+                self.controller_id,
                 BrokerHeartbeatRequest(
                     self.broker_id,
                     self.broker_epoch,
                     want_shutdown=want_shutdown,
                     offline_replicas=[OfflineReplica(tp.topic, tp.partition) for tp in self.offline_replicas()],
-                )
+                ),
             )
-        except (TimeoutError, ConnectionError, OSError, PermissionError) as exc:
+        except NETWORK_ERRORS as exc:
             log.info("heartbeat failed: %s", exc)
             return None
         self.heartbeats_sent += 1

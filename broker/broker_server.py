@@ -33,7 +33,7 @@ from broker.replica_manager import ReplicaManager
 from broker.replication_quota import quota_manager_from_kafka_props
 from broker.server import SocketServer, wait_for_termination
 from broker.timer import SystemTimer, TimerReaper
-from client.controller_client import ControllerClient
+from client.tcp_transport import TcpTransport, fixed_address
 from fetcher.partition_fetch_state import InitialFetchState
 from fetcher.remote_leader_end_point import RemoteLeaderEndPoint
 from fetcher.replica_fetcher import FetcherConfig
@@ -44,6 +44,8 @@ from protocol.messages import TopicPartition
 from protocol.time import SYSTEM_TIME, Time
 
 log = logging.getLogger(__name__)
+
+CONTROLLER_DEFAULT_ID = 3000  # the controller's node.id unless controller.quorum.voters names one
 
 
 class BrokerServer:
@@ -70,13 +72,24 @@ class BrokerServer:
         )
         self.metadata_cache = MetadataCache(self.broker_id)
 
-        self.controller: ControllerClient | None = None
+        # The link to the controller: a transport that knows one node, the controller, at the address in
+        # controller.quorum.voters (Kafka's "id@host:port"; the id may be left out).
+        self.controller: TcpTransport | None = None
+        self.controller_id = CONTROLLER_DEFAULT_ID
         self.lifecycle: BrokerLifecycleManager | None = None
         self.alter_partition: AlterPartitionManager | None = None
         voters = config.get("controller.quorum.voters")
         if voters:
-            host, port = parse_host_port(voters, "controller.quorum.voters")
-            self.controller = ControllerClient(host, port, f"broker-{self.broker_id}", config.get("cluster.secret"))
+            node, _, address = voters.rpartition("@")
+            if node:
+                self.controller_id = int(node)
+            host, port = parse_host_port(address, "controller.quorum.voters")
+            self.controller = TcpTransport(
+                fixed_address(self.controller_id, host, port),
+                f"broker-{self.broker_id}",
+                config.get("cluster.secret"),
+                describe=lambda _: f"the controller at {host}:{port}",
+            )
 
         self.replica_manager = ReplicaManager(
             self.broker_id,
@@ -137,18 +150,24 @@ class BrokerServer:
     # -- wiring helpers -----------------------------------------------------------------------------
 
     def _leader_end_point(self, leader_id: int, fetcher_id: int) -> RemoteLeaderEndPoint:
-        return RemoteLeaderEndPoint(
-            leader_id,
-            lambda: self.metadata_cache.endpoint(leader_id),
-            self.broker_id,
+        def address(broker_id: int) -> tuple[str, int] | None:
+            ep = self.metadata_cache.endpoint(broker_id)
+            return None if ep is None else (ep.host, ep.port)
+
+        socket_timeout_ms = self.config["replica.socket.timeout.ms"]
+        transport = TcpTransport(
+            address,
             f"broker-{self.broker_id}-fetcher-{fetcher_id}",
-            socket_timeout_ms=self.config["replica.socket.timeout.ms"],
-            secret=self.config.get("cluster.secret"),
+            # a leader with a cluster secret serves replica fetches to authenticated brokers only
+            self.config.get("cluster.secret"),
+            timeout_ms=socket_timeout_ms,
+            describe=lambda broker_id: f"leader broker {broker_id}",
         )
+        return RemoteLeaderEndPoint(leader_id, transport, self.broker_id, socket_timeout_ms=socket_timeout_ms)
 
     async def _forward_to_controller(self, request: Any) -> Any:
         assert self.controller is not None
-        return await self.controller.send(request, timeout_s=30.0)
+        return await self.controller.send(self.controller_id, request, timeout_ms=30000)
 
     def _metrics_snapshot(self, now_ms: int) -> list[dict[str, Any]]:
         fetcher_stats = self.fetcher_manager.snapshot()
@@ -216,6 +235,7 @@ class BrokerServer:
                 adv_host,
                 adv_port,
                 self.controller,
+                self.controller_id,
                 self.time,
                 heartbeat_interval_ms=self.config["broker.heartbeat.interval.ms"],
             )
@@ -223,6 +243,7 @@ class BrokerServer:
             self.alter_partition = AlterPartitionManager(
                 self.broker_id,
                 self.controller,
+                self.controller_id,
                 lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
                 self.replica_manager.on_isr_committed,
                 self._on_isr_rejected,

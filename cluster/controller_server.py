@@ -21,7 +21,6 @@ older one that was not sent yet.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 from broker.config import parse_host_port
 from broker.kafka_apis import api_versions_response, authenticate, check_secret
 from broker.server import ConnectionContext, SocketServer, wait_for_termination
-from client.connection import BrokerConnection
+from client.tcp_transport import TcpTransport
 from cluster.controller import Controller, ControllerConfig, ControllerResult
 from cluster.metadata_store import MetadataStore
 from protocol.codec import Message
@@ -52,6 +51,7 @@ from protocol.messages import (
     UpdateMetadataRequest,
 )
 from protocol.time import SYSTEM_TIME, Time
+from protocol.transport import NETWORK_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,6 @@ class BrokerChannel:
         self.pending: dict[TopicPartition, LeaderAndIsrPartition] = {}
         self.metadata_dirty = True
         self.wakeup = asyncio.Event()
-        self.connection: BrokerConnection | None = None
-        self.connected_to: tuple[str, int] | None = None
         self.task: asyncio.Task[None] | None = None
 
     def enqueue(self, states: list[LeaderAndIsrPartition]) -> None:
@@ -81,27 +79,6 @@ class BrokerChannel:
         self.metadata_dirty = True
         self.wakeup.set()
 
-    async def _connect(self, endpoint: BrokerEndpoint) -> BrokerConnection:
-        target = (endpoint.host, endpoint.port)
-        if self.connection is not None and self.connection.is_open and self.connected_to == target:
-            return self.connection
-        await self._disconnect()
-        conn = await BrokerConnection.connect(endpoint.host, endpoint.port, "controller", timeout_s=2.0)
-        secret = self.server.secret
-        if secret is not None:
-            resp = await conn.send(SaslAuthenticateRequest(secret.encode()), timeout_s=2.0)
-            if resp.error_code != ErrorCode.NONE:
-                await conn.close()
-                raise PermissionError(f"broker {self.broker_id} refused the cluster secret")
-        self.connection, self.connected_to = conn, target
-        return conn
-
-    async def _disconnect(self) -> None:
-        conn, self.connection = self.connection, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), 1.0)
-
     async def run(self) -> None:
         backoff_s = 0.05
         while True:
@@ -112,11 +89,11 @@ class BrokerChannel:
                 # Fenced or unknown: it gets its full state when it is unfenced. A broker in controlled
                 # shutdown is still told, so it stops leading what moved away.
                 continue
+            send = self.server.transport.send
             try:
-                conn = await self._connect(registration.endpoint())
                 if self.metadata_dirty:
                     self.metadata_dirty = False
-                    await conn.send(self.server.update_metadata_request(), timeout_s=5.0)
+                    await send(self.broker_id, self.server.update_metadata_request(), 5000)
                 if self.pending:
                     batch, self.pending = self.pending, {}
                     request = LeaderAndIsrRequest(
@@ -126,7 +103,7 @@ class BrokerChannel:
                         live_leaders=self.server.live_endpoints(),
                     )
                     try:
-                        resp = await conn.send(request, timeout_s=5.0)
+                        resp = await send(self.broker_id, request, 5000)
                     except BaseException:
                         for tp, s in batch.items():
                             self.pending.setdefault(tp, s)
@@ -134,11 +111,10 @@ class BrokerChannel:
                     if resp.error_code != ErrorCode.NONE:
                         log.warning("broker %d refused LEADER_AND_ISR: %s", self.broker_id, resp.error_message)
                 backoff_s = 0.05
-            except (TimeoutError, ConnectionError, OSError, PermissionError) as exc:
+            except NETWORK_ERRORS as exc:
                 self.metadata_dirty = True
                 log.info("push to broker %d failed (%s); retrying in %.2fs", self.broker_id, exc, backoff_s)
-                await self._disconnect()
-                await asyncio.sleep(backoff_s)
+                await self.server.time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 1.0)
                 self.wakeup.set()
 
@@ -158,7 +134,15 @@ class ControllerServer:
         host, port = parse_host_port(config["listeners"], "listeners")
         self.server = SocketServer.from_config(self.handle, host, port, config)
         self.channels: dict[int, BrokerChannel] = {}
+        # The controller's pushes reach brokers by id at the address they registered with.
+        self.transport = TcpTransport(
+            self._broker_address, "controller", self.secret, timeout_ms=5000, describe=lambda b: f"broker {b}"
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        registration = self.controller.image.brokers.get(broker_id)
+        return None if registration is None else (registration.host, registration.port)
 
     @staticmethod
     def _bump_controller_epoch(data_dir: Path) -> int:
@@ -237,7 +221,7 @@ class ControllerServer:
     async def _tick_loop(self) -> None:
         period_s = self.config["controller.tick.ms"] / 1000.0
         while True:
-            await asyncio.sleep(period_s)
+            await self.time.sleep(period_s)
             try:
                 self.publish(self.controller.tick(self.time.milliseconds()))
             except Exception:
@@ -265,8 +249,7 @@ class ControllerServer:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for ch in self.channels.values():
-            await ch._disconnect()
+        await self.transport.close()
         self.store.close()
 
 

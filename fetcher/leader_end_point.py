@@ -9,7 +9,6 @@ scripted in-memory leader. A network failure raises `ConnectionError`, `OSError`
 from __future__ import annotations
 
 import abc
-import asyncio
 
 from protocol.messages import (
     EpochEndOffset,
@@ -18,9 +17,10 @@ from protocol.messages import (
     OffsetForLeaderEpochPartition,
     TopicPartition,
 )
+from protocol.transport import NETWORK_ERRORS as TRANSPORT_NETWORK_ERRORS
 
 # Exceptions that mean "the request as a whole failed on the way", not "the leader said no".
-NETWORK_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, OSError, asyncio.TimeoutError, EOFError)
+NETWORK_ERRORS = TRANSPORT_NETWORK_ERRORS
 
 
 class LeaderEndPoint(abc.ABC):

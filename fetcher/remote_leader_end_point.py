@@ -1,23 +1,22 @@
 """The leader end point over TCP: what a follower fetcher sends to its leader broker.
 
-One connection per fetcher (Kafka: one per ReplicaFetcherThread), opened lazily and re-opened after a
-failure; a request that fails on the network raises ConnectionError / TimeoutError and the fetcher
-backs the whole request off (F5). Requests time out after `replica.socket.timeout.ms`.
+It sends through a `Transport` (protocol/transport.py) addressed by the leader's broker id; the broker
+gives each fetcher a transport of its own, so one connection per fetcher (Kafka: one per
+ReplicaFetcherThread), opened lazily and re-opened after a failure. A request that fails on the network
+raises one of NETWORK_ERRORS and the fetcher backs the whole request off (F5). Requests time out after
+`replica.socket.timeout.ms`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from client.controller_client import ReconnectingConnection
 from fetcher.leader_end_point import LeaderEndPoint
 from protocol.codec import Message
 from protocol.errors import ErrorCode, error_for_code
 from protocol.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
-    BrokerEndpoint,
     EpochEndOffset,
     FetchRequest,
     FetchResponse,
@@ -29,6 +28,7 @@ from protocol.messages import (
     OffsetForLeaderEpochResponse,
     TopicPartition,
 )
+from protocol.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -37,32 +37,18 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
     def __init__(
         self,
         leader_broker_id: int,
-        endpoint: Callable[[], BrokerEndpoint | None],
+        transport: Transport,
         local_broker_id: int,
-        client_id: str,
         socket_timeout_ms: int = 30000,
-        max_frame_bytes: int = 100 * 1024 * 1024,
-        secret: str | None = None,
     ) -> None:
         self.leader_broker_id = leader_broker_id
         self.supports_offsets_for_leader_epoch = True
         self._local_broker_id = local_broker_id
-
-        def address() -> tuple[str, int] | None:
-            ep = endpoint()
-            return None if ep is None else (ep.host, ep.port)
-
-        self._connection = ReconnectingConnection(
-            address,
-            client_id,
-            secret=secret,  # a leader with a cluster secret serves replica fetches to authenticated brokers only
-            timeout_s=socket_timeout_ms / 1000.0,
-            max_frame_bytes=max_frame_bytes,
-            describe=f"leader broker {leader_broker_id}",
-        )
+        self._transport = transport
+        self._timeout_ms = socket_timeout_ms
 
     async def _send(self, request: Message) -> object:
-        return await self._connection.send(request)
+        return await self._transport.send(self.leader_broker_id, request, self._timeout_ms)
 
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         response = await self._send(request)
@@ -99,4 +85,4 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         return await self._list_offset(tp, current_leader_epoch, EARLIEST_TIMESTAMP)
 
     async def close(self) -> None:
-        await self._connection.close()
+        await self._transport.close()
