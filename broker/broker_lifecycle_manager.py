@@ -42,6 +42,7 @@ class BrokerLifecycleManager:
         controller_id: int,
         time: Time,
         heartbeat_interval_ms: int = 2000,
+        incarnation_id: str | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.host = advertised_host
@@ -50,7 +51,7 @@ class BrokerLifecycleManager:
         self.controller_id = controller_id
         self.time = time
         self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.incarnation_id = uuid.uuid4().hex
+        self.incarnation_id = incarnation_id if incarnation_id is not None else uuid.uuid4().hex
         self.broker_epoch = -1
         self.is_fenced = True
         self.registered = asyncio.Event()

@@ -189,6 +189,13 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("num.replica.fetchers", int, 1, "fetchers per source broker"),
         ConfigKey("replica.lag.time.max.ms", int, 30000, "a follower not caught up for this long leaves the ISR"),
         ConfigKey("replica.socket.timeout.ms", int, 30000, "follower request timeout"),
+        ConfigKey(
+            "inter.broker.protocol.version",
+            str,
+            "3.0",
+            "replication protocol followers speak: below 0.11 they truncate to their HW (before KIP-101); "
+            "below 2.0 OffsetsForLeaderEpoch answers carry no epoch (KIP-101 as first shipped, before KIP-279)",
+        ),
         ConfigKey("replica.high.watermark.checkpoint.interval.ms", int, 5000, "HW checkpoint period"),
         ConfigKey("min.insync.replicas", int, 1, "ISR size acks=all produce requires"),
         ConfigKey("broker.heartbeat.interval.ms", int, 2000, "heartbeat period to the controller"),

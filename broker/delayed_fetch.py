@@ -60,12 +60,12 @@ class DelayedFetch(DelayedOperation):
                 partition = self.replica_manager.get_partition_or_error(tp)
                 partition.check_leader(info.current_leader_epoch, self.params.fetch_only_from_leader)
                 log = partition.log
-                end_offset = log.log_end_offset if follower else log.high_watermark  # type: ignore[attr-defined]
+                end_offset = log.log_end_offset if follower else log.high_watermark
                 if end_offset == info.fetch_offset:
                     continue
                 if end_offset < info.fetch_offset:
                     return self.force_complete()  # truncated below what the client asked for
-                end_md = log.offset_metadata(end_offset)  # type: ignore[attr-defined]
+                end_md = log.offset_metadata(end_offset)
                 start_md = status.start_offset_metadata
                 if end_md.segment_base_offset > start_md.segment_base_offset:
                     return self.force_complete()  # data on a newer segment: enough to answer

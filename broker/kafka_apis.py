@@ -218,7 +218,7 @@ class KafkaApis:
                         f"offset {offset} is outside [0, high watermark {partition.high_watermark}]",
                         code=ErrorCode.OFFSET_OUT_OF_RANGE,
                     )
-                partition.log.delete_records(offset)  # type: ignore[attr-defined]
+                partition.log.delete_records(offset)
                 resp.low_watermark = partition.log_start_offset
             except KafkaError as exc:
                 resp.error_code, resp.error_message = int(exc.code), str(exc)
@@ -230,12 +230,12 @@ class KafkaApis:
         for tp, p in sorted(self.replica_manager.partitions.items()):
             if request.topics is not None and tp.topic not in request.topics:
                 continue
-            latest = p.log.latest_epoch  # type: ignore[attr-defined]
+            latest = p.log.latest_epoch
             replicas.append(
                 ReplicaLogInfo(
                     tp.topic,
                     tp.partition,
-                    size_bytes=p.log.size_in_bytes,  # type: ignore[attr-defined]
+                    size_bytes=p.log.size_in_bytes,
                     log_start_offset=p.log_start_offset,
                     log_end_offset=p.log_end_offset,
                     high_watermark=p.high_watermark,

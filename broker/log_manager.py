@@ -12,6 +12,7 @@ from pathlib import Path
 
 from broker.log.checkpoint import HighWatermarkCheckpoint
 from broker.log.log import Log, LogConfig
+from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import KafkaStorageError
 from protocol.messages import TopicPartition
 from protocol.time import Time
@@ -27,8 +28,9 @@ def log_dir_name(tp: TopicPartition) -> str:
 
 
 class LogManager:
-    def __init__(self, log_dir: Path, config: LogConfig, time: Time) -> None:
+    def __init__(self, log_dir: Path, config: LogConfig, time: Time, storage: Storage = OS_STORAGE) -> None:
         self.log_dir = log_dir
+        self.storage = storage
         self.config = config
         self.time = time
         self.logs: dict[TopicPartition, Log] = {}
@@ -49,7 +51,7 @@ class LogManager:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        log_ = Log.open(self.log_dir / log_dir_name(tp), config or self.config, self.time)
+        log_ = Log.open(self.log_dir / log_dir_name(tp), config or self.config, self.time, self.storage)
         hw = self._checkpointed_hw.get((tp.topic, tp.partition))
         if hw is not None:
             log_.update_high_watermark(hw)
@@ -73,6 +75,12 @@ class LogManager:
     def flush_all(self) -> None:
         for lg in self.logs.values():
             lg.flush()
+
+    def abandon(self) -> None:
+        """What a killed process leaves: every file descriptor closed, nothing flushed, checkpointed or
+        marked clean (the next open recovers every log)."""
+        for lg in self.logs.values():
+            lg.abandon()
 
     def close(self) -> None:
         """Checkpoint and close every log; a disk error is one log line each, never an exception, so the

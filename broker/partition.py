@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from broker.log.log_validator import validate_records
 from broker.replica import Replica
@@ -51,6 +51,9 @@ from protocol.messages import (
     TopicPartition,
 )
 from protocol.record_batch import iter_headers
+
+if TYPE_CHECKING:
+    from broker.log.log import AppendInfo, Log
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +96,7 @@ class PendingIsr:
 class Partition:
     topic_partition: TopicPartition
     local_broker_id: int
-    log: object  # broker.log.log.Log (typed loosely to keep this module free of storage imports)
+    log: Log
     replica_lag_time_max_ms: int = 30000
     min_insync_replicas: int = 1
     leader_id: int = -1
@@ -130,15 +133,15 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return self.log.high_watermark  # type: ignore[attr-defined, no-any-return]
+        return self.log.high_watermark
 
     @property
     def log_end_offset(self) -> int:
-        return self.log.log_end_offset  # type: ignore[attr-defined, no-any-return]
+        return self.log.log_end_offset
 
     @property
     def log_start_offset(self) -> int:
-        return self.log.log_start_offset  # type: ignore[attr-defined, no-any-return]
+        return self.log.log_start_offset
 
     def make_leader(self, state: LeaderAndIsrPartition, now_ms: int) -> bool:
         """Become (or stay) leader for `state.leader_epoch` (L9). Returns True if this is a new leadership."""
@@ -148,7 +151,7 @@ class Partition:
             leo = self.log_end_offset
             self.leader_epoch_start_offset = leo
             # KAFKA-7415: record (epoch, LEO) so OffsetsForLeaderEpoch can answer for an epoch we never wrote in.
-            self.log.maybe_assign_epoch_start_offset(state.leader_epoch, leo)  # type: ignore[attr-defined]
+            self.log.maybe_assign_epoch_start_offset(state.leader_epoch, leo)
             self.remote_replicas = {b: Replica(b) for b in self.assignment if b != self.local_broker_id}
             for broker_id, replica in self.remote_replicas.items():
                 replica.reset_replica_state(now_ms, leo, broker_id in self.isr)
@@ -203,14 +206,14 @@ class Partition:
 
     # -- leader append ------------------------------------------------------------------------------
 
-    def append_records_to_leader(self, records: bytes, required_acks: int, now_ms: int) -> object:
+    def append_records_to_leader(self, records: bytes, required_acks: int, now_ms: int) -> AppendInfo:
         self.check_leader(NO_LEADER_EPOCH)
         if required_acks == -1 and len(self.isr) < self.min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"{self.topic_partition}: ISR {sorted(self.isr)} is smaller than min.insync.replicas="
                 f"{self.min_insync_replicas}"
             )
-        max_bytes = self.log.config.max_message_bytes  # type: ignore[attr-defined]
+        max_bytes = self.log.config.max_message_bytes
         if len(records) > max_bytes:
             for header in iter_headers(records):
                 if header.size_in_bytes > max_bytes:
@@ -219,7 +222,7 @@ class Partition:
                         f"max.message.bytes={max_bytes}"
                     )
         validate_records(records)  # Kafka's LogValidator: poison with a valid CRC never reaches the log
-        info = self.log.append_as_leader(records, self.leader_epoch)  # type: ignore[attr-defined]
+        info = self.log.append_as_leader(records, self.leader_epoch)
         self.counters.bytes_in += info.size_bytes
         self.counters.messages_in += info.num_records
         self.maybe_increment_leader_hw(now_ms)
@@ -278,7 +281,7 @@ class Partition:
         if fetch_offset >= upper_bound:
             records = b""
         else:
-            records = self.log.read(fetch_offset, max_bytes, upper_bound, min_one_message)  # type: ignore[attr-defined]
+            records = self.log.read(fetch_offset, max_bytes, upper_bound, min_one_message)
         return LogReadInfo(records, hw, log_start, leo)
 
     # -- follower fetch state on the leader ----------------------------------------------------------
@@ -382,7 +385,7 @@ class Partition:
             ):
                 new_hw = replica.log_end_offset
         if new_hw > self.high_watermark:
-            return bool(self.log.maybe_increment_high_watermark(new_hw))  # type: ignore[attr-defined]
+            return bool(self.log.maybe_increment_high_watermark(new_hw))
         return False
 
     # -- OffsetsForLeaderEpoch and ListOffsets (L14) -------------------------------------------------
@@ -391,7 +394,7 @@ class Partition:
         self, current_leader_epoch: int, leader_epoch: int, fetch_only_from_leader: bool
     ) -> tuple[int, int]:
         self.check_leader(current_leader_epoch, fetch_only_from_leader)
-        epoch, end = self.log.end_offset_for_epoch(leader_epoch)  # type: ignore[attr-defined]
+        epoch, end = self.log.end_offset_for_epoch(leader_epoch)
         if epoch == UNDEFINED_EPOCH:
             return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         return int(epoch), int(end)
@@ -408,7 +411,7 @@ class Partition:
         self.check_leader(current_leader_epoch, fetch_only_from_leader)
         if timestamp == EARLIEST_TIMESTAMP:
             log_start = self.log_start_offset
-            return self.log.epoch_cache.epoch_for_offset(log_start), log_start  # type: ignore[attr-defined]
+            return self.log.epoch_cache.epoch_for_offset(log_start), log_start
         if isolation_high_watermark:
             # testMonotonicOffsetsAfterLeaderChange: until the HW reaches the epoch start, a consumer
             # could see offsets go backwards; Kafka answers OFFSET_NOT_AVAILABLE meanwhile.

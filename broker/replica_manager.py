@@ -158,9 +158,9 @@ class ReplicaManager:
                 partition = self.get_partition_or_error(tp)
                 hw_before = partition.high_watermark
                 info = partition.append_records_to_leader(entry.records, required_acks, now)
-                resp.base_offset = info.first_offset  # type: ignore[attr-defined]
+                resp.base_offset = info.first_offset
                 resp.log_start_offset = partition.log_start_offset
-                statuses[tp] = ProducePartitionStatus(info.last_offset + 1, resp)  # type: ignore[attr-defined]
+                statuses[tp] = ProducePartitionStatus(info.last_offset + 1, resp)
                 self._after_leader_change_of_data(tp, partition.high_watermark != hw_before)
             except KafkaError as exc:
                 resp.error_code = int(exc.code)
@@ -198,7 +198,7 @@ class ReplicaManager:
         for info in infos:
             tp = TopicPartition(info.topic, info.partition)
             partition = self.partitions[tp]
-            statuses[tp] = FetchPartitionStatus(info, partition.log.offset_metadata(info.fetch_offset))  # type: ignore[attr-defined]
+            statuses[tp] = FetchPartitionStatus(info, partition.log.offset_metadata(info.fetch_offset))
         future: asyncio.Future[list[FetchPartitionResponse]] = asyncio.get_running_loop().create_future()
 
         def respond(result: list[FetchPartitionResponse]) -> None:
@@ -340,8 +340,8 @@ class ReplicaManager:
                 continue
             try:
                 partition = partition or self._create_partition(tp)
-                if partition.log.offline_reason is not None:  # type: ignore[attr-defined]
-                    raise KafkaStorageError(partition.log.offline_reason)  # type: ignore[attr-defined]
+                if partition.log.offline_reason is not None:
+                    raise KafkaStorageError(partition.log.offline_reason)
                 if state.leader == self.broker_id:
                     partition.make_leader(state, now)
                     to_leaders.append(tp)
@@ -379,7 +379,7 @@ class ReplicaManager:
         """Replicas here that must not be served or led (corruption found, disk errors), in a fixed order:
         the broker's heartbeat reports them so the controller moves their leaderships away."""
         offline = set(self.failed_replicas)
-        offline.update(tp for tp, p in self.partitions.items() if p.log.offline_reason is not None)  # type: ignore[attr-defined]
+        offline.update(tp for tp, p in self.partitions.items() if p.log.offline_reason is not None)
         return sorted(offline)
 
     def update_topic_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
@@ -389,7 +389,7 @@ class ReplicaManager:
         for tp, partition in self.partitions.items():
             topic_config = self.topic_configs.get(tp.topic, {})
             partition.min_insync_replicas = int(topic_config.get("min.insync.replicas", self.min_insync_replicas))
-            partition.log.config = with_topic_configs(self.log_manager.config, topic_config)  # type: ignore[attr-defined]
+            partition.log.config = with_topic_configs(self.log_manager.config, topic_config)
 
     def _create_partition(self, tp: TopicPartition) -> Partition:
         topic_config = self.topic_configs.get(tp.topic, {})

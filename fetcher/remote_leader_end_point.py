@@ -17,6 +17,7 @@ from protocol.errors import ErrorCode, error_for_code
 from protocol.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    UNDEFINED_EPOCH,
     EpochEndOffset,
     FetchRequest,
     FetchResponse,
@@ -33,6 +34,17 @@ from protocol.transport import Transport
 log = logging.getLogger(__name__)
 
 
+def ibp_tuple(version: str) -> tuple[int, ...]:
+    """ "2.8" or "0.11.0" as a tuple that compares as versions do; ValueError for anything else."""
+    try:
+        parts = tuple(int(x) for x in version.split("-")[0].split("."))
+    except ValueError:
+        raise ValueError(f"inter.broker.protocol.version must look like 2.8 or 0.11.0, got {version!r}") from None
+    if len(parts) < 2:
+        raise ValueError(f"inter.broker.protocol.version must look like 2.8 or 0.11.0, got {version!r}")
+    return parts
+
+
 class RemoteLeaderEndPoint(LeaderEndPoint):
     def __init__(
         self,
@@ -40,9 +52,14 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         transport: Transport,
         local_broker_id: int,
         socket_timeout_ms: int = 30000,
+        inter_broker_protocol_version: str = "3.0",
     ) -> None:
         self.leader_broker_id = leader_broker_id
-        self.supports_offsets_for_leader_epoch = True
+        ibp = ibp_tuple(inter_broker_protocol_version)
+        # Kafka's IBP gates: OffsetsForLeaderEpoch from 0.11 (KIP-101); its answer carries the leader's
+        # epoch from 2.0 (KIP-279). Older settings reproduce the behaviour those KIPs fixed.
+        self.supports_offsets_for_leader_epoch = ibp >= (0, 11)
+        self._epoch_in_answer = ibp >= (2, 0)
         self._local_broker_id = local_broker_id
         self._transport = transport
         self._timeout_ms = socket_timeout_ms
@@ -62,6 +79,11 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         assert isinstance(response, OffsetForLeaderEpochResponse)
         if response.error_code != ErrorCode.NONE:
             raise error_for_code(response.error_code, response.error_message)
+        if not self._epoch_in_answer:
+            # Version 0 of the answer had only the end offset.
+            for p in response.partitions:
+                if p.error_code == ErrorCode.NONE:
+                    p.leader_epoch = UNDEFINED_EPOCH
         return {TopicPartition(p.topic, p.partition): p for p in response.partitions}
 
     async def _list_offset(self, tp: TopicPartition, current_leader_epoch: int, timestamp: int) -> tuple[int, int]:

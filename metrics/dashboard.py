@@ -177,8 +177,7 @@ def broker_runs(records: DataFrame) -> list[BrokerRun]:
         .collect()
     )
     return [
-        BrokerRun(r[s.BROKER_ID], r[s.BROKER_START_MS], r["records"], r["first_ts_ms"], r["last_ts_ms"])
-        for r in rows
+        BrokerRun(r[s.BROKER_ID], r[s.BROKER_START_MS], r["records"], r["first_ts_ms"], r["last_ts_ms"]) for r in rows
     ]
 
 
@@ -212,9 +211,7 @@ def _summary_rows(tables: Mapping[str, DataFrame]) -> list[Row]:
         F.count(F.lit(1)).over(everything).alias("_partitions_total"),
         *(F.sum(f"n_{x}").over(everything).alias(f"_total_{x}") for x in s.STATUSES),
     )
-    ordered = with_totals.orderBy(
-        F.col("worst"), F.col("lag_messages_max").desc_nulls_last(), s.TOPIC, s.PARTITION
-    )
+    ordered = with_totals.orderBy(F.col("worst"), F.col("lag_messages_max").desc_nulls_last(), s.TOPIC, s.PARTITION)
     return ordered.limit(TABLE_ROWS_MAX).collect()
 
 
@@ -257,9 +254,7 @@ def _collect_leader_changes(
     events: dict[tuple[str, int], list[TimelineEvent]] = {}
     for r in changes:
         label = f"epoch {r[s.LEADER_EPOCH]}: leader {r[s.LEADER_ID]}"
-        events.setdefault((r[s.TOPIC], r[s.PARTITION]), []).append(
-            TimelineEvent(r["first_seen_ms"], label, "leader")
-        )
+        events.setdefault((r[s.TOPIC], r[s.PARTITION]), []).append(TimelineEvent(r["first_seen_ms"], label, "leader"))
     return events
 
 
@@ -341,9 +336,7 @@ def _collect_byte_rates(byte_rates: DataFrame) -> list[BrokerRates]:
         .orderBy(F.col("total").desc(), s.BROKER_ID)
         .limit(BYTE_RATE_BROKERS_MAX)
     )
-    rows = (
-        per_broker.join(busiest, s.BROKER_ID, "left_semi").orderBy(s.BROKER_ID, "window_start_ms").collect()
-    )
+    rows = per_broker.join(busiest, s.BROKER_ID, "left_semi").orderBy(s.BROKER_ID, "window_start_ms").collect()
     out: dict[int, BrokerRates] = {}
     for r in rows:
         b = out.setdefault(r[s.BROKER_ID], BrokerRates(r[s.BROKER_ID], [], {n: [] for n in _RATE_NAMES}))
@@ -417,9 +410,7 @@ def _add_events(fig: go.Figure, events: Iterable[TimelineEvent]) -> None:
         )
 
 
-def _lag_figure(
-    key: tuple[str, int], series: Sequence[FollowerSeries], events: Sequence[TimelineEvent]
-) -> go.Figure:
+def _lag_figure(key: tuple[str, int], series: Sequence[FollowerSeries], events: Sequence[TimelineEvent]) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     for one in series:
         xs = [_dt(t) for t in one.ts_ms]
@@ -431,9 +422,7 @@ def _lag_figure(
             col=1,
         )
         fig.add_trace(
-            go.Scatter(
-                x=xs, y=one.lag_ms, name=name, legendgroup=name, mode="lines", line=style, showlegend=False
-            ),
+            go.Scatter(x=xs, y=one.lag_ms, name=name, legendgroup=name, mode="lines", line=style, showlegend=False),
             row=2,
             col=1,
         )
@@ -532,23 +521,18 @@ def _cards(data: DashboardData) -> str:
         (
             "time span",
             _fmt_duration(
-                None
-                if data.first_ts_ms is None or data.last_ts_ms is None
-                else data.last_ts_ms - data.first_ts_ms
+                None if data.first_ts_ms is None or data.last_ts_ms is None else data.last_ts_ms - data.first_ts_ms
             ),
         ),
         ("window", _fmt_duration(data.window_ms)),
     ]
     items += [
-        (f"followers {x}", _fmt_int(data.status_counts.get(x, 0)))
-        for x in s.STATUSES
-        if data.status_counts.get(x)
+        (f"followers {x}", _fmt_int(data.status_counts.get(x, 0))) for x in s.STATUSES if data.status_counts.get(x)
     ]
     return (
         '<div class="cards">'
         + "".join(
-            f'<div class="card"><div class="v">{html.escape(v)}</div>'
-            f'<div class="k">{html.escape(k)}</div></div>'
+            f'<div class="card"><div class="v">{html.escape(v)}</div><div class="k">{html.escape(k)}</div></div>'
             for k, v in items
         )
         + "</div>"

@@ -89,9 +89,7 @@ class MetricsEmitter:
         self._sinks = list(sinks)
         self._time = time
         self._flush_timeout_ms = flush_timeout_ms
-        self._queues: list[asyncio.Queue[MetricsBatch]] = [
-            asyncio.Queue(maxsize=queue_size) for _ in self._sinks
-        ]
+        self._queues: list[asyncio.Queue[MetricsBatch]] = [asyncio.Queue(maxsize=queue_size) for _ in self._sinks]
         self._tasks: list[asyncio.Task[None]] = []
         self._tick_task: asyncio.Task[None] | None = None
         self._stopped = False
@@ -126,9 +124,7 @@ class MetricsEmitter:
                 )
             except TimeoutError:
                 left = sum(queue.qsize() for queue in self._queues)
-                log.warning(
-                    "metrics: %d queued batches not flushed within %d ms", left, self._flush_timeout_ms
-                )
+                log.warning("metrics: %d queued batches not flushed within %d ms", left, self._flush_timeout_ms)
             await _cancel_and_wait(self._tasks)
         for sink in self._sinks:
             try:

@@ -134,9 +134,7 @@ def replica_samples(records: DataFrame) -> DataFrame:
     by_replica = Window.partitionBy(*REPLICA_KEY).orderBy(s.TS_MS)
     whole = by_replica.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     is_follower = (
-        (F.col(s.KIND) == s.KIND_PARTITION)
-        & (F.col(s.ROLE) == s.ROLE_FOLLOWER)
-        & F.col(s.FETCH_OFFSET).isNotNull()
+        (F.col(s.KIND) == s.KIND_PARTITION) & (F.col(s.ROLE) == s.ROLE_FOLLOWER) & F.col(s.FETCH_OFFSET).isNotNull()
     )
     # Each lag is one window column, computed once; the delta rule reads them in a later projection
     # (written inline, every use of a lag would be a window expression of its own).
@@ -313,9 +311,7 @@ def byte_rates(counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
     )
 
 
-def under_replicated(
-    partition_records_df: DataFrame, counter_deltas_df: DataFrame, config: LagJobConfig
-) -> DataFrame:
+def under_replicated(partition_records_df: DataFrame, counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
     """``under_replicated``: per partition, how long its leaders reported it under-replicated.
 
     From the leaders' samples of a partition (whichever broker led), ordered by ts_ms: a sample with
@@ -431,9 +427,7 @@ def follower_status(
     return follower_status_of_samples(replica_samples(rows), config, now_ms)
 
 
-def follower_status_of_samples(
-    samples: DataFrame, config: LagJobConfig, now_ms: int | None = None
-) -> DataFrame:
+def follower_status_of_samples(samples: DataFrame, config: LagJobConfig, now_ms: int | None = None) -> DataFrame:
     """``follower_status``: a Burrow-style verdict per follower over its last ``window_ms``.
 
     ``samples`` is ``replica_samples`` output. The window of a follower holds its samples with
@@ -488,23 +482,27 @@ def follower_status_of_samples(
     went_back = F.col(s.FETCH_OFFSET) < F.col("prev_fetch_offset")
     epoch_changed = F.coalesce(epoch > F.col("epoch_before"), F.lit(False))
     lag_dropped = (F.col("prev_ts_ms") > window_start) & (F.col(s.LAG_MESSAGES) < F.col("prev_lag_messages"))
-    summary = in_window.groupBy(*key).agg(
-        F.count(F.lit(1)).alias("samples"),
-        F.min(s.TS_MS).alias("window_start_ms"),
-        F.max(s.TS_MS).alias("last_ts_ms"),
-        F.min(s.LAG_MESSAGES).alias("_lag_min"),
-        F.min(s.FETCH_OFFSET).alias("_fetch_min"),
-        F.max(s.FETCH_OFFSET).alias("_fetch_max"),
-        F.count(F.when(lag_dropped, True)).alias("_lag_drops"),
-        F.count(F.when(went_back & epoch_changed, True)).alias("truncations"),
-        F.count(F.when(went_back & ~epoch_changed, True)).alias("rewinds"),
-        F.max_by(s.LAG_MESSAGES, s.TS_MS).alias("lag_messages_last"),
-        F.max_by(s.LAG_MS, s.TS_MS).alias("lag_ms_last"),
-        F.max_by(s.FETCH_OFFSET, s.TS_MS).alias("fetch_offset_last"),
-        F.max_by(s.LEADER_ID, s.TS_MS).alias("leader_id_last"),
-        F.max_by(s.LEADER_EPOCH, s.TS_MS).alias("leader_epoch_last"),
-        F.max(F.coalesce(F.col(ROLE_LAST) == s.ROLE_LEADER, F.lit(False))).alias("_promoted"),
-    ).where(~F.col("_promoted"))
+    summary = (
+        in_window.groupBy(*key)
+        .agg(
+            F.count(F.lit(1)).alias("samples"),
+            F.min(s.TS_MS).alias("window_start_ms"),
+            F.max(s.TS_MS).alias("last_ts_ms"),
+            F.min(s.LAG_MESSAGES).alias("_lag_min"),
+            F.min(s.FETCH_OFFSET).alias("_fetch_min"),
+            F.max(s.FETCH_OFFSET).alias("_fetch_max"),
+            F.count(F.when(lag_dropped, True)).alias("_lag_drops"),
+            F.count(F.when(went_back & epoch_changed, True)).alias("truncations"),
+            F.count(F.when(went_back & ~epoch_changed, True)).alias("rewinds"),
+            F.max_by(s.LAG_MESSAGES, s.TS_MS).alias("lag_messages_last"),
+            F.max_by(s.LAG_MS, s.TS_MS).alias("lag_ms_last"),
+            F.max_by(s.FETCH_OFFSET, s.TS_MS).alias("fetch_offset_last"),
+            F.max_by(s.LEADER_ID, s.TS_MS).alias("leader_id_last"),
+            F.max_by(s.LEADER_EPOCH, s.TS_MS).alias("leader_epoch_last"),
+            F.max(F.coalesce(F.col(ROLE_LAST) == s.ROLE_LEADER, F.lit(False))).alias("_promoted"),
+        )
+        .where(~F.col("_promoted"))
+    )
     if now_ms is None:
         newest = samples.where(F.col(FOLLOWER_SAMPLE)).agg(F.max(s.TS_MS).alias("_now_ms"))
         summary = summary.crossJoin(F.broadcast(newest))
@@ -569,9 +567,7 @@ def leader_timeline(partition_records_df: DataFrame) -> DataFrame:
     )
 
 
-def tables_of_samples(
-    samples: DataFrame, config: LagJobConfig, now_ms: int | None = None
-) -> dict[str, DataFrame]:
+def tables_of_samples(samples: DataFrame, config: LagJobConfig, now_ms: int | None = None) -> dict[str, DataFrame]:
     """Every output table from ``replica_samples`` output (cache it: every table reads it)."""
     partitions = partition_records(samples)
     lag = follower_lag(partitions)
@@ -586,8 +582,6 @@ def tables_of_samples(
     }
 
 
-def compute_tables(
-    records: DataFrame, config: LagJobConfig, now_ms: int | None = None
-) -> dict[str, DataFrame]:
+def compute_tables(records: DataFrame, config: LagJobConfig, now_ms: int | None = None) -> dict[str, DataFrame]:
     """Every output table from the raw records (read with ``schema.RECORD_SCHEMA``), by table name."""
     return tables_of_samples(replica_samples(records), config, now_ms)

@@ -87,9 +87,7 @@ def decode_payload(topic: str, payload: object) -> MetricsBatch:
         if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
             raise InvalidPayloadError("every record must be a JSON object with a string kind")
         if record.get("broker_id") != broker_id:
-            raise InvalidPayloadError(
-                f"record of broker {record.get('broker_id')!r} in broker {broker_id}'s batch"
-            )
+            raise InvalidPayloadError(f"record of broker {record.get('broker_id')!r} in broker {broker_id}'s batch")
         checked.append(record)
     assert isinstance(broker_id, int) and isinstance(ts_ms, int)
     return MetricsBatch(broker_id, ts_ms, checked)
@@ -184,9 +182,7 @@ class MqttSink:
 
     async def _connected_client(self) -> aiomqtt.Client:
         while self._client is None:
-            client = aiomqtt.Client(
-                self.hostname, self.port, identifier=self.client_id, timeout=self._timeout_s
-            )
+            client = aiomqtt.Client(self.hostname, self.port, identifier=self.client_id, timeout=self._timeout_s)
             try:
                 await client.__aenter__()
             except aiomqtt.MqttError as exc:

@@ -340,9 +340,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", required=True, type=Path, metavar="DIR", help="metrics dir to read")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="where tables and the page go")
     p.add_argument("--master", default=None, metavar="M", help="Spark master (default local[*])")
-    p.add_argument(
-        "--follow", action="store_true", help="keep refreshing as rolled files arrive (Ctrl-C stops)"
-    )
+    p.add_argument("--follow", action="store_true", help="keep refreshing as rolled files arrive (Ctrl-C stops)")
     p.add_argument(
         "--window-s",
         type=int,
@@ -357,9 +355,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"--follow: seconds between refreshes (default {TRIGGER_S_DEFAULT})",
     )
-    p.add_argument(
-        "--max-batches", type=int, default=None, metavar="N", help="--follow: stop after N refreshes"
-    )
+    p.add_argument("--max-batches", type=int, default=None, metavar="N", help="--follow: stop after N refreshes")
     p.add_argument("--json", action="store_true", help="print the run summary as one JSON line")
     return p
 

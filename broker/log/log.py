@@ -57,6 +57,7 @@ from broker.log.log_config import LogConfig
 from broker.log.offset_index import INDEX_SUFFIX
 from broker.log.offset_metadata import LogOffsetMetadata
 from broker.log.segment import LOG_SUFFIX, NO_TIMESTAMP, LogSegment
+from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import (
     CorruptRecordError,
     KafkaStorageError,
@@ -126,8 +127,10 @@ class Log:
         segments: list[LogSegment],
         log_start_offset: int,
         epoch_cache: LeaderEpochFileCache,
+        storage: Storage = OS_STORAGE,
     ) -> None:
         self._dir = dir
+        self._storage = storage
         self.config = config
         self._time = time
         self._topic, self._partition = parse_topic_partition(dir.name)
@@ -140,6 +143,7 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = time.milliseconds()
         self._closed = False
+        self.truncations = 0  # how many times the log was cut back (observers re-read after one)
         # Why this replica must not be served (corruption found, the disk failed), or None. Once set, reads
         # and appends raise KafkaStorageError: a replica never serves a hole or leads with one.
         self.offline_reason: str | None = None
@@ -147,7 +151,7 @@ class Log:
     # -- opening -----------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, dir: Path, config: LogConfig, time: Time) -> Log:
+    def open(cls, dir: Path, config: LogConfig, time: Time, storage: Storage = OS_STORAGE) -> Log:
         """Open (creating if missing) the replica directory `dir`, recovering after an unclean shutdown."""
         parse_topic_partition(dir.name)
         dir.mkdir(parents=True, exist_ok=True)
@@ -163,14 +167,14 @@ class Log:
             checkpointed_start = None
 
         recovered_epochs: list[tuple[int, int]] = []
-        segments = _load_segments(dir, config, time, clean, checkpointed_start or 0, recovered_epochs.append)
+        segments = _load_segments(dir, config, time, clean, checkpointed_start or 0, recovered_epochs.append, storage)
         if not segments:
             base = checkpointed_start if checkpointed_start is not None else 0
-            segments = [_new_segment(dir, base, config, time)]
+            segments = [_new_segment(dir, base, config, time, storage)]
 
         log_start = max(checkpointed_start or 0, segments[0].base_offset)
         epoch_cache = _open_epoch_cache(dir, segments, log_start, recovered_epochs)
-        log = cls(dir, config, time, segments, log_start, epoch_cache)
+        log = cls(dir, config, time, segments, log_start, epoch_cache, storage)
         if log_start > log.log_end_offset:
             # Everything the segments hold was deleted before the crash; the log restarts at log start.
             log.truncate_fully_and_start_at(log_start)
@@ -376,7 +380,7 @@ class Log:
         if active.is_empty:
             return active
         active.index.flush(fsync=False)
-        segment = _new_segment(self._dir, self.log_end_offset, self.config, self._time)
+        segment = _new_segment(self._dir, self.log_end_offset, self.config, self._time, self._storage)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
         return segment
@@ -511,6 +515,7 @@ class Log:
             return False
         self._check_open()
         # One line per real truncation: operators (and the chaos report) count them.
+        self.truncations += 1
         logger.info("%s: truncated from log end offset %d to %d", self._name(), self.log_end_offset, target_offset)
         if target_offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(target_offset)
@@ -537,9 +542,10 @@ class Log:
         if new_offset < 0:
             raise ValueError(f"cannot restart the log at negative offset {new_offset}")
         self._check_open()
+        self.truncations += 1
         for segment in reversed(self._segments):
             segment.delete()
-        self._segments = [_new_segment(self._dir, new_offset, self.config, self._time)]
+        self._segments = [_new_segment(self._dir, new_offset, self.config, self._time, self._storage)]
         self._bases = [new_offset]
         self._log_start_offset = new_offset
         self._persist_log_start_offset()
@@ -661,6 +667,13 @@ class Log:
         write_atomically(self._dir / CLEAN_SHUTDOWN_FILE, b"")
         self._closed = True
 
+    def abandon(self) -> None:
+        """Close the files as a killed process would: no flush, no checkpoint, no clean-shutdown marker."""
+        for segment in self._segments:
+            with contextlib.suppress(OSError):
+                segment.close()
+        self._closed = True
+
     def delete(self) -> None:
         """Remove the replica directory and everything in it."""
         for segment in self._segments:
@@ -685,11 +698,12 @@ class Log:
 # -- opening helpers ---------------------------------------------------------------------------------
 
 
-def _new_segment(dir: Path, base_offset: int, config: LogConfig, time: Time) -> LogSegment:
+def _new_segment(dir: Path, base_offset: int, config: LogConfig, time: Time, storage: Storage) -> LogSegment:
     return LogSegment.create(
         dir,
         base_offset,
         time=time,
+        storage=storage,
         index_interval_bytes=config.index_interval_bytes,
         segment_index_bytes=config.segment_index_bytes,
     )
@@ -712,6 +726,7 @@ def _load_segments(
     clean: bool,
     log_start_offset: int,
     on_batch_epoch: Callable[[tuple[int, int]], None],
+    storage: Storage,
 ) -> list[LogSegment]:
     """Open every segment in order. The active segment is always recovered, the others only after an
     unclean shutdown (or when their headers do not add up). A recovery that cuts a segment short makes
@@ -726,12 +741,19 @@ def _load_segments(
         if clean and not last:
             try:
                 segment = LogSegment.open_existing(
-                    dir, base, time=time, index_interval_bytes=interval, segment_index_bytes=index_bytes
+                    dir,
+                    base,
+                    time=time,
+                    index_interval_bytes=interval,
+                    segment_index_bytes=index_bytes,
+                    storage=storage,
                 )
             except CorruptRecordError as exc:
                 logger.warning("segment %d of %s needs recovery: %s", base, dir, exc)
         if segment is None:
-            segment = LogSegment(dir, base, time=time, index_interval_bytes=interval, segment_index_bytes=index_bytes)
+            segment = LogSegment(
+                dir, base, time=time, index_interval_bytes=interval, segment_index_bytes=index_bytes, storage=storage
+            )
             truncated = segment.recover(lambda epoch, offset: on_batch_epoch((epoch, offset)), log_start_offset)
             if truncated and not last:
                 segments.append(segment)

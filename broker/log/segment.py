@@ -38,6 +38,7 @@ from crc32c import crc32c
 
 from broker.log.batches import HEADER, Buffer, scan
 from broker.log.offset_index import INDEX_SUFFIX, OffsetIndex
+from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import CorruptRecordError
 from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC
 from protocol.time import Time
@@ -67,8 +68,10 @@ class LogSegment:
         time: Time,
         index_interval_bytes: int,
         segment_index_bytes: int,
+        storage: Storage = OS_STORAGE,
     ) -> None:
         self.dir = dir
+        self._storage = storage
         self.base_offset = base_offset
         self.log_path = dir / segment_file_name(base_offset)
         self.index = OffsetIndex(dir / f"{base_offset:020d}{INDEX_SUFFIX}", base_offset, segment_index_bytes)
@@ -90,7 +93,14 @@ class LogSegment:
 
     @classmethod
     def create(
-        cls, dir: Path, base_offset: int, *, time: Time, index_interval_bytes: int, segment_index_bytes: int
+        cls,
+        dir: Path,
+        base_offset: int,
+        *,
+        time: Time,
+        index_interval_bytes: int,
+        segment_index_bytes: int,
+        storage: Storage = OS_STORAGE,
     ) -> LogSegment:
         """A new, empty segment; it is an error if a non-empty file with that base offset exists."""
         path = dir / segment_file_name(base_offset)
@@ -102,6 +112,7 @@ class LogSegment:
             time=time,
             index_interval_bytes=index_interval_bytes,
             segment_index_bytes=segment_index_bytes,
+            storage=storage,
         )
         segment.index.reset()
         segment.index.delete()
@@ -109,7 +120,14 @@ class LogSegment:
 
     @classmethod
     def open_existing(
-        cls, dir: Path, base_offset: int, *, time: Time, index_interval_bytes: int, segment_index_bytes: int
+        cls,
+        dir: Path,
+        base_offset: int,
+        *,
+        time: Time,
+        index_interval_bytes: int,
+        segment_index_bytes: int,
+        storage: Storage = OS_STORAGE,
     ) -> LogSegment:
         """A segment from a cleanly closed log: its index is loaded (rebuilt from batch headers if missing
         or inconsistent) and its next offset found from the last index entry. Raises CorruptRecordError
@@ -120,6 +138,7 @@ class LogSegment:
             time=time,
             index_interval_bytes=index_interval_bytes,
             segment_index_bytes=segment_index_bytes,
+            storage=storage,
         )
         try:
             if not segment.index.load(segment._size):
@@ -421,7 +440,7 @@ class LogSegment:
                 problem or "torn tail",
             )
             os.ftruncate(self._fd, position)
-            os.fsync(self._fd)
+            self._storage.fsync(self._fd)
         self._size = position
         self._crc_verified_end = position  # recovery checked every CRC it kept
         self._next_offset = next_offset
@@ -455,7 +474,7 @@ class LogSegment:
     def flush(self) -> None:
         """fsync the segment file and write the index (index files are rebuilt after a crash anyway)."""
         if self._dirty:
-            os.fsync(self._fd)
+            self._storage.fsync(self._fd)
             self._dirty = False
         self.index.flush(fsync=True)
 

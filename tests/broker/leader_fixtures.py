@@ -179,7 +179,11 @@ class LeaderBroker:
         partition_epoch: int | None = None,
     ) -> Partition:
         response = self.leader_and_isr(
-            tp, leader=self.replica_manager.broker_id, leader_epoch=leader_epoch, isr=isr, replicas=replicas,
+            tp,
+            leader=self.replica_manager.broker_id,
+            leader_epoch=leader_epoch,
+            isr=isr,
+            replicas=replicas,
             partition_epoch=partition_epoch,
         )
         assert [p.error_code for p in response.partitions] == [0], response
@@ -234,8 +238,12 @@ class LeaderBroker:
         params = FetchParams(replica_id, max_wait_ms, min_bytes, max_bytes)
         infos = [
             FetchPartition(
-                tp.topic, tp.partition, offset, partition_max_bytes,
-                log_start_offset=log_start_offset, current_leader_epoch=current_leader_epoch,
+                tp.topic,
+                tp.partition,
+                offset,
+                partition_max_bytes,
+                log_start_offset=log_start_offset,
+                current_leader_epoch=current_leader_epoch,
             )
             for tp, offset in offsets.items()
         ]
@@ -248,8 +256,9 @@ class LeaderBroker:
         params, infos = self.fetch_request(replica_id, offsets, **kwargs)
         return by_partition(await self.replica_manager.fetch_messages(params, infos))
 
-    async def follower_fetch(self, offset: int, tp: TopicPartition = TP0, replica_id: int = FOLLOWER_ID,
-                             **kwargs: Any) -> FetchPartitionResponse:
+    async def follower_fetch(
+        self, offset: int, tp: TopicPartition = TP0, replica_id: int = FOLLOWER_ID, **kwargs: Any
+    ) -> FetchPartitionResponse:
         return (await self.fetch(replica_id, {tp: offset}, **kwargs))[tp]
 
     async def consumer_fetch(self, offset: int, tp: TopicPartition = TP0, **kwargs: Any) -> FetchPartitionResponse:

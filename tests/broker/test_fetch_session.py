@@ -92,9 +92,7 @@ def dummy_partitions(size: int) -> dict[TopicPartition, CachedPartition]:
     return {TopicPartition("test", i): CachedPartition("test", i, 100, 0) for i in range(size)}
 
 
-def new_manager(
-    max_entries: int = 10, evict_ms: int = 1000
-) -> tuple[FetchManager, FetchSessionCache, ManualTime]:
+def new_manager(max_entries: int = 10, evict_ms: int = 1000) -> tuple[FetchManager, FetchSessionCache, ManualTime]:
     time = ManualTime()
     cache = FetchSessionCache(max_entries, evict_ms, time, rng=random.Random(7))
     return FetchManager(cache, time), cache, time
@@ -139,9 +137,7 @@ def assert_cache_contains(cache: FetchSessionCache, *session_ids: int) -> None:
 
 def test_new_session_ids_are_positive_and_unique_among_cached_sessions() -> None:
     cache = FetchSessionCache(max_entries=3000, evict_ms=100, time=ManualTime(), rng=random.Random(1))
-    ids = [
-        cache.maybe_create_session(CONSUMER, 1, lambda: dummy_partitions(1), now_ms=0) for _ in range(3000)
-    ]
+    ids = [cache.maybe_create_session(CONSUMER, 1, lambda: dummy_partitions(1), now_ms=0) for _ in range(3000)]
     assert all(session_id > 0 for session_id in ids)
     assert len(set(ids)) == 3000
 
@@ -156,9 +152,7 @@ class _ScriptedRandom(random.Random):
 
 
 def test_a_drawn_id_already_in_use_is_drawn_again() -> None:
-    cache = FetchSessionCache(
-        max_entries=3, evict_ms=100, time=ManualTime(), rng=_ScriptedRandom([42, 42, 42, 43])
-    )
+    cache = FetchSessionCache(max_entries=3, evict_ms=100, time=ManualTime(), rng=_ScriptedRandom([42, 42, 42, 43]))
     first = cache.maybe_create_session(CONSUMER, 1, lambda: dummy_partitions(1), now_ms=0)
     second = cache.maybe_create_session(CONSUMER, 1, lambda: dummy_partitions(1), now_ms=0)
     assert (first, second) == (42, 43)
@@ -401,9 +395,7 @@ def test_incremental_request_adds_bar_and_forgets_foo() -> None:
     manager, cache, _ = new_manager()
     session_id = foo_session(manager)
     # when an incremental request adds bar-0 and forgets foo-0
-    ctx = manager.new_context(
-        request(session_id, 1, [part("bar", 0, fetch_offset=15)], [("foo", 0)]), FOLLOWER
-    )
+    ctx = manager.new_context(request(session_id, 1, [part("bar", 0, fetch_offset=15)], [("foo", 0)]), FOLLOWER)
     # then the session reads foo-1 (as cached) and bar-0 (as sent), in session order
     assert isinstance(ctx, IncrementalFetchContext)
     assert ctx.partitions_to_read() == [part("foo", 1, fetch_offset=10), part("bar", 0, fetch_offset=15)]

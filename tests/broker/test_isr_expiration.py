@@ -55,7 +55,9 @@ async def test_last_caught_up_time_moves_only_when_a_fetch_reaches_the_log_end(b
     broker.advance(500)
     await broker.follower_fetch(6, log_start_offset=2)
     assert (replica.last_caught_up_time_ms, replica.log_end_offset, replica.log_start_offset) == (
-        broker.now_ms, 6, 2,
+        broker.now_ms,
+        6,
+        2,
     )
 
 

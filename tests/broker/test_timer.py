@@ -179,9 +179,7 @@ def test_random_delays_and_cancels_fire_exactly_once_never_early_at_most_one_tic
 
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(min_value=0, max_value=2**32), wheel_size=st.integers(min_value=2, max_value=20))
-def test_thousands_of_random_delays_and_cancels_fire_exactly_once_never_early(
-    seed: int, wheel_size: int
-) -> None:
+def test_thousands_of_random_delays_and_cancels_fire_exactly_once_never_early(seed: int, wheel_size: int) -> None:
     rng = random.Random(seed)
     operations = [
         (rng.randint(-5, 3000), rng.randint(0, 3), rng.randint(0, 3500) if rng.random() < 0.5 else None)

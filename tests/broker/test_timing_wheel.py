@@ -116,9 +116,7 @@ def test_flush_hands_over_every_entry_in_order_and_unschedules_the_bucket() -> N
 
 
 def test_a_task_due_within_one_tick_is_rejected_as_expired() -> None:
-    wheel = TimingWheel(
-        tick_ms=1, wheel_size=20, start_ms=1000, task_counter=TaskCounter(), queue=RecordingQueue()
-    )
+    wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=1000, task_counter=TaskCounter(), queue=RecordingQueue())
 
     assert not wheel.add(TimerTaskEntry(CountingTask(0), 1000))
     assert not wheel.add(TimerTaskEntry(CountingTask(-5), 995))

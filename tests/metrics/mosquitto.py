@@ -25,9 +25,7 @@ def mosquitto_binary() -> str:
         None,
     )
     if found is None:
-        raise RuntimeError(
-            "mosquitto is not installed (apt-get install mosquitto); scripts/test.sh installs it"
-        )
+        raise RuntimeError("mosquitto is not installed (apt-get install mosquitto); scripts/test.sh installs it")
     return found
 
 

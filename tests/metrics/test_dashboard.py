@@ -245,9 +245,7 @@ def write_metrics_dir(root: Path) -> tuple[int, int]:
         for n, chunk in sorted(chunks.items()):
             lines = "".join(json.dumps(r) + "\n" for r in chunk)
             if n == last:
-                (root / "_active" / f"broker-{broker}.jsonl").write_text(
-                    lines + '{"kind": "partition", "ts_ms": 17'
-                )
+                (root / "_active" / f"broker-{broker}.jsonl").write_text(lines + '{"kind": "partition", "ts_ms": 17')
                 active += len(chunk)
             else:
                 (root / f"broker-{broker}-{chunk[0]['ts_ms']}.jsonl").write_text(lines)
@@ -256,9 +254,7 @@ def write_metrics_dir(root: Path) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def batch_run(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[spark_app.DashboardResult, int]:
+def batch_run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> tuple[spark_app.DashboardResult, int]:
     root = tmp_path_factory.mktemp("lag")
     rolled, active = write_metrics_dir(root / "metrics")
     result = spark_app.run_dashboard(root / "metrics", root / "out", window_s=10, spark=spark)
@@ -287,9 +283,7 @@ def test_every_table_is_written_as_parquet_with_the_expected_rows(
     # orders-1: broker 1 while alive (30), broker 3 (40)
     assert result.row_counts[s.TABLE_FOLLOWER_LAG] == 21 + 40 + 10 + 30 + 40
     timeline = spark.read.parquet(result.tables[s.TABLE_LEADER_TIMELINE])
-    rows = (
-        timeline.where("partition = 0").orderBy("first_seen_ms").select("leader_epoch", "leader_id").collect()
-    )
+    rows = timeline.where("partition = 0").orderBy("first_seen_ms").select("leader_epoch", "leader_id").collect()
     assert [tuple(r) for r in rows] == [(0, 1), (1, 2)]
     status = spark.read.parquet(result.tables[s.TABLE_FOLLOWER_STATUS])
     assert sorted(tuple(r) for r in status.select("partition", "follower_id", "status").collect()) == [
@@ -300,9 +294,7 @@ def test_every_table_is_written_as_parquet_with_the_expected_rows(
     ]
     assert result.status_counts == {"OK": 3, "STALL": 1}
     truncations = status.where("partition = 0 AND follower_id = 3").select("truncations").first()
-    assert (
-        truncations is not None and truncations[0] == 0
-    )  # the truncation at 22 s is outside the last window
+    assert truncations is not None and truncations[0] == 0  # the truncation at 22 s is outside the last window
     rates = spark.read.parquet(result.tables[s.TABLE_BYTE_RATES])
     assert rates.where("client_in_bytes_per_s < 0 OR replication_in_bytes_per_s < 0").count() == 0
     leader_rate = rates.where("broker_id = 2 AND partition = 1").agg({"client_in_bytes_per_s": "max"}).first()
@@ -365,9 +357,7 @@ def _png_distinct_pixels(png: bytes) -> int:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (scripts/test.sh installs it)"
-)
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (scripts/test.sh installs it)")
 def test_the_page_renders_in_a_headless_browser_without_network(
     batch_run: tuple[spark_app.DashboardResult, int],
     tmp_path: Path,
@@ -422,9 +412,7 @@ def test_a_missing_metrics_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.C
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_a_metrics_dir_without_files_is_a_clear_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_metrics_dir_without_files_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "metrics" / "_active").mkdir(parents=True)
     code = spark_app.main(["--metrics", str(tmp_path / "metrics"), "--out", str(tmp_path / "out")])
     assert code == 1

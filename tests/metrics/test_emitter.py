@@ -92,9 +92,7 @@ class CountingBroker:
             "replica_count": 2,
             "under_replicated": False,
             "under_min_isr": False,
-            "followers": [
-                {"broker_id": 2, "log_end_offset": leo, "last_caught_up_ms": now_ms, "in_sync": True}
-            ],
+            "followers": [{"broker_id": 2, "log_end_offset": leo, "last_caught_up_ms": now_ms, "in_sync": True}],
             "BytesInPerSec": self.bytes_in[partition],
             "BytesOutPerSec": 0,
             "ReplicationBytesInPerSec": 0,
@@ -178,9 +176,7 @@ async def test_running_totals_stay_monotonic_across_rolled_files(tmp_path: Path)
     # given a file sink that rolls every 3 intervals
     clock = ManualTime()
     broker = CountingBroker()
-    emitter = MetricsEmitter(
-        1, broker.snapshot, [FileSink(tmp_path, 1, roll_ms=3000, time=clock)], time=clock
-    )
+    emitter = MetricsEmitter(1, broker.snapshot, [FileSink(tmp_path, 1, roll_ms=3000, time=clock)], time=clock)
 
     # when the broker emits 20 intervals
     async with emitter:
@@ -190,9 +186,7 @@ async def test_running_totals_stay_monotonic_across_rolled_files(tmp_path: Path)
     assert len(metric_files(tmp_path)) >= 6
     records = read_records(tmp_path)
     for partition in (0, 1):
-        series = ints(
-            [r["BytesInPerSec"] for r in records if r["kind"] == "partition" and r["partition"] == partition]
-        )
+        series = ints([r["BytesInPerSec"] for r in records if r["kind"] == "partition" and r["partition"] == partition])
         assert len(series) == len(broker.calls)
         assert series == sorted(series) and series[-1] == broker.bytes_in[partition]
     requests = ints([r["RequestsPerSec"] for r in records if r["kind"] == "broker"])
@@ -449,11 +443,7 @@ def test_config_picks_a_file_sink_and_an_mqtt_sink(tmp_path: Path) -> None:
         None,
     )
     file_sink, mqtt_sink = sinks
-    assert (
-        isinstance(file_sink, FileSink)
-        and file_sink.roll_ms == 5000
-        and file_sink.metrics_dir == tmp_path / "m"
-    )
+    assert isinstance(file_sink, FileSink) and file_sink.roll_ms == 5000 and file_sink.metrics_dir == tmp_path / "m"
     assert isinstance(mqtt_sink, MqttSink) and (mqtt_sink.hostname, mqtt_sink.port) == ("mq", 1884)
     assert mqtt_sink.topic == "minibroker/metrics/broker/2"
 

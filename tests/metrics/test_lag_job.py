@@ -121,9 +121,7 @@ def test_only_follower_samples_make_the_lag_series(spark: SparkSession) -> None:
 
 def test_lag_percentiles_of_a_known_series_are_nearest_rank(spark: SparkSession) -> None:
     # given lags 1..100 spread over one 10 s window (100 ms apart) and lag 7 at the next window
-    rows = [
-        follower(T0 + i * 100, fetch_offset=i, lag_messages=i + 1, lag_ms=(i + 1) * 10) for i in range(100)
-    ]
+    rows = [follower(T0 + i * 100, fetch_offset=i, lag_messages=i + 1, lag_ms=(i + 1) * 10) for i in range(100)]
     rows.append(follower(T0 + 10_000, fetch_offset=500, lag_messages=7, lag_ms=70))
     lag = lag_job.follower_lag(records(spark, rows))
     result = lag_job.lag_windows(lag, LagJobConfig(window_ms=10_000))
@@ -379,9 +377,7 @@ def test_leader_changes_appear_in_epoch_order_with_the_previous_leader(spark: Sp
 
 
 def test_a_follower_whose_lag_goes_down_is_ok(spark: SparkSession) -> None:
-    rows = [
-        follower(T0 + i * 1000, fetch_offset=10 * i, lag_messages=lag) for i, lag in enumerate([5, 9, 3, 4])
-    ]
+    rows = [follower(T0 + i * 1000, fetch_offset=10 * i, lag_messages=lag) for i, lag in enumerate([5, 9, 3, 4])]
     assert statuses(spark, rows) == [Row(follower_id=2, status="OK")]
 
 
@@ -391,9 +387,7 @@ def test_a_caught_up_follower_is_ok_even_with_a_still_fetch_offset(spark: SparkS
 
 
 def test_a_follower_whose_lag_never_decreases_is_warn(spark: SparkSession) -> None:
-    rows = [
-        follower(T0 + i * 1000, fetch_offset=10 * i, lag_messages=lag) for i, lag in enumerate([2, 2, 5, 8])
-    ]
+    rows = [follower(T0 + i * 1000, fetch_offset=10 * i, lag_messages=lag) for i, lag in enumerate([2, 2, 5, 8])]
     assert statuses(spark, rows) == [Row(follower_id=2, status="WARN")]
 
 
@@ -455,10 +449,7 @@ def test_fetch_offset_going_back_without_an_epoch_change_is_rewind(spark: SparkS
 def test_the_status_of_each_follower_is_judged_on_its_own_samples(spark: SparkSession) -> None:
     rows = [follower(T0 + i * 1000, broker_id=2, fetch_offset=42, lag_messages=5) for i in range(4)]
     rows += [follower(T0 + i * 1000, broker_id=3, fetch_offset=i, lag_messages=0) for i in range(4)]
-    rows += [
-        follower(T0 + i * 1000, broker_id=2, partition=1, fetch_offset=i, lag_messages=i + 1)
-        for i in range(4)
-    ]
+    rows += [follower(T0 + i * 1000, broker_id=2, partition=1, fetch_offset=i, lag_messages=i + 1) for i in range(4)]
     result = lag_job.follower_status(lag_job.follower_lag(records(spark, rows)), LagJobConfig())
     assertDataFrameEqual(
         result.select("partition", "follower_id", "status", "samples", "lag_messages_last"),
@@ -490,11 +481,7 @@ def test_a_follower_promoted_to_leader_gets_no_status_instead_of_stop(spark: Spa
     # given broker 2 followed until T0+2s, then led the partition until T0+20s
     rows = [follower(T0 + i * 1000, fetch_offset=i, lag_messages=0) for i in range(3)]
     rows += [leader(T0 + i * 1000, broker_id=2, leader_epoch=1) for i in range(3, 21)]
-    rows += [
-        follower(T0 + i * 1000, broker_id=3, leader_id=2, fetch_offset=i, lag_messages=0) for i in range(21)
-    ]
+    rows += [follower(T0 + i * 1000, broker_id=3, leader_id=2, fetch_offset=i, lag_messages=0) for i in range(21)]
     recs = records(spark, rows)
-    result = lag_job.follower_status(
-        lag_job.follower_lag(recs), LagJobConfig(), None, lag_job.partition_records(recs)
-    )
+    result = lag_job.follower_status(lag_job.follower_lag(recs), LagJobConfig(), None, lag_job.partition_records(recs))
     assert result.select("follower_id", "status").collect() == [Row(follower_id=3, status="OK")]

@@ -57,9 +57,7 @@ class RunningSink:
         self.out_dir = out_dir
         self.stats = SinkStats()
         self.stop_event = asyncio.Event()
-        self.task = asyncio.create_task(
-            run_sink(url, out_dir, self.stop_event, stats=self.stats, backoff_max_ms=500)
-        )
+        self.task = asyncio.create_task(run_sink(url, out_dir, self.stop_event, stats=self.stats, backoff_max_ms=500))
 
     async def stop(self) -> None:
         self.stop_event.set()
@@ -119,8 +117,7 @@ async def test_records_travel_from_two_brokers_through_mosquitto_into_files_unch
     providers = [Provider(1), Provider(2)]
     sinks = [MqttSink(mosquitto.url, p.broker_id) for p in providers]
     emitters = [
-        MetricsEmitter(p.broker_id, p.snapshot, [s], interval_ms=20)
-        for p, s in zip(providers, sinks, strict=True)
+        MetricsEmitter(p.broker_id, p.snapshot, [s], interval_ms=20) for p, s in zip(providers, sinks, strict=True)
     ]
 
     # when each has emitted at least 10 intervals and stopped cleanly
@@ -160,9 +157,7 @@ async def test_emitter_and_sink_reconnect_after_mosquitto_restarts_on_the_same_p
         down_at = len(provider.calls)
 
         # then the broker side keeps its interval while Mosquitto is down
-        await wait_until(
-            lambda: len(provider.calls) >= down_at + 10, what="ten intervals while Mosquitto is down"
-        )
+        await wait_until(lambda: len(provider.calls) >= down_at + 10, what="ten intervals while Mosquitto is down")
         down_gaps_s = [b - a for a, b in pairwise(provider.call_monotonic_s[down_at:])]
         assert max(down_gaps_s) < 0.5
         assert not mqtt_sink.connected
@@ -192,9 +187,7 @@ async def test_emitter_and_sink_reconnect_after_mosquitto_restarts_on_the_same_p
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
-async def test_the_sink_skips_invalid_messages_and_keeps_writing(
-    mosquitto: Mosquitto, sink: RunningSink
-) -> None:
+async def test_the_sink_skips_invalid_messages_and_keeps_writing(mosquitto: Mosquitto, sink: RunningSink) -> None:
     # given messages that break the payload format, then a valid one
     valid = MetricsBatch(7, 1234, [{"kind": "broker", "ts_ms": 1234, "broker_id": 7, "RequestsPerSec": 1}])
     async with aiomqtt.Client("127.0.0.1", mosquitto.port) as client:
@@ -208,9 +201,7 @@ async def test_the_sink_skips_invalid_messages_and_keeps_writing(
             await client.publish(topic, payload, qos=1)
 
     # when the sink has handled them, then it counted four invalid, wrote the valid one and kept running
-    await wait_until(
-        lambda: sink.stats.invalid == 4 and sink.stats.messages == 1, what="five messages handled"
-    )
+    await wait_until(lambda: sink.stats.invalid == 4 and sink.stats.messages == 1, what="five messages handled")
     assert not sink.task.done()
     await sink.stop()
     assert read_records(sink.out_dir) == list(valid.records)
@@ -218,9 +209,7 @@ async def test_the_sink_skips_invalid_messages_and_keeps_writing(
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
-async def test_the_sink_command_writes_files_and_exits_cleanly_on_sigterm(
-    mosquitto: Mosquitto, tmp_path: Path
-) -> None:
+async def test_the_sink_command_writes_files_and_exits_cleanly_on_sigterm(mosquitto: Mosquitto, tmp_path: Path) -> None:
     # given the sink running as its own process
     out = tmp_path / "cmd-out"
     process = await asyncio.create_subprocess_exec(
@@ -231,9 +220,7 @@ async def test_the_sink_command_writes_files_and_exits_cleanly_on_sigterm(
         # when a broker publishes until the sink's active file shows its records
         provider = Provider(3)
         async with MetricsEmitter(3, provider.snapshot, [MqttSink(mosquitto.url, 3)], interval_ms=20):
-            await wait_until(
-                lambda: len(read_records(out)) >= 4 if out.exists() else False, what="records on disk"
-            )
+            await wait_until(lambda: len(read_records(out)) >= 4 if out.exists() else False, what="records on disk")
         # and the process is asked to stop
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(20):

@@ -1,0 +1,280 @@
+"""A broker node: everything a broker is, built only from its collaborators.
+
+`BrokerNode(config, time, storage, rng, controller, fetcher_transport)` wires the log manager, replica
+manager, purgatories, fetchers, fetch sessions and request handlers, the controller channel (registration,
+heartbeats, ALTER_PARTITION) and the periodic work (timer reapers, ISR expiration, HW checkpoints,
+retention). It reads no clock, opens no socket and draws no random number except through what it is
+given, so the same class runs inside a broker process (broker_server.py adds the socket server, signals,
+metrics and logging around it) and inside the simulator (sim/, on virtual time, a simulated network and a
+disk that can lose what was never flushed).
+
+Requests come in through `handle(ctx, header, request)`; `start()` begins the periodic work and the
+controller channel; `shutdown()` is the clean stop (controlled shutdown, fetchers stopped, HW checkpoint,
+logs closed with their clean-shutdown marker); `crash()` is what SIGKILL does: every task stops where it
+is and nothing more is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from broker.alter_partition_manager import AlterPartitionManager
+from broker.broker_lifecycle_manager import BrokerLifecycleManager
+from broker.fetch_session import FetchManager, FetchSessionCache
+from broker.kafka_apis import KafkaApis
+from broker.log.log import LogConfig
+from broker.log.storage import OS_STORAGE, Storage
+from broker.log_manager import LogManager
+from broker.metadata_cache import MetadataCache
+from broker.purgatory import DelayedOperationPurgatory
+from broker.replica_manager import ReplicaManager
+from broker.replication_quota import quota_manager_from_kafka_props
+from broker.server import ConnectionContext
+from broker.timer import SystemTimer, TimerReaper
+from fetcher.partition_fetch_state import InitialFetchState
+from fetcher.remote_leader_end_point import RemoteLeaderEndPoint, ibp_tuple
+from fetcher.replica_fetcher import FetcherConfig
+from fetcher.replica_fetcher_manager import ReplicaFetcherManager
+from protocol.codec import Message
+from protocol.messages import RequestHeader, TopicPartition
+from protocol.time import Time
+from protocol.transport import Transport
+
+log = logging.getLogger(__name__)
+
+# Gives each fetcher its own link to leaders (Kafka: one connection per ReplicaFetcherThread).
+FetcherTransportFactory = Callable[[int], Transport]
+
+
+class BrokerNode:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        time: Time,
+        *,
+        controller: Transport | None,
+        controller_id: int,
+        fetcher_transport: FetcherTransportFactory,
+        storage: Storage = OS_STORAGE,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.time = time
+        self.broker_id: int = config["broker.id"]
+        self.log_dir = Path(config["log.dirs"])
+        self.started_ms = time.milliseconds()
+        self.rng = rng if rng is not None else random.Random()
+        self.storage = storage
+        self.controller = controller
+        self.controller_id = controller_id
+        self.fetcher_transport = fetcher_transport
+        ibp_tuple(config["inter.broker.protocol.version"])  # a bad value fails at start, not at first fetch
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._checkpoint_write: asyncio.Future[None] | None = None
+
+        set_keys = {k: v for k, v in config.items() if v is not None}
+        self.log_manager = LogManager(self.log_dir, LogConfig.from_kafka_props(set_keys), time, storage)
+        self.fetch_timer = SystemTimer(time)
+        self.produce_timer = SystemTimer(time)
+        self.fetch_purgatory: DelayedOperationPurgatory[Any] = DelayedOperationPurgatory(
+            "Fetch", self.fetch_timer, purge_interval=config["fetch.purgatory.purge.interval.requests"]
+        )
+        self.produce_purgatory: DelayedOperationPurgatory[Any] = DelayedOperationPurgatory(
+            "Produce", self.produce_timer, purge_interval=config["producer.purgatory.purge.interval.requests"]
+        )
+        self.metadata_cache = MetadataCache(self.broker_id)
+        self.lifecycle: BrokerLifecycleManager | None = None
+        self.alter_partition: AlterPartitionManager | None = None
+
+        self.replica_manager = ReplicaManager(
+            self.broker_id,
+            self.log_manager,
+            time,
+            self.fetch_purgatory,
+            self.produce_purgatory,
+            replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
+            min_insync_replicas=config["min.insync.replicas"],
+        )
+        self.replica_manager.initial_fetch_state_factory = InitialFetchState
+        if self.controller is not None:
+            # Live (unfenced, not shutting down) brokers are exactly those the controller lists.
+            self.replica_manager.is_broker_eligible = lambda b: b in self.metadata_cache.brokers
+        self.fetcher_config = FetcherConfig.from_kafka_props(set_keys)
+        # KIP-73 replication quotas: throttled out-of-sync replicas only (F18 follower side, L13 leader side).
+        self.follower_quota = quota_manager_from_kafka_props(set_keys, "follower", time)
+        self.leader_quota = quota_manager_from_kafka_props(set_keys, "leader", time)
+        self.replica_manager.leader_quota = self.leader_quota
+        self.fetcher_manager = ReplicaFetcherManager(
+            self.broker_id,
+            self.fetcher_config,
+            self.replica_manager,
+            self._leader_end_point,
+            time,
+            quota=self.follower_quota,
+        )
+        self.replica_manager.fetcher_manager = self.fetcher_manager
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(config["max.incremental.fetch.session.cache.slots"], time=time, rng=self.rng), time
+        )
+        self.apis = KafkaApis(
+            self.broker_id,
+            self.replica_manager,
+            self.metadata_cache,
+            self.fetch_manager,
+            time,
+            cluster_secret=config.get("cluster.secret"),
+            forward_to_controller=self._forward_to_controller if self.controller else None,
+        )
+
+    async def handle(self, ctx: ConnectionContext, header: RequestHeader, request: Message) -> Message | None:
+        return await self.apis.handle(ctx, header, request)
+
+    # -- wiring helpers -----------------------------------------------------------------------------
+
+    def _leader_end_point(self, leader_id: int, fetcher_id: int) -> RemoteLeaderEndPoint:
+        return RemoteLeaderEndPoint(
+            leader_id,
+            self.fetcher_transport(fetcher_id),
+            self.broker_id,
+            socket_timeout_ms=self.config["replica.socket.timeout.ms"],
+            inter_broker_protocol_version=self.config["inter.broker.protocol.version"],
+        )
+
+    async def _forward_to_controller(self, request: Any) -> Any:
+        assert self.controller is not None
+        return await self.controller.send(self.controller_id, request, timeout_ms=30000)
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The loop's handler logs it (and a simulation fails the run on it).
+            task.get_loop().call_exception_handler(
+                {"message": f"background task {task.get_name()} failed", "exception": task.exception(), "task": task}
+            )
+
+    def _every(self, period_ms: int, action: Callable[[], object], name: str) -> None:
+        async def loop() -> None:
+            while True:
+                await self.time.sleep(period_ms / 1000.0)
+                try:
+                    action()
+                except Exception:
+                    log.exception("periodic task %s failed", name)
+
+        self._spawn(loop(), name)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self, advertised_host: str, advertised_port: int) -> None:
+        """Start the periodic work and, with a controller, register with it and begin heartbeating."""
+        self.fetch_reaper = TimerReaper(self.fetch_timer, self.time, on_advance=self.fetch_purgatory.maybe_purge)
+        self.produce_reaper = TimerReaper(self.produce_timer, self.time, on_advance=self.produce_purgatory.maybe_purge)
+        await self.fetch_reaper.start()
+        await self.produce_reaper.start()
+        self._every(
+            max(self.config["replica.lag.time.max.ms"] // 2, 10),
+            self.replica_manager.maybe_shrink_isr,
+            "isr-expiration",
+        )
+        self._spawn(self._checkpoint_loop(), "hw-checkpoint")
+        self._every(self.config["log.retention.check.interval.ms"], self.log_manager.cleanup_logs, "log-retention")
+        if self.controller is not None:
+            self.lifecycle = BrokerLifecycleManager(
+                self.broker_id,
+                advertised_host,
+                advertised_port,
+                self.controller,
+                self.controller_id,
+                self.time,
+                heartbeat_interval_ms=self.config["broker.heartbeat.interval.ms"],
+                incarnation_id=f"{self.rng.getrandbits(128):032x}",
+            )
+            self.lifecycle.offline_replicas = self.replica_manager.offline_replicas
+            self.alter_partition = AlterPartitionManager(
+                self.broker_id,
+                self.controller,
+                self.controller_id,
+                lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
+                self.replica_manager.on_isr_committed,
+                self._on_isr_rejected,
+                self.time,
+            )
+            self.replica_manager.isr_sink = self.alter_partition
+            self._spawn(self.lifecycle.run(), "broker-lifecycle")
+            self._spawn(self.alter_partition.run(), "alter-partition")
+
+    async def _checkpoint_loop(self) -> None:
+        """HW checkpoint every replica.high.watermark.checkpoint.interval.ms. The snapshot is taken on the
+        loop; the write (temp file, fsync, rename, fsync dir: 5-12 ms on a busy disk) runs through the
+        storage's blocking runner so it never delays a request or an acks=all completion."""
+        period_s = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000.0
+        failing = False  # a full or read-only disk fails every period: say so once, and again when it heals
+        while True:
+            await self.time.sleep(period_s)
+            snapshot = self.log_manager.high_watermarks()
+            self._checkpoint_write = asyncio.ensure_future(
+                self.storage.run_blocking(functools.partial(self.log_manager.write_high_watermarks, snapshot))
+            )
+            try:
+                await asyncio.shield(self._checkpoint_write)
+            except asyncio.CancelledError:
+                raise
+            except OSError as exc:
+                if not failing:
+                    log.error("high watermark checkpoint failed (reported once until it works again): %s", exc)
+                failing = True
+                continue
+            except Exception:
+                log.exception("high watermark checkpoint failed")
+                continue
+            if failing:
+                log.info("high watermark checkpoint works again")
+                failing = False
+
+    def _on_isr_rejected(self, tp: TopicPartition) -> None:
+        partition = self.replica_manager.partitions.get(tp)
+        if partition is not None:
+            partition.clear_pending_isr()
+
+    async def controlled_shutdown(self) -> None:
+        """Ask the controller to move our leaderships away before stopping (controlled.shutdown.enable)."""
+        if self.lifecycle is not None and self.config["controlled.shutdown.enable"]:
+            moved = await self.lifecycle.controlled_shutdown(self.config["controlled.shutdown.timeout.ms"])
+            log.info("controlled shutdown: leaderships moved away: %s", moved)
+
+    async def stop_tasks(self) -> None:
+        """Stop the fetchers and every periodic task."""
+        await self.fetcher_manager.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.fetch_reaper.stop()
+        await self.produce_reaper.stop()
+
+    async def close(self) -> None:
+        """After `stop_tasks`: close the controller link, finish the HW checkpoint, close the logs cleanly."""
+        if self.controller is not None:
+            await self.controller.close()
+        if self._checkpoint_write is not None:
+            # A periodic write may still run in its thread: let it finish before the final one.
+            with contextlib.suppress(Exception):
+                await self._checkpoint_write
+        self.log_manager.close()
+
+    async def crash(self) -> None:
+        """SIGKILL: every task stops where it is; nothing is flushed, checkpointed or marked clean."""
+        await self.stop_tasks()
+        self.log_manager.abandon()

@@ -1,0 +1,302 @@
+"""The invariants, held after every event: every acknowledgement, every fault, every 10 virtual ms.
+
+The checker reads every live replica directly (it is omniscient; nodes never see it) and keeps what it
+has learned was committed. Checks, by the name a violation reports:
+
+- `acked_write_lost`: an acks=all write the leader acknowledged is not at its offset in the current
+  leader's log (acks=1 writes lost this way are counted as `acks1_lost`, the expected cost of acks=1);
+- `committed_record_changed`: an offset once committed (below a leader's HW, or seen by a consumer)
+  holds another record in the current leader's log, or is gone from it;
+- `record_at_two_offsets`: one record committed at two offsets (producers never resend a value);
+- `hw_above_leo`: a replica's high watermark is past its log end offset;
+- `two_leaders_in_one_epoch`: two brokers led one partition in one leader epoch;
+- `epoch_went_back`: a broker's leader epoch for a partition went down;
+- `isr_member_missing_committed`: a live member of the leader's ISR does not hold, identically, every
+  record below the leader's HW (so replicas in the ISR are identical below the HW);
+- `consumer_went_back` / `consumer_saw_changed_record`: a consumer saw offsets go backwards, or a record
+  at an offset other than the committed one.
+
+Losses are excused, and counted, only where Kafka promises nothing: an unclean election, or every replica
+of the partition having lost unflushed data in crashes since the record was committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from broker.broker_node import BrokerNode
+from protocol.messages import TopicPartition
+from protocol.record_batch import iter_records
+from sim.trace import Trace
+from sim.workload import WriteHistory, record_id
+
+CHECKS = (
+    "acked_write_lost",
+    "committed_record_changed",
+    "record_at_two_offsets",
+    "hw_above_leo",
+    "two_leaders_in_one_epoch",
+    "epoch_went_back",
+    "isr_member_missing_committed",
+    "consumer_went_back",
+    "consumer_saw_changed_record",
+)
+
+
+class Violation(Exception):
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(f"{check}: {message}")
+        self.check = check
+        self.message = message
+
+
+@dataclass
+class _ReplicaView:
+    log: Any
+    truncations: int
+    records: list[bytes | None] = field(default_factory=list)
+
+
+class Checker:
+    def __init__(self, cluster: Any, partitions: list[TopicPartition], history: WriteHistory, trace: Trace) -> None:
+        self.cluster = cluster
+        self.partitions = partitions
+        self.history = history
+        self.trace = trace
+        self.committed: dict[TopicPartition, dict[int, bytes]] = {tp: {} for tp in partitions}
+        self.offset_of: dict[bytes, tuple[TopicPartition, int]] = {}
+        self.epoch_leader: dict[tuple[TopicPartition, int], int] = {}
+        self.last_epoch: dict[tuple[int, TopicPartition], int] = {}
+        self.leader_seen: dict[TopicPartition, tuple[int, int, tuple[int, ...]]] = {}
+        self.consumer_pos: dict[tuple[int, TopicPartition], int] = {}
+        self.lossy_crashes: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
+        self._views: dict[tuple[int, TopicPartition], _ReplicaView] = {}
+        self.pending_acks: dict[TopicPartition, dict[bytes, tuple[int, int]]] = {tp: {} for tp in partitions}
+        self._leader_key: dict[TopicPartition, tuple[int, int, int, int]] = {}
+        self._commit_cursor: dict[TopicPartition, int] = {}
+        self._isr_verified: dict[tuple[int, TopicPartition], tuple[int, Any]] = {}
+        self.checks_run = 0
+        self.acks1_lost = 0
+        self.excused_losses = 0
+
+    # -- reading replicas --------------------------------------------------------------------------
+
+    def records(self, broker_id: int, tp: TopicPartition, log: Any) -> list[bytes | None]:
+        """The record ids of a replica's log by offset (None below its log start), read incrementally."""
+        key = (broker_id, tp)
+        view = self._views.get(key)
+        if view is None or view.log is not log or view.truncations != log.truncations:
+            view = self._views[key] = _ReplicaView(log, log.truncations)
+        leo = log.log_end_offset
+        have = len(view.records)
+        if leo > have:
+            start = max(have, log.log_start_offset)
+            view.records.extend([None] * (start - have))
+            data = log.read(start, 1 << 30)
+            for record in iter_records(data):
+                if record.offset >= len(view.records):
+                    view.records.append(record_id(record.value))
+        return view.records
+
+    def on_power_loss(self, broker_id: int) -> None:
+        for tp in self.partitions:
+            self.lossy_crashes[tp].add(broker_id)
+
+    # -- checks ------------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        self.checks_run += 1
+        brokers: dict[int, BrokerNode] = self.cluster.brokers
+        controller = self.cluster.controller
+        for tp in self.partitions:
+            replicas = []
+            for b in sorted(brokers):
+                partition = brokers[b].replica_manager.partitions.get(tp)
+                if partition is None or getattr(partition.log, "offline_reason", None) is not None:
+                    continue
+                replicas.append((b, partition))
+            leaders: list[tuple[int, int]] = []
+            for b, p in replicas:
+                log = p.log
+                hw, leo = log.high_watermark, log.log_end_offset
+                if hw > leo:
+                    self.fail("hw_above_leo", f"{tp} on broker {b}: HW {hw} > LEO {leo}")
+                epoch = p.leader_epoch
+                previous = self.last_epoch.get((b, tp))
+                if previous is not None and epoch < previous:
+                    self.fail("epoch_went_back", f"{tp} on broker {b}: leader epoch {previous} -> {epoch}")
+                self.last_epoch[(b, tp)] = epoch
+                if p.is_leader:
+                    owner = self.epoch_leader.setdefault((tp, epoch), b)
+                    if owner != b:
+                        self.fail("two_leaders_in_one_epoch", f"{tp} epoch {epoch}: brokers {owner} and {b}")
+                    leaders.append((epoch, b))
+            if not leaders:
+                continue
+            epoch, leader = max(leaders)
+            if controller is not None:
+                state = controller.controller.image.partitions.get(tp)
+                if state is not None and (state.leader != leader or state.leader_epoch != epoch):
+                    continue  # a zombie or a leader the controller has already replaced: not authoritative
+            partition = dict(replicas)[leader]
+            self._check_leader(tp, leader, epoch, partition, dict(replicas))
+
+    def _check_leader(
+        self, tp: TopicPartition, leader: int, epoch: int, partition: Any, replicas: dict[int, Any]
+    ) -> None:
+        log = partition.log
+        leader_records = self.records(leader, tp, log)
+        isr = tuple(sorted(partition.isr))
+        if self.leader_seen.get(tp) != (leader, epoch, isr):
+            self.leader_seen[tp] = (leader, epoch, isr)
+            self.trace.event(
+                leader, "leader", tp=str(tp), epoch=epoch, isr=list(isr), hw=log.high_watermark, leo=log.log_end_offset
+            )
+        committed = self.committed[tp]
+        leader_view = self._views[(leader, tp)]
+        key = (leader, epoch, id(leader_view), leader_view.truncations)
+        if self._leader_key.get(tp) != key:
+            # A new leader, or its log was cut back: everything committed must still be there, unchanged.
+            self._leader_key[tp] = key
+            self._isr_verified = {k: v for k, v in self._isr_verified.items() if k[1] != tp}
+            for offset, rid in committed.items():
+                if self._hold(tp, leader, epoch, leader_records, offset, rid):
+                    return
+        hw = log.high_watermark
+        for offset in range(self._commit_cursor.get(tp, 0), min(hw, len(leader_records))):
+            found = leader_records[offset]
+            if found is None:
+                continue
+            if offset in committed:
+                if self._hold(tp, leader, epoch, leader_records, offset, committed[offset]):
+                    return
+            else:
+                self._commit(tp, offset, found)
+        self._commit_cursor[tp] = max(self._commit_cursor.get(tp, 0), min(hw, len(leader_records)))
+        # Acknowledged writes of this partition not yet seen committed.
+        pending = self.pending_acks[tp]
+        for rid, (offset, acks) in list(pending.items()):
+            have = leader_records[offset] if offset < len(leader_records) else None
+            if have == rid:
+                if offset < hw:
+                    del pending[rid]
+                continue
+            del pending[rid]
+            if acks != -1:
+                self.acks1_lost += 1
+                self.trace.event(leader, "acks1-write-lost", tp=str(tp), id=rid.decode(), offset=offset)
+                continue
+            if self._excused(tp, f"acked {rid!r} gone from leader {leader}"):
+                return
+            self.fail(
+                "acked_write_lost",
+                f"{tp}: {rid.decode()} was acknowledged at offset {offset} but leader {leader} (epoch {epoch}) "
+                f"has {have.decode() if have else 'nothing'} there",
+            )
+        # Every live ISR member holds every committed record, identically (checked from where it last was).
+        upto = min(hw, len(leader_records))
+        for member in isr:
+            if member == leader or member not in replicas:
+                continue
+            member_records = self.records(member, tp, replicas[member].log)
+            member_view = self._views[(member, tp)]
+            mkey = (member, tp)
+            start, seen_key = self._isr_verified.get(mkey, (0, None))
+            if seen_key != (id(member_view), member_view.truncations):
+                start = 0
+            for offset in range(start, upto):
+                if offset >= len(member_records) or member_records[offset] != leader_records[offset]:
+                    self.fail(
+                        "isr_member_missing_committed",
+                        f"{tp}: ISR member {member} differs from leader {leader} (epoch {epoch}) at offset "
+                        f"{offset} below the HW {hw} (member LEO {len(member_records)})",
+                    )
+            self._isr_verified[mkey] = (max(start, upto), (id(member_view), member_view.truncations))
+
+    def _hold(
+        self, tp: TopicPartition, leader: int, epoch: int, records: list[bytes | None], offset: int, rid: bytes
+    ) -> bool:
+        """Check the leader still holds committed `rid` at `offset`; True when a loss was excused."""
+        have = records[offset] if offset < len(records) else None
+        if have == rid:
+            return False
+        if self._excused(tp, f"committed offset {offset} ({rid!r}) gone from leader {leader}"):
+            return True
+        self.fail(
+            "committed_record_changed",
+            f"{tp} offset {offset}: committed {rid.decode()} but leader {leader} (epoch {epoch}) has "
+            f"{have.decode() if have else 'nothing'}",
+        )
+
+    def on_ack(self, rid: bytes, tp: TopicPartition, offset: int, acks: int) -> None:
+        self.pending_acks[tp][rid] = (offset, acks)
+        self.check()
+
+    def _commit(self, tp: TopicPartition, offset: int, rid: bytes) -> None:
+        where = self.offset_of.get(rid)
+        if where is not None and where != (tp, offset):
+            self.fail("record_at_two_offsets", f"{rid.decode()} committed at {where[0]}@{where[1]} and {tp}@{offset}")
+        self.offset_of[rid] = (tp, offset)
+        self.committed[tp][offset] = rid
+
+    def _excused(self, tp: TopicPartition, what: str) -> bool:
+        """A loss Kafka allows: forget what tp had committed and go on from the current leader's log."""
+        replicas = set(self._assignment(tp))
+        all_lost_power = bool(replicas) and replicas <= self.lossy_crashes[tp]
+        if not (self.cluster.options.unclean_leader_election or all_lost_power):
+            return False
+        self.excused_losses += 1
+        self.trace.event("checker", "excused-loss", tp=str(tp), what=what, unclean=not all_lost_power)
+        self.pending_acks[tp].clear()
+        for rid in self.committed[tp].values():
+            self.offset_of.pop(rid, None)
+        self.committed[tp] = {}
+        self._commit_cursor[tp] = 0
+        self._leader_key.pop(tp, None)
+        self.lossy_crashes[tp] = set()
+        return True
+
+    def _assignment(self, tp: TopicPartition) -> tuple[int, ...]:
+        controller = self.cluster.controller
+        if controller is not None:
+            state = controller.controller.image.partitions.get(tp)
+            if state is not None:
+                return tuple(state.replicas)
+        return tuple(self.cluster.broker_ids)
+
+    def on_consumed(self, consumer: int, tp: TopicPartition, offset: int, rid: bytes, hw: int) -> None:
+        last = self.consumer_pos.get((consumer, tp), -1)
+        if offset <= last:
+            self.fail("consumer_went_back", f"consumer {consumer} on {tp}: offset {offset} after {last}")
+        self.consumer_pos[(consumer, tp)] = offset
+        committed = self.committed[tp].get(offset)
+        if committed is not None and committed != rid:
+            self.fail(
+                "consumer_saw_changed_record",
+                f"consumer {consumer} read {rid.decode()} at {tp}@{offset}, committed is {committed.decode()}",
+            )
+        if committed is None:
+            self._commit(tp, offset, rid)
+
+    def fail(self, check: str, message: str) -> NoReturn:
+        self.trace.event("checker", "violation", check=check, message=message)
+        raise Violation(check, message)
+
+    def replica_table(self) -> list[dict[str, Any]]:
+        """Per replica: role, epoch, HW, LEO and ISR, for the timeline of a violation."""
+        rows = []
+        for b, node in sorted(self.cluster.brokers.items()):
+            for tp, p in sorted(node.replica_manager.partitions.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
+                rows.append(
+                    {
+                        "broker": b,
+                        "tp": str(tp),
+                        "role": "leader" if p.is_leader else "follower",
+                        "epoch": p.leader_epoch,
+                        "hw": p.log.high_watermark,
+                        "leo": p.log.log_end_offset,
+                        "isr": sorted(p.isr) if p.is_leader else None,
+                    }
+                )
+        return rows

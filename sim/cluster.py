@@ -1,0 +1,215 @@
+"""A cluster in one process: the real `ControllerNode` and `BrokerNode`s on a `SimNetwork` and `SimDisk`s.
+
+Node ids: the controller is 3000 (its default `node.id`), brokers are 1..N, producers 1001.., consumers
+2001... Each broker's directory lives under the run's root; a kill discards the node object (its
+in-memory state is gone), optionally drops what its disk never flushed, and a restart builds a new node
+from the same directory, which recovers it as after a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker.broker_node import BrokerNode
+from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG
+from cluster.controller_node import ControllerNode
+from protocol.time import Time
+from sim.disk import SimDisk
+from sim.loop import LoopTime
+from sim.network import SimNetwork, SimTransport
+from sim.trace import Trace
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_ID = 3000
+
+# inter.broker.protocol.version for each legacy switch (Kafka's IBP gates for the same behaviour).
+TRUNCATION_IBP = {"epoch": "3.0", "hw": "0.10.2"}
+EPOCH_REPLY_IBP = {"kip279": "3.0", "kip101": "1.1"}
+
+
+@dataclass
+class SimOptions:
+    brokers: int = 3
+    topics: int = 1
+    partitions: int = 6
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+    acks: int = -1
+    producers: int = 2
+    rate: float = 50.0  # PRODUCE requests per virtual second, per producer
+    record_bytes: int = 64
+    consumers: int = 1
+    duration_s: float = 30.0
+    faults: tuple[str, ...] = ()
+    fault_rate: float = 0.3  # faults per virtual second
+    crash_loses_unflushed: bool = False
+    truncation: str = "epoch"  # "hw": truncate to the HW on becoming a follower (before KIP-101)
+    epoch_reply: str = "kip279"  # "kip101": OffsetsForLeaderEpoch answers without an epoch (before KIP-279)
+    unclean_leader_election: bool = False
+    broker_overrides: dict[str, Any] = field(default_factory=dict)
+
+    def inter_broker_protocol_version(self) -> str:
+        if self.truncation == "hw":
+            return TRUNCATION_IBP["hw"]
+        return EPOCH_REPLY_IBP[self.epoch_reply]
+
+
+class PausableTime(LoopTime):
+    """A node's clock: a paused node's sleepers wake only once it resumes (SIGSTOP freezes its timers)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, resumed: asyncio.Event) -> None:
+        super().__init__(loop)
+        self._resumed = resumed
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        if not self._resumed.is_set():
+            await self._resumed.wait()
+
+
+class SimCluster:
+    def __init__(self, root: Path, options: SimOptions, rng: random.Random, trace: Trace) -> None:
+        self.root = root
+        self.options = options
+        self.rng = rng
+        self.trace = trace
+        loop = asyncio.get_running_loop()
+        self.time: Time = LoopTime(loop)
+        self.network = SimNetwork(random.Random(rng.getrandbits(64)))
+        self.controller: ControllerNode | None = None
+        self.brokers: dict[int, BrokerNode] = {}
+        self.disks = {b: SimDisk() for b in self.broker_ids}
+        self.restarts = {b: 0 for b in self.broker_ids}
+        self.power_lost: dict[int, int] = {}  # broker -> bytes lost at its last crash
+        self.on_power_loss: Callable[[int], None] = lambda broker_id: None
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return list(range(1, self.options.brokers + 1))
+
+    def broker_dir(self, broker_id: int) -> Path:
+        return self.root / f"broker-{broker_id}"
+
+    def live_brokers(self) -> dict[int, BrokerNode]:
+        return dict(self.brokers)
+
+    # -- controller --------------------------------------------------------------------------------
+
+    def _controller_config(self) -> dict[str, Any]:
+        o = self.options
+        return CONTROLLER_CONFIG.resolve(
+            {
+                "node.id": CONTROLLER_ID,
+                "metadata.log.dir": str(self.root / "controller"),
+                "min.insync.replicas": o.min_insync_replicas,
+                "unclean.leader.election.enable": o.unclean_leader_election,
+                "broker.session.timeout.ms": 6000,
+                "broker.heartbeat.interval.ms": 1000,
+            }
+        )
+
+    async def start_controller(self) -> None:
+        node = ControllerNode(
+            self._controller_config(),
+            PausableTime(asyncio.get_running_loop(), self.network.node(CONTROLLER_ID).resumed),
+            SimTransport(self.network, CONTROLLER_ID, timeout_ms=5000),
+        )
+        self.controller = node
+        self.network.bring_up(CONTROLLER_ID, node.handle)
+        node.start()
+        self.trace.event(CONTROLLER_ID, "start", epoch=node.controller_epoch)
+
+    async def kill_controller(self) -> None:
+        if self.controller is None:
+            return
+        self.network.take_down(CONTROLLER_ID)
+        await self.controller.stop()
+        self.controller = None
+        self.trace.event(CONTROLLER_ID, "kill")
+
+    # -- brokers -----------------------------------------------------------------------------------
+
+    def _broker_config(self, broker_id: int) -> dict[str, Any]:
+        o = self.options
+        values: dict[str, Any] = {
+            "broker.id": broker_id,
+            "log.dirs": str(self.broker_dir(broker_id)),
+            "min.insync.replicas": o.min_insync_replicas,
+            "replica.lag.time.max.ms": 5000,
+            "replica.socket.timeout.ms": 5000,
+            "replica.fetch.backoff.ms": 200,
+            "broker.heartbeat.interval.ms": 1000,
+            "controlled.shutdown.timeout.ms": 5000,
+            "inter.broker.protocol.version": o.inter_broker_protocol_version(),
+            "metrics.interval.ms": 0,
+        }
+        values.update(o.broker_overrides)
+        known = {k: v for k, v in values.items() if k in BROKER_CONFIG.keys}
+        return BROKER_CONFIG.resolve(known)
+
+    async def start_broker(self, broker_id: int) -> BrokerNode:
+        loop = asyncio.get_running_loop()
+        net_node = self.network.node(broker_id)
+        time = PausableTime(loop, net_node.resumed)
+        config = self._broker_config(broker_id)
+        timeout = config["replica.socket.timeout.ms"]
+        node = BrokerNode(
+            config,
+            time,
+            controller=SimTransport(self.network, broker_id, timeout_ms=5000),
+            controller_id=CONTROLLER_ID,
+            fetcher_transport=lambda _fetcher_id: SimTransport(self.network, broker_id, timeout_ms=timeout),
+            storage=self.disks[broker_id],
+            rng=random.Random(self.rng.getrandbits(64)),
+        )
+        self.brokers[broker_id] = node
+        self.network.bring_up(broker_id, node.handle)
+        await node.start("sim", broker_id)
+        self.trace.event(broker_id, "start")
+        return node
+
+    async def kill_broker(self, broker_id: int, loses_unflushed: bool | None = None) -> None:
+        node = self.brokers.pop(broker_id, None)
+        if node is None:
+            return
+        self.network.take_down(broker_id)
+        await node.crash()
+        lose = self.options.crash_loses_unflushed if loses_unflushed is None else loses_unflushed
+        lost = self.disks[broker_id].crash(self.broker_dir(broker_id), lose)
+        if lose:
+            self.power_lost[broker_id] = lost
+            self.on_power_loss(broker_id)
+        self.trace.event(broker_id, "kill", unflushed_bytes_lost=lost)
+
+    async def stop_broker(self, broker_id: int) -> None:
+        """A clean stop (SIGTERM): controlled shutdown, then everything flushed and closed."""
+        node = self.brokers.get(broker_id)
+        if node is None:
+            return
+        await node.controlled_shutdown()
+        self.brokers.pop(broker_id, None)
+        self.network.take_down(broker_id)
+        await node.stop_tasks()
+        await node.close()
+        self.trace.event(broker_id, "stop")
+
+    async def restart_broker(self, broker_id: int) -> None:
+        self.restarts[broker_id] += 1
+        await self.start_broker(broker_id)
+
+    async def close(self) -> None:
+        for broker_id in list(self.brokers):
+            node = self.brokers.pop(broker_id)
+            self.network.take_down(broker_id)
+            await node.crash()
+        if self.controller is not None:
+            self.network.take_down(CONTROLLER_ID)
+            await self.controller.stop()
+            self.controller = None

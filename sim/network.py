@@ -1,0 +1,197 @@
+"""The simulated network: nodes addressed by id, with per-link delay, loss and cuts, all seeded.
+
+How this works
+--------------
+Every node (controller, brokers, clients) sends through a `SimTransport`, the same `Transport` interface
+the TCP implementation has. A request is copied through the wire codec (so no object is shared between
+nodes), waits its link's delay, and is handled by the destination node in a task of its own; the
+response travels back the same way. Links keep FIFO order, as a TCP connection does.
+
+Faults, all decided by the seeded random source or by an explicit schedule:
+- a node that is down refuses connections at once (ConnectionRefusedError), and a node that dies while
+  handling a request resets it (ConnectionResetError);
+- a cut link (`cut(a, b)`, one-way) and a dropped message both leave the sender waiting until its timeout,
+  as a silently lost packet does;
+- a paused node (SIGSTOP) neither handles nor sends: requests to it queue until it resumes, when they may
+  long have timed out on the sender's side;
+- `delay(a, b, ms, jitter_ms)` and `drop(a, b, p)` shape one link; `slow(node, ms)` adds a stall before
+  each request the node handles (a slow disk under a broker that writes on its request path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.server import ConnectionContext
+from protocol.codec import Message, from_wire, packb, to_wire, unpackb
+from protocol.messages import RequestHeader
+
+Handler = Callable[[ConnectionContext, RequestHeader, Message], Awaitable[Message | None]]
+DEFAULT_TIMEOUT_MS = 30000
+
+
+def _copy(message: Message) -> Message:
+    """The message as the receiver would decode it from the wire."""
+    return from_wire(type(message), unpackb(packb(to_wire(message))))
+
+
+@dataclass
+class SimNode:
+    node_id: int
+    handler: Handler | None = None
+    up: bool = False
+    incarnation: int = 0
+    resumed: asyncio.Event = field(default_factory=asyncio.Event)  # set while not paused
+    slow_ms: float = 0.0
+    inflight: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.resumed.set()
+
+
+@dataclass
+class LinkShape:
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    drop: float = 0.0
+
+
+class SimNetwork:
+    def __init__(self, rng: random.Random, base_delay_ms: float = 0.2, base_jitter_ms: float = 0.3) -> None:
+        self.rng = rng
+        self.nodes: dict[int, SimNode] = {}
+        self.cuts: dict[tuple[int, int], int] = {}  # (from, to) -> faults cutting it: messages are lost
+        self.shapes: dict[tuple[int, int], LinkShape] = {}
+        self.base = LinkShape(base_delay_ms, base_jitter_ms)
+        self._link_clock: dict[tuple[int, int], float] = {}
+        self._correlation = 0
+        self.messages = 0
+
+    # -- nodes -------------------------------------------------------------------------------------
+
+    def node(self, node_id: int) -> SimNode:
+        node = self.nodes.get(node_id)
+        if node is None:
+            node = self.nodes[node_id] = SimNode(node_id)
+        return node
+
+    def bring_up(self, node_id: int, handler: Handler | None) -> None:
+        node = self.node(node_id)
+        node.handler = handler
+        node.up = True
+        node.incarnation += 1
+        node.resumed.set()
+
+    def take_down(self, node_id: int) -> None:
+        """The process is gone: its in-flight handlers die with it; its peers see resets."""
+        node = self.node(node_id)
+        node.up = False
+        node.handler = None
+        node.incarnation += 1
+        node.resumed.set()
+        for task in list(node.inflight):
+            task.cancel()
+
+    def pause(self, node_id: int) -> None:
+        self.node(node_id).resumed.clear()
+
+    def resume(self, node_id: int) -> None:
+        self.node(node_id).resumed.set()
+
+    def is_paused(self, node_id: int) -> bool:
+        return not self.node(node_id).resumed.is_set()
+
+    # -- links -------------------------------------------------------------------------------------
+
+    def cut(self, a: int, b: int) -> None:
+        self.cuts[(a, b)] = self.cuts.get((a, b), 0) + 1
+
+    def uncut(self, a: int, b: int) -> None:
+        left = self.cuts.get((a, b), 0) - 1
+        if left > 0:
+            self.cuts[(a, b)] = left
+        else:
+            self.cuts.pop((a, b), None)
+
+    def heal(self) -> None:
+        """Every link whole and unshaped, every node running."""
+        self.cuts.clear()
+        self.shapes.clear()
+        for node in self.nodes.values():
+            node.slow_ms = 0.0
+            node.resumed.set()
+
+    def shape(self, a: int, b: int) -> LinkShape:
+        return self.shapes.get((a, b), self.base)
+
+    async def _travel(self, src: int, dst: int) -> bool:
+        """Wait the link's delay; False when the message is lost (cut or dropped)."""
+        if (src, dst) in self.cuts:
+            return False
+        shape = self.shape(src, dst)
+        if shape.drop and self.rng.random() < shape.drop:
+            return False
+        loop = asyncio.get_running_loop()
+        delay_s = (shape.delay_ms + self.rng.random() * shape.jitter_ms) / 1000.0
+        at = max(loop.time() + delay_s, self._link_clock.get((src, dst), 0.0))  # FIFO per link
+        self._link_clock[(src, dst)] = at
+        await asyncio.sleep(at - loop.time())
+        return (src, dst) not in self.cuts  # a cut made while in flight loses it too
+
+    # -- delivery ----------------------------------------------------------------------------------
+
+    async def request(self, src: int, dst: int, request: Message) -> Message | None:
+        sender = self.node(src)
+        await sender.resumed.wait()
+        target = self.nodes.get(dst)
+        if target is None or not target.up:
+            raise ConnectionRefusedError(f"node {dst} is down")
+        self.messages += 1
+        if not await self._travel(src, dst):
+            await asyncio.Future()  # lost: the sender's timeout ends this
+        await target.resumed.wait()  # a paused node reads nothing
+        if target.slow_ms:
+            await asyncio.sleep(target.slow_ms / 1000.0)
+        handler = target.handler
+        if not target.up or handler is None:
+            raise ConnectionResetError(f"node {dst} died")
+        incarnation = target.incarnation
+        self._correlation += 1
+        header = RequestHeader(0, 0, self._correlation, f"node-{src}")
+        ctx = ConnectionContext(self._correlation, f"node-{src}", authenticated=True)
+        # The handler runs in a task of its own: a sender that gives up (its timeout) does not stop the
+        # work, as a closed connection does not stop a request a broker is already handling.
+        task = asyncio.ensure_future(handler(ctx, header, _copy(request)))
+        target.inflight.add(task)
+        task.add_done_callback(target.inflight.discard)
+        await asyncio.wait({task})
+        if task.cancelled() or target.incarnation != incarnation:
+            raise ConnectionResetError(f"node {dst} died while handling the request")
+        response = task.result()
+        await target.resumed.wait()  # a paused node sends nothing either
+        if response is None:
+            return None
+        if not await self._travel(dst, src):
+            await asyncio.Future()
+        await sender.resumed.wait()
+        return _copy(response)
+
+
+class SimTransport:
+    """The `Transport` of one node on a `SimNetwork`."""
+
+    def __init__(self, network: SimNetwork, node_id: int, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        self.network = network
+        self.node_id = node_id
+        self.timeout_ms = timeout_ms
+
+    async def send(self, node_id: int, request: Message, timeout_ms: int | None = None) -> Any:
+        timeout_s = (self.timeout_ms if timeout_ms is None else timeout_ms) / 1000.0
+        return await asyncio.wait_for(self.network.request(self.node_id, node_id, request), timeout_s)
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,286 @@
+"""One simulated run: build the cluster, run the workload under faults, check after every event.
+
+`run_seed(seed, options)` returns a `RunResult`; the same seed and options (and schedule, when one is
+given) give the same trace hash. The run has three phases on virtual time: start (controller, brokers,
+topics, every partition led), load (producers, consumers and faults for `duration_s`), and settle (faults
+undone, dead brokers restarted, then up to 30 s for every replica to rejoin the ISR and catch up, with
+the checks still running). The first violation ends the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import shutil
+import tempfile
+import time as wall
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
+from sim.checker import Checker, Violation
+from sim.cluster import CONTROLLER_ID, SimCluster, SimOptions
+from sim.faults import Fault, FaultInjector, generate
+from sim.loop import VirtualTimeLoop
+from sim.network import SimTransport
+from sim.trace import Trace
+from sim.workload import Consumer, Producer, WriteHistory
+
+ADMIN_ID = 999
+CHECK_INTERVAL_S = 0.01
+SETTLE_MAX_S = 30.0
+
+
+@dataclass
+class RunResult:
+    seed: int
+    trace_hash: str
+    events: int
+    virtual_s: float
+    wall_s: float
+    schedule: list[Fault]
+    violation: Violation | None = None
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    replicas: list[dict[str, Any]] = field(default_factory=list)
+    faults_injected: dict[str, int] = field(default_factory=dict)
+    acked: int = 0
+    failed: int = 0
+    indeterminate: int = 0
+    acks1_lost: int = 0
+    excused_losses: int = 0
+    consumed: int = 0
+    converged: bool = False
+    messages: int = 0
+    trace_lines: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "ok": self.ok,
+            "check": self.violation.check if self.violation else None,
+            "message": self.violation.message if self.violation else None,
+            "trace_hash": self.trace_hash,
+            "events": self.events,
+            "virtual_s": round(self.virtual_s, 3),
+            "wall_s": round(self.wall_s, 3),
+            "faults": self.faults_injected,
+            "acked": self.acked,
+            "failed": self.failed,
+            "indeterminate": self.indeterminate,
+            "acks1_lost": self.acks1_lost,
+            "excused_losses": self.excused_losses,
+            "consumed": self.consumed,
+            "converged": self.converged,
+        }
+
+
+def _scratch_dir() -> Path:
+    shm = Path("/dev/shm")
+    return Path(tempfile.mkdtemp(prefix="minibroker-sim-", dir=shm if shm.is_dir() else None)).resolve()
+
+
+def run_seed(
+    seed: int, options: SimOptions, schedule: list[Fault] | None = None, keep_trace: bool = False
+) -> RunResult:
+    """Run one seed on a fresh virtual-time loop (in this thread) and return what happened."""
+    started = wall.perf_counter()
+    loop = VirtualTimeLoop()
+    root = _scratch_dir()
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)  # the nodes' own logs are noise here; the trace says what happened
+    try:
+        result = loop.run_until_complete(_run(seed, options, schedule, root, keep_trace))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        logging.disable(previous)
+        loop.close()
+        shutil.rmtree(root, ignore_errors=True)
+    result.wall_s = wall.perf_counter() - started
+    return result
+
+
+async def _run(seed: int, options: SimOptions, schedule: list[Fault] | None, root: Path, keep_trace: bool) -> RunResult:
+    rng = random.Random(seed)
+    fault_rng = random.Random(f"faults-{seed}")  # its own stream: removing faults leaves the workload alone
+    trace = Trace(keep=keep_trace)
+    cluster = SimCluster(root, options, random.Random(rng.getrandbits(64)), trace)
+    if schedule is None:
+        schedule = generate(fault_rng, options.faults, options.fault_rate, options.duration_s, cluster.broker_ids)
+    result = RunResult(seed, "", 0, 0.0, 0.0, schedule)
+    partitions = [TopicPartition(f"t{i}", p) for i in range(options.topics) for p in range(options.partitions)]
+    history = WriteHistory()
+    checker = Checker(cluster, partitions, history, trace)
+    failure: asyncio.Future[Violation] = asyncio.get_running_loop().create_future()
+    injector = FaultInjector(cluster, checker.check)
+    tasks: list[asyncio.Task[Any]] = []
+
+    def guarded(coro: Any) -> asyncio.Task[Any]:
+        async def run() -> None:
+            try:
+                await coro
+            except Violation as v:
+                if not failure.done():
+                    failure.set_result(v)
+
+        task = asyncio.ensure_future(run())
+        tasks.append(task)
+        return task
+
+    async def scenario() -> None:
+        await cluster.start_controller()
+        for broker in cluster.broker_ids:
+            await cluster.start_broker(broker)
+        assert cluster.controller is not None
+        image = cluster.controller.controller.image
+        await wait_until(lambda: sum(1 for b in image.brokers.values() if b.is_active) == options.brokers, 30.0)
+        await create_topics(cluster, options)
+        await wait_until(lambda: all_led(cluster, partitions), 30.0)
+        trace.event("sim", "load", faults=len(schedule))
+        loop = asyncio.get_running_loop()
+        until = loop.time() + options.duration_s
+        offset_s = loop.time()
+        shifted = [
+            Fault(f.at_ms + int(offset_s * 1000), f.kind, f.duration_ms, f.nodes, f.one_way, f.amount) for f in schedule
+        ]
+        brokers = cluster.broker_ids
+        producers = [
+            Producer(
+                1001 + i,
+                cluster.network,
+                cluster.time,
+                random.Random(rng.getrandbits(64)),
+                partitions,
+                brokers,
+                history,
+                trace,
+                acks=options.acks,
+                rate=options.rate,
+                record_bytes=options.record_bytes,
+                on_ack=checker.on_ack,
+            )
+            for i in range(options.producers)
+        ]
+        consumers = [
+            Consumer(
+                2001 + i, cluster.network, random.Random(rng.getrandbits(64)), partitions, brokers, checker.on_consumed
+            )
+            for i in range(options.consumers)
+        ]
+        load = [guarded(p.run(until)) for p in producers]
+        consumer_tasks = [guarded(c.run(until + SETTLE_MAX_S)) for c in consumers]
+        faults = guarded(injector.run(shifted))
+        await asyncio.gather(*load, faults)
+        # Settle: undo everything, restart the dead, let replicas catch up.
+        trace.event("sim", "settle")
+        cluster.network.heal()
+        for broker in cluster.broker_ids:
+            if broker not in cluster.brokers:
+                await cluster.restart_broker(broker)
+        checker.check()
+        result.converged = await wait_until(lambda: converged(cluster, partitions), SETTLE_MAX_S)
+        checker.check()
+        for task in consumer_tasks:
+            task.cancel()
+        result.consumed = sum(c.consumed for c in consumers)
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL_S)
+            checker.check()
+
+    def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # A node's task died of an exception nobody handled: a bug, reported like a broken invariant.
+        exc = context.get("exception")
+        what = f"{type(exc).__name__}: {exc}" if exc is not None else str(context.get("message"))
+        trace.event("sim", "unhandled-exception", what=what)
+        if not failure.done():
+            failure.set_result(Violation("unhandled_exception", what))
+
+    asyncio.get_running_loop().set_exception_handler(on_loop_error)
+    cluster.on_power_loss = checker.on_power_loss
+    main = guarded(scenario())
+    guarded(ticker())
+    await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
+    if failure.done():
+        result.violation = failure.result()
+        result.timeline = list(trace.recent[-80:])
+        result.replicas = checker.replica_table()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await cluster.close()
+    if not failure.done() and main.done() and not main.cancelled() and main.exception() is not None:
+        raise main.exception()  # type: ignore[misc]
+    loop = asyncio.get_running_loop()
+    result.virtual_s = loop.time()
+    result.trace_hash = trace.digest
+    result.events = trace.count
+    result.trace_lines = trace.lines
+    result.faults_injected = dict(sorted(injector.injected.items()))
+    result.acked = len(history.acked)
+    result.failed = history.failed
+    result.indeterminate = history.indeterminate
+    result.acks1_lost = checker.acks1_lost
+    result.excused_losses = checker.excused_losses
+    result.messages = cluster.network.messages
+    return result
+
+
+async def create_topics(cluster: SimCluster, options: SimOptions) -> None:
+    admin = SimTransport(cluster.network, ADMIN_ID)
+    configs = {"min.insync.replicas": str(options.min_insync_replicas)}
+    if options.unclean_leader_election:
+        configs["unclean.leader.election.enable"] = "true"
+    request = CreateTopicsRequest(
+        [
+            CreatableTopic(f"t{i}", options.partitions, options.replication_factor, configs)
+            for i in range(options.topics)
+        ]
+    )
+    response = await admin.send(CONTROLLER_ID, request, 5000)
+    for topic in response.topics:
+        if topic.error_code:
+            raise RuntimeError(f"CREATE_TOPICS failed for {topic.name}: {topic.error_message}")
+
+
+def all_led(cluster: SimCluster, partitions: list[TopicPartition]) -> bool:
+    for tp in partitions:
+        if not any(
+            (p := node.replica_manager.partitions.get(tp)) is not None and p.is_leader
+            for node in cluster.brokers.values()
+        ):
+            return False
+    return True
+
+
+def converged(cluster: SimCluster, partitions: list[TopicPartition]) -> bool:
+    """Every partition led, its ISR the full assignment, every replica's LEO and HW equal the leader's."""
+    for tp in partitions:
+        replicas = [(b, n.replica_manager.partitions.get(tp)) for b, n in cluster.brokers.items()]
+        present = [(b, p) for b, p in replicas if p is not None]
+        leaders = [p for _, p in present if p.is_leader]
+        if len(leaders) != 1:
+            return False
+        leader = leaders[0]
+        if set(leader.isr) != set(leader.assignment):
+            return False
+        for _, p in present:
+            if p.log.log_end_offset != leader.log.log_end_offset or p.log.high_watermark != leader.log.high_watermark:
+                return False
+    return True
+
+
+async def wait_until(condition: Any, timeout_s: float, step_s: float = 0.05) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        if condition():
+            return True
+        await asyncio.sleep(step_s)
+    return bool(condition())

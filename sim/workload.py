@@ -1,0 +1,216 @@
+"""The seeded workload: producers that remember every write's fate, and consumers that read from offset 0.
+
+A producer sends one record per PRODUCE to the partition's leader as it last learned it (METADATA from
+any live broker), each record unique (`<producer>-<seq>`, padded to the record size). Each write ends:
+- acked: the leader answered with its offset;
+- failed: refused before it was appended (not the leader, fenced, not enough replicas before append);
+- indeterminate: timed out, the connection failed, or NOT_ENOUGH_REPLICAS_AFTER_APPEND: it may or may not
+  be in the log. It is never resent under the same value, so a value seen at two offsets is a bug.
+A consumer fetches each partition from its leader with replica id -1, so it sees only records below the
+high watermark; the checker holds what it sees against what was committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    CONSUMER_REPLICA_ID,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    MetadataRequest,
+    MetadataResponse,
+    ProducePartition,
+    ProduceRequest,
+    TopicPartition,
+)
+from protocol.record_batch import build_batch, iter_records
+from protocol.time import Time
+from protocol.transport import NETWORK_ERRORS
+from sim.network import SimNetwork, SimTransport
+from sim.trace import Trace
+
+FAILED_BEFORE_APPEND = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+}
+
+
+@dataclass
+class WriteHistory:
+    acked: dict[bytes, tuple[TopicPartition, int, int]] = field(default_factory=dict)  # value -> (tp, offset, acks)
+    failed: int = 0
+    indeterminate: int = 0
+    attempted: int = 0
+
+
+def record_id(value: bytes | None) -> bytes:
+    return b"" if value is None else value.split(b"|", 1)[0]
+
+
+class Metadata:
+    """Where each partition's leader is, as some live broker last said."""
+
+    def __init__(self, transport: SimTransport, brokers: list[int], topics: list[str], rng: random.Random) -> None:
+        self.transport = transport
+        self.brokers = brokers
+        self.topics = topics
+        self.rng = rng
+        self.leaders: dict[TopicPartition, int] = {}
+
+    async def refresh(self) -> None:
+        for broker in self.rng.sample(self.brokers, len(self.brokers)):
+            try:
+                resp = await self.transport.send(broker, MetadataRequest(self.topics), 1000)
+            except NETWORK_ERRORS:
+                continue
+            assert isinstance(resp, MetadataResponse)
+            for t in resp.topics:
+                for p in t.partitions:
+                    if p.leader_id >= 0:
+                        self.leaders[TopicPartition(t.topic, p.partition)] = p.leader_id
+            return
+
+
+class Producer:
+    def __init__(
+        self,
+        producer_id: int,
+        network: SimNetwork,
+        time: Time,
+        rng: random.Random,
+        partitions: list[TopicPartition],
+        brokers: list[int],
+        history: WriteHistory,
+        trace: Trace,
+        *,
+        acks: int,
+        rate: float,
+        record_bytes: int,
+        on_ack: Callable[[bytes, TopicPartition, int, int], None] | None = None,
+    ) -> None:
+        self.id = producer_id
+        self.transport = SimTransport(network, producer_id)
+        self.time = time
+        self.rng = rng
+        self.partitions = partitions
+        self.metadata = Metadata(self.transport, brokers, sorted({tp.topic for tp in partitions}), rng)
+        self.history = history
+        self.trace = trace
+        self.acks = acks
+        self.interval_s = 1.0 / rate
+        self.record_bytes = record_bytes
+        self.seq = 0
+        self.on_ack = on_ack
+
+    async def run(self, until_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until_s:
+            await asyncio.sleep(self.interval_s * (0.5 + self.rng.random()))
+            await self.produce_one(self.rng.choice(self.partitions))
+
+    async def produce_one(self, tp: TopicPartition) -> bool:
+        leader = self.metadata.leaders.get(tp)
+        if leader is None:
+            await self.metadata.refresh()
+            leader = self.metadata.leaders.get(tp)
+            if leader is None:
+                return False
+        self.seq += 1
+        rid = f"{self.id}-{self.seq}".encode()
+        value = (rid + b"|").ljust(self.record_bytes, b".")
+        batch = build_batch([value], timestamp_ms=self.time.milliseconds())
+        request = ProduceRequest(self.acks, 5000, [ProducePartition(tp.topic, tp.partition, batch)])
+        self.history.attempted += 1
+        try:
+            resp = await self.transport.send(leader, request, 6000)
+        except NETWORK_ERRORS as exc:
+            self.history.indeterminate += 1
+            self.trace.event(self.id, "produce-indeterminate", tp=str(tp), id=rid.decode(), why=type(exc).__name__)
+            await self.metadata.refresh()
+            return False
+        part = resp.partitions[0]
+        code = ErrorCode(part.error_code)
+        if code is ErrorCode.NONE:
+            self.history.acked[rid] = (tp, part.base_offset, self.acks)
+            self.trace.event(self.id, "ack", tp=str(tp), id=rid.decode(), offset=part.base_offset, leader=leader)
+            if self.on_ack is not None:
+                self.on_ack(rid, tp, part.base_offset, self.acks)
+            return True
+        if code in FAILED_BEFORE_APPEND:
+            self.history.failed += 1
+        else:
+            self.history.indeterminate += 1
+        self.trace.event(self.id, "produce-error", tp=str(tp), id=rid.decode(), error=code.name)
+        await self.metadata.refresh()
+        return False
+
+
+class Consumer:
+    def __init__(
+        self,
+        consumer_id: int,
+        network: SimNetwork,
+        rng: random.Random,
+        partitions: list[TopicPartition],
+        brokers: list[int],
+        on_record: Callable[[int, TopicPartition, int, bytes, int], None],
+    ) -> None:
+        self.id = consumer_id
+        self.transport = SimTransport(network, consumer_id)
+        self.rng = rng
+        self.partitions = partitions
+        self.metadata = Metadata(self.transport, brokers, sorted({tp.topic for tp in partitions}), rng)
+        self.positions = {tp: 0 for tp in partitions}
+        self.on_record = on_record
+        self.consumed = 0
+
+    async def run(self, until_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until_s:
+            progressed = False
+            for tp in self.partitions:
+                progressed |= await self.poll(tp)
+            if not progressed:
+                await asyncio.sleep(0.05 + 0.05 * self.rng.random())
+
+    async def poll(self, tp: TopicPartition) -> bool:
+        leader = self.metadata.leaders.get(tp)
+        if leader is None:
+            await self.metadata.refresh()
+            return False
+        position = self.positions[tp]
+        request = FetchRequest(
+            CONSUMER_REPLICA_ID, 0, 1, 1 << 20, [FetchPartition(tp.topic, tp.partition, position, 1 << 20)]
+        )
+        try:
+            resp = await self.transport.send(leader, request, 2000)
+        except NETWORK_ERRORS:
+            await self.metadata.refresh()
+            return False
+        assert isinstance(resp, FetchResponse)
+        if resp.error_code or not resp.partitions:
+            await self.metadata.refresh()
+            return False
+        part = resp.partitions[0]
+        if part.error_code != ErrorCode.NONE:
+            await self.metadata.refresh()
+            return False
+        got = False
+        for record in iter_records(part.records):
+            if record.offset < position:
+                continue  # a batch starts before our position: skip what we already have
+            self.on_record(self.id, tp, record.offset, record_id(record.value), part.high_watermark)
+            self.positions[tp] = record.offset + 1
+            self.consumed += 1
+            got = True
+        return got
