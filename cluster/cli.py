@@ -714,6 +714,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Listed for `--help`; main() hands their arguments to their own parsers.
     msub.add_parser("sink", help="MQTT → JSON-lines files (minibroker metrics sink --help)")
     sub.add_parser("dashboard", help="Spark lag tables and HTML dashboard (minibroker dashboard --help)")
+    sub.add_parser("sim", help="deterministic simulation: seeds, sweeps, KIP scenarios (minibroker sim --help)")
     return parser
 
 
@@ -721,6 +722,7 @@ def build_parser() -> argparse.ArgumentParser:
 DELEGATED: dict[tuple[str, ...], Callable[[list[str]], int]] = {
     ("metrics", "sink"): lambda rest: __import__("metrics.sink", fromlist=["main"]).main(rest),
     ("dashboard",): lambda rest: __import__("metrics.spark_app", fromlist=["main"]).main(rest),
+    ("sim",): lambda rest: __import__("sim.cli", fromlist=["main"]).main(rest),
 }
 
 

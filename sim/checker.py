@@ -1,4 +1,4 @@
-"""The invariants, held after every event: every acknowledgement, every fault, every 10 virtual ms.
+"""The invariants, held after every event: every acknowledgement (its partition), every fault, every 50 virtual ms.
 
 The checker reads every live replica directly (it is omniscient; nodes never see it) and keeps what it
 has learned was committed. Checks, by the name a violation reports:
@@ -70,7 +70,10 @@ class Checker:
         self.last_epoch: dict[tuple[int, TopicPartition], int] = {}
         self.leader_seen: dict[TopicPartition, tuple[int, int, tuple[int, ...]]] = {}
         self.consumer_pos: dict[tuple[int, TopicPartition], int] = {}
-        self.lossy_crashes: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
+        # Per partition, since it was last seen fully in sync: brokers that crashed, and whether a crash lost
+        # unflushed data. A loss is excused once every replica crashed and one of them lost data.
+        self.crashed: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
+        self.lost_power: dict[TopicPartition, bool] = {tp: False for tp in partitions}
         self._views: dict[tuple[int, TopicPartition], _ReplicaView] = {}
         self.pending_acks: dict[TopicPartition, dict[bytes, tuple[int, int]]] = {tp: {} for tp in partitions}
         self._leader_key: dict[TopicPartition, tuple[int, int, int, int]] = {}
@@ -99,17 +102,19 @@ class Checker:
                     view.records.append(record_id(record.value))
         return view.records
 
-    def on_power_loss(self, broker_id: int) -> None:
+    def on_crash(self, broker_id: int, lost_unflushed: bool) -> None:
         for tp in self.partitions:
-            self.lossy_crashes[tp].add(broker_id)
+            self.crashed[tp].add(broker_id)
+            self.lost_power[tp] |= lost_unflushed
 
     # -- checks ------------------------------------------------------------------------------------
 
-    def check(self) -> None:
+    def check(self, only: TopicPartition | None = None) -> None:
+        """Every check, on every partition (or on `only`)."""
         self.checks_run += 1
         brokers: dict[int, BrokerNode] = self.cluster.brokers
         controller = self.cluster.controller
-        for tp in self.partitions:
+        for tp in self.partitions if only is None else (only,):
             replicas = []
             for b in sorted(brokers):
                 partition = brokers[b].replica_manager.partitions.get(tp)
@@ -153,6 +158,9 @@ class Checker:
             self.trace.event(
                 leader, "leader", tp=str(tp), epoch=epoch, isr=list(isr), hw=log.high_watermark, leo=log.log_end_offset
             )
+        if set(isr) == set(self._assignment(tp)) and all(m in replicas for m in isr):
+            self.crashed[tp].clear()  # every replica holds every committed record again
+            self.lost_power[tp] = False
         committed = self.committed[tp]
         leader_view = self._views[(leader, tp)]
         key = (leader, epoch, id(leader_view), leader_view.truncations)
@@ -223,6 +231,13 @@ class Checker:
             return False
         if self._excused(tp, f"committed offset {offset} ({rid!r}) gone from leader {leader}"):
             return True
+        acked = self.history.acked.get(rid)
+        if acked is not None and acked[2] == -1:
+            self.fail(
+                "acked_write_lost",
+                f"{tp}: {rid.decode()} was acknowledged at offset {offset} but leader {leader} (epoch {epoch}) "
+                f"has {have.decode() if have else 'nothing'} there",
+            )
         self.fail(
             "committed_record_changed",
             f"{tp} offset {offset}: committed {rid.decode()} but leader {leader} (epoch {epoch}) has "
@@ -231,7 +246,7 @@ class Checker:
 
     def on_ack(self, rid: bytes, tp: TopicPartition, offset: int, acks: int) -> None:
         self.pending_acks[tp][rid] = (offset, acks)
-        self.check()
+        self.check(tp)
 
     def _commit(self, tp: TopicPartition, offset: int, rid: bytes) -> None:
         where = self.offset_of.get(rid)
@@ -243,7 +258,7 @@ class Checker:
     def _excused(self, tp: TopicPartition, what: str) -> bool:
         """A loss Kafka allows: forget what tp had committed and go on from the current leader's log."""
         replicas = set(self._assignment(tp))
-        all_lost_power = bool(replicas) and replicas <= self.lossy_crashes[tp]
+        all_lost_power = bool(replicas) and replicas <= self.crashed[tp] and self.lost_power[tp]
         if not (self.cluster.options.unclean_leader_election or all_lost_power):
             return False
         self.excused_losses += 1
@@ -254,7 +269,8 @@ class Checker:
         self.committed[tp] = {}
         self._commit_cursor[tp] = 0
         self._leader_key.pop(tp, None)
-        self.lossy_crashes[tp] = set()
+        self.crashed[tp] = set()
+        self.lost_power[tp] = False
         return True
 
     def _assignment(self, tp: TopicPartition) -> tuple[int, ...]:

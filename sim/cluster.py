@@ -88,7 +88,7 @@ class SimCluster:
         self.disks = {b: SimDisk() for b in self.broker_ids}
         self.restarts = {b: 0 for b in self.broker_ids}
         self.power_lost: dict[int, int] = {}  # broker -> bytes lost at its last crash
-        self.on_power_loss: Callable[[int], None] = lambda broker_id: None
+        self.on_crash: Callable[[int, bool], None] = lambda broker_id, lost_unflushed: None
 
     @property
     def broker_ids(self) -> list[int]:
@@ -149,6 +149,8 @@ class SimCluster:
             "controlled.shutdown.timeout.ms": 5000,
             "inter.broker.protocol.version": o.inter_broker_protocol_version(),
             "metrics.interval.ms": 0,
+            # Small batches: an index entry every few batches keeps offset lookups short.
+            "log.index.interval.bytes": 512,
         }
         values.update(o.broker_overrides)
         known = {k: v for k, v in values.items() if k in BROKER_CONFIG.keys}
@@ -185,7 +187,7 @@ class SimCluster:
         lost = self.disks[broker_id].crash(self.broker_dir(broker_id), lose)
         if lose:
             self.power_lost[broker_id] = lost
-            self.on_power_loss(broker_id)
+        self.on_crash(broker_id, lose and lost > 0)
         self.trace.event(broker_id, "kill", unflushed_bytes_lost=lost)
 
     async def stop_broker(self, broker_id: int) -> None:

@@ -53,13 +53,14 @@ class Fault:
 def generate(
     rng: random.Random, kinds: tuple[str, ...], rate: float, duration_s: float, brokers: list[int]
 ) -> list[Fault]:
-    """Faults arriving as a Poisson process of `rate` per second between 2 s and `duration_s` - 3 s."""
+    """Faults arriving as a Poisson process of `rate` per second, after the load has run a moment and
+    early enough to end before the load does (2 s and 3 s, or a fifth of the run for short runs)."""
     faults: list[Fault] = []
     if not kinds or rate <= 0:
         return faults
     nodes = [*brokers, CONTROLLER_ID]
-    t = 2.0
-    end = duration_s - 3.0
+    t = min(2.0, duration_s / 5.0)
+    end = duration_s - min(3.0, duration_s / 5.0)
     while True:
         t += rng.expovariate(rate)
         if t >= end:

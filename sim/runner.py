@@ -15,6 +15,7 @@ import random
 import shutil
 import tempfile
 import time as wall
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from sim.trace import Trace
 from sim.workload import Consumer, Producer, WriteHistory
 
 ADMIN_ID = 999
-CHECK_INTERVAL_S = 0.01
+CHECK_INTERVAL_S = 0.05
 SETTLE_MAX_S = 30.0
 
 
@@ -85,8 +86,43 @@ def _scratch_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="minibroker-sim-", dir=shm if shm.is_dir() else None)).resolve()
 
 
+Script = Callable[["SimRun"], Awaitable[None]]
+
+
+@dataclass
+class SimRun:
+    """What a scripted scenario drives: the cluster, its checker, the write history and the trace."""
+
+    cluster: SimCluster
+    checker: Checker
+    history: WriteHistory
+    trace: Trace
+    partitions: list[TopicPartition]
+    rng: random.Random
+
+    def producer(self, producer_id: int, acks: int) -> Producer:
+        return Producer(
+            producer_id,
+            self.cluster.network,
+            self.cluster.time,
+            random.Random(self.rng.getrandbits(64)),
+            self.partitions,
+            self.cluster.broker_ids,
+            self.history,
+            self.trace,
+            acks=acks,
+            rate=1.0,
+            record_bytes=self.cluster.options.record_bytes,
+            on_ack=self.checker.on_ack,
+        )
+
+
 def run_seed(
-    seed: int, options: SimOptions, schedule: list[Fault] | None = None, keep_trace: bool = False
+    seed: int,
+    options: SimOptions,
+    schedule: list[Fault] | None = None,
+    keep_trace: bool = False,
+    script: Script | None = None,
 ) -> RunResult:
     """Run one seed on a fresh virtual-time loop (in this thread) and return what happened."""
     started = wall.perf_counter()
@@ -95,7 +131,7 @@ def run_seed(
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)  # the nodes' own logs are noise here; the trace says what happened
     try:
-        result = loop.run_until_complete(_run(seed, options, schedule, root, keep_trace))
+        result = loop.run_until_complete(_run(seed, options, schedule, root, keep_trace, script))
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
         logging.disable(previous)
@@ -105,7 +141,9 @@ def run_seed(
     return result
 
 
-async def _run(seed: int, options: SimOptions, schedule: list[Fault] | None, root: Path, keep_trace: bool) -> RunResult:
+async def _run(
+    seed: int, options: SimOptions, schedule: list[Fault] | None, root: Path, keep_trace: bool, script: Script | None
+) -> RunResult:
     rng = random.Random(seed)
     fault_rng = random.Random(f"faults-{seed}")  # its own stream: removing faults leaves the workload alone
     trace = Trace(keep=keep_trace)
@@ -141,6 +179,10 @@ async def _run(seed: int, options: SimOptions, schedule: list[Fault] | None, roo
         await wait_until(lambda: sum(1 for b in image.brokers.values() if b.is_active) == options.brokers, 30.0)
         await create_topics(cluster, options)
         await wait_until(lambda: all_led(cluster, partitions), 30.0)
+        if script is not None:
+            await script(SimRun(cluster, checker, history, trace, partitions, random.Random(rng.getrandbits(64))))
+            await settle([])
+            return
         trace.event("sim", "load", faults=len(schedule))
         loop = asyncio.get_running_loop()
         until = loop.time() + options.duration_s
@@ -176,7 +218,10 @@ async def _run(seed: int, options: SimOptions, schedule: list[Fault] | None, roo
         consumer_tasks = [guarded(c.run(until + SETTLE_MAX_S)) for c in consumers]
         faults = guarded(injector.run(shifted))
         await asyncio.gather(*load, faults)
-        # Settle: undo everything, restart the dead, let replicas catch up.
+        await settle(consumers, consumer_tasks)
+
+    async def settle(consumers: list[Consumer], consumer_tasks: list[asyncio.Task[Any]] | None = None) -> None:
+        """Undo every fault, restart the dead, let replicas catch up, checking all the while."""
         trace.event("sim", "settle")
         cluster.network.heal()
         for broker in cluster.broker_ids:
@@ -185,7 +230,7 @@ async def _run(seed: int, options: SimOptions, schedule: list[Fault] | None, roo
         checker.check()
         result.converged = await wait_until(lambda: converged(cluster, partitions), SETTLE_MAX_S)
         checker.check()
-        for task in consumer_tasks:
+        for task in consumer_tasks or []:
             task.cancel()
         result.consumed = sum(c.consumed for c in consumers)
 
@@ -203,13 +248,13 @@ async def _run(seed: int, options: SimOptions, schedule: list[Fault] | None, roo
             failure.set_result(Violation("unhandled_exception", what))
 
     asyncio.get_running_loop().set_exception_handler(on_loop_error)
-    cluster.on_power_loss = checker.on_power_loss
+    cluster.on_crash = checker.on_crash
     main = guarded(scenario())
     guarded(ticker())
     await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
+    result.timeline = list(trace.recent[-80:])
     if failure.done():
         result.violation = failure.result()
-        result.timeline = list(trace.recent[-80:])
         result.replicas = checker.replica_table()
     for task in tasks:
         task.cancel()

@@ -175,12 +175,13 @@ class Consumer:
         self.consumed = 0
 
     async def run(self, until_s: float) -> None:
+        """One long-polling fetch loop per partition, as a consumer's fetcher keeps one in flight."""
+        await asyncio.gather(*(self._follow(tp, until_s) for tp in self.partitions))
+
+    async def _follow(self, tp: TopicPartition, until_s: float) -> None:
         loop = asyncio.get_running_loop()
         while loop.time() < until_s:
-            progressed = False
-            for tp in self.partitions:
-                progressed |= await self.poll(tp)
-            if not progressed:
+            if not await self.poll(tp):
                 await asyncio.sleep(0.05 + 0.05 * self.rng.random())
 
     async def poll(self, tp: TopicPartition) -> bool:
@@ -190,7 +191,7 @@ class Consumer:
             return False
         position = self.positions[tp]
         request = FetchRequest(
-            CONSUMER_REPLICA_ID, 0, 1, 1 << 20, [FetchPartition(tp.topic, tp.partition, position, 1 << 20)]
+            CONSUMER_REPLICA_ID, 500, 1, 1 << 20, [FetchPartition(tp.topic, tp.partition, position, 1 << 20)]
         )
         try:
             resp = await self.transport.send(leader, request, 2000)

@@ -1,0 +1,210 @@
+"""The KIP-101 and KIP-279 sequences, scripted step by step on the real classes.
+
+Each scenario sets up its own small cluster and drives it with kills, restarts and one-way cuts timed
+against the replicas' own state (a follower's LEO and HW, who leads at which epoch), then lets the
+cluster settle with the checker running. Under the legacy switch it names (`--truncation=hw`,
+`--epoch-reply=kip101`) the checker reports the anomaly the KIP describes; under today's code it
+reports none. Steps are written to the trace as `scenario` events, so the timeline reads like the KIP's
+table.
+
+- kip101-1: HW truncation followed by an immediate leader election loses an acknowledged write.
+  Brokers B (leader), C and A (followers), acks=all. A has m2 but has not learned the HW that covers it
+  when B dies; C is elected; A, told to follow C, truncates to its HW (legacy) and so drops m2; C dies
+  before A fetches m2 again; A is elected without m2.
+- kip101-2: replicas diverge after every replica crashed. Leader A never flushed m2; B did. Both crash,
+  A loses m2, comes back first and is elected, writes m3 at m2's offset. B restarts: truncating to its
+  HW keeps m2 (legacy), so offset 1 holds m2 on B and m3 on A forever; OffsetsForLeaderEpoch cuts it.
+- kip279: fast unclean leader changes between two brokers P and Q leave Q with records of an epoch the
+  leader never had; an OffsetsForLeaderEpoch answer without the epoch (KIP-101 as first shipped) makes
+  Q keep them (divergence); with the epoch, Q truncates in rounds down to the common prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+
+from protocol.messages import TopicPartition
+from sim.cluster import SimOptions
+from sim.network import LinkShape
+from sim.runner import RunResult, Script, SimRun, run_seed
+from sim.workload import Producer
+
+
+class ScenarioStuck(RuntimeError):
+    """A step's condition never came true: the scenario could not be played as written."""
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0, step_s: float = 0.0005) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() > deadline:
+            raise ScenarioStuck(f"timed out waiting for: {what}")
+        await asyncio.sleep(step_s)
+
+
+def _replica(run: SimRun, broker: int, tp: TopicPartition):  # type: ignore[no-untyped-def]
+    node = run.cluster.brokers.get(broker)
+    return None if node is None else node.replica_manager.partitions.get(tp)
+
+
+def _controller_leader(run: SimRun, tp: TopicPartition) -> tuple[int, tuple[int, ...]]:
+    controller = run.cluster.controller
+    assert controller is not None
+    state = controller.controller.image.partitions[tp]
+    return state.leader, tuple(state.isr)
+
+
+def _leads(run: SimRun, broker: int, tp: TopicPartition) -> bool:
+    p = _replica(run, broker, tp)
+    return p is not None and p.is_leader and _controller_leader(run, tp)[0] == broker
+
+
+async def _write(producer: Producer, tp: TopicPartition, tries: int = 50) -> None:
+    """One acknowledged write; a try that fails (stale metadata right after a leader change) is not
+    resent: the next try is a new record."""
+    for _ in range(tries):
+        if await producer.produce_one(tp):
+            return
+        await asyncio.sleep(0.05)
+    raise ScenarioStuck(f"no write to {tp} was acknowledged in {tries} tries")
+
+
+def _step(run: SimRun, what: str) -> None:
+    run.trace.event("scenario", "step", what=what)
+
+
+async def kip101_1(run: SimRun) -> None:
+    net = run.cluster.network
+    net.base = LinkShape(2.0, 0.0)  # fixed 2 ms links, so the steps below can act between messages
+    tp = run.partitions[0]
+    controller = run.cluster.controller
+    assert controller is not None
+    b, c, a = controller.controller.image.partitions[tp].replicas
+    producer = run.producer(1001, acks=-1)
+    _step(run, f"B={b} leads {tp}, C={c} and A={a} follow, ISR all three, acks=all")
+    await _write(producer, tp)
+    await until(lambda: all(_replica(run, x, tp).log.high_watermark == 1 for x in (a, b, c)), "m1 committed everywhere")
+    write = asyncio.ensure_future(producer.produce_one(tp))
+    await until(lambda: _replica(run, a, tp).log.log_end_offset == 2, "A fetched m2", step_s=0.0001)
+    net.cut(b, a)  # A's next fetch reaches B (B's HW moves to 2) but its answer never reaches A
+    _step(run, "A has m2 (LEO 2, HW 1); answers from B to A are lost from now on")
+    assert await write, "m2 was not acknowledged"
+    _step(run, f"m2 acknowledged; A's HW is still {_replica(run, a, tp).log.high_watermark}")
+    net.cut(a, c)
+    net.cut(c, a)  # A will not fetch from C before C dies
+    await run.cluster.kill_broker(b)
+    _step(run, "B dies")
+    await until(lambda: (p := _replica(run, a, tp)) is not None and p.leader_id == c, "A follows C", timeout_s=30)
+    _step(run, f"C leads at epoch {_replica(run, a, tp).leader_epoch}; A follows it")
+    await asyncio.sleep(0.2)  # A's fetcher acts on becoming a follower (truncates, or asks C and waits)
+    _step(run, f"A's log end offset is {_replica(run, a, tp).log.log_end_offset}")
+    await run.cluster.kill_broker(c)
+    _step(run, "C dies before A could fetch from it")
+    net.heal()
+    await until(lambda: _leads(run, a, tp), "A elected", timeout_s=30)
+    _step(run, f"A leads at epoch {_replica(run, a, tp).leader_epoch}, LEO {_replica(run, a, tp).log.log_end_offset}")
+    await asyncio.sleep(1.0)
+
+
+async def kip101_2(run: SimRun) -> None:
+    tp = run.partitions[0]
+    controller = run.cluster.controller
+    assert controller is not None
+    a, b = controller.controller.image.partitions[tp].replicas
+    producer = run.producer(1001, acks=-1)
+    _step(run, f"A={a} leads {tp}, B={b} follows, acks=all")
+    await _write(producer, tp)
+    await until(lambda: _replica(run, b, tp).log.high_watermark == 1, "m1 committed on both")
+    for broker in (a, b):
+        run.cluster.brokers[broker].log_manager.flush_all()
+    await _write(producer, tp)
+    await until(lambda: _replica(run, b, tp).log.high_watermark == 2, "B learned HW 2")
+    run.cluster.brokers[b].log_manager.flush_all()
+    run.cluster.brokers[b].log_manager.checkpoint_high_watermarks()
+    _step(run, "m2 committed (HW 2 on both); B flushed it, A did not")
+    await run.cluster.kill_broker(b, loses_unflushed=False)
+    await until(lambda: _controller_leader(run, tp) == (a, (a,)), "B out of the ISR", timeout_s=30)
+    await run.cluster.kill_broker(a, loses_unflushed=True)
+    _step(run, "both crashed; A lost what it never flushed (m2)")
+    await until(lambda: _controller_leader(run, tp)[0] == -1, "A fenced", timeout_s=30)
+    await run.cluster.restart_broker(a)
+    await until(lambda: _leads(run, a, tp), "A elected", timeout_s=30)
+    _step(run, f"A restarted first and leads at epoch {_replica(run, a, tp).leader_epoch}, LEO 1")
+    await _write(producer, tp)
+    _step(run, "m3 written at offset 1")
+    await run.cluster.restart_broker(b)
+    _step(run, "B restarts as a follower")
+    await asyncio.sleep(3.0)
+
+
+async def kip279(run: SimRun) -> None:
+    tp = run.partitions[0]
+    controller = run.cluster.controller
+    assert controller is not None
+    p, q = controller.controller.image.partitions[tp].replicas
+    producer = run.producer(1001, acks=1)
+
+    async def lead(broker: int, writes: int, what: str) -> None:
+        await until(lambda: _leads(run, broker, tp), f"{broker} elected", timeout_s=30)
+        for _ in range(writes):
+            await _write(producer, tp)
+        part = _replica(run, broker, tp)
+        _step(run, f"{what}: leader {broker} epoch {part.leader_epoch}, LEO {part.log.log_end_offset}")
+
+    async def down(broker: int) -> None:
+        await run.cluster.kill_broker(broker)
+        await until(lambda: _controller_leader(run, tp)[0] != broker, f"{broker} fenced", timeout_s=30)
+
+    _step(run, f"P={p} and Q={q}, unclean election on, acks=1")
+    await lead(p, 1, "1: P writes a")
+    await until(lambda: _replica(run, q, tp).log.log_end_offset == 1, "Q has a")
+    await down(p)
+    await lead(q, 1, "2: P stopped, Q writes b")
+    await down(q)
+    await run.cluster.restart_broker(p)
+    await lead(p, 3, "3: Q stopped, P back (unclean), writes C D E")
+    await down(p)
+    await run.cluster.restart_broker(q)
+    await lead(q, 1, "4: P stopped, Q back (unclean), writes f")
+    await down(q)
+    await run.cluster.restart_broker(p)
+    await lead(p, 2, "5: Q stopped, P back (unclean), writes G H")
+    await run.cluster.restart_broker(q)
+    _step(run, "6: Q starts as a follower of P")
+    await asyncio.sleep(3.0)
+
+
+SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
+    "kip101-1": (
+        kip101_1,
+        SimOptions(brokers=3, partitions=1, replication_factor=3, min_insync_replicas=1, acks=-1, producers=0),
+    ),
+    "kip101-2": (
+        kip101_2,
+        SimOptions(brokers=2, partitions=1, replication_factor=2, min_insync_replicas=1, acks=-1, producers=0),
+    ),
+    "kip279": (
+        kip279,
+        SimOptions(
+            brokers=2,
+            partitions=1,
+            replication_factor=2,
+            min_insync_replicas=1,
+            acks=1,
+            producers=0,
+            unclean_leader_election=True,
+        ),
+    ),
+}
+
+# The legacy switch under which each scenario shows its anomaly.
+LEGACY = {"kip101-1": {"truncation": "hw"}, "kip101-2": {"truncation": "hw"}, "kip279": {"epoch_reply": "kip101"}}
+
+
+def run_scenario(name: str, seed: int = 0, truncation: str = "epoch", epoch_reply: str = "kip279") -> RunResult:
+    script, options = SCENARIOS[name]
+    options = replace(options, truncation=truncation, epoch_reply=epoch_reply, consumers=0)
+    return run_seed(seed, options, schedule=[], keep_trace=False, script=script)

@@ -1,0 +1,176 @@
+"""The simulator: virtual time, determinism, a 200-seed sweep, the KIP scenarios, a checker that can fail."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.partition import Partition
+from sim.cli import main as sim_main
+from sim.cluster import SimOptions
+from sim.disk import SimDisk
+from sim.faults import KINDS
+from sim.loop import SimulationDeadlock, VirtualTimeLoop
+from sim.runner import RunResult, run_seed
+from sim.scenarios import LEGACY, SCENARIOS, run_scenario
+from sim.shrink import shrink
+
+ALL_FAULTS = SimOptions(duration_s=8.0, partitions=3, producers=1, rate=20.0, faults=KINDS, fault_rate=1.5, consumers=1)
+
+
+# -- virtual time -------------------------------------------------------------------------------------
+
+
+def test_virtual_loop_jumps_to_the_next_timer_and_shares_one_clock() -> None:
+    loop = VirtualTimeLoop()
+
+    async def main() -> tuple[float, float, float]:
+        start = loop.time()
+        await asyncio.gather(asyncio.sleep(1.0), asyncio.sleep(1.0))
+        both = loop.time()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(5.0):
+                await asyncio.Event().wait()
+        return start, both, loop.time()
+
+    try:
+        assert loop.run_until_complete(main()) == (0.0, 1.0, 6.0)
+    finally:
+        loop.close()
+
+
+def test_virtual_loop_reports_a_deadlock() -> None:
+    loop = VirtualTimeLoop()
+    try:
+        with pytest.raises(SimulationDeadlock):
+            loop.run_until_complete(asyncio.Event().wait())
+    finally:
+        loop.close()
+
+
+# -- the disk -----------------------------------------------------------------------------------------
+
+
+def test_sim_disk_crash_keeps_only_what_was_fsynced(tmp_path: Path) -> None:
+    disk = SimDisk()
+    segment = tmp_path / "t-0" / "00000000000000000000.log"
+    segment.parent.mkdir()
+    fd = os.open(segment, os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, b"a" * 100)
+        disk.fsync(fd)
+        os.write(fd, b"b" * 50)
+    finally:
+        os.close(fd)
+    assert disk.crash(tmp_path, loses_unflushed=False) == 0
+    assert segment.stat().st_size == 150
+    assert disk.crash(tmp_path, loses_unflushed=True) == 50
+    assert segment.read_bytes() == b"a" * 100
+
+
+# -- determinism --------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_same_seed_same_trace_other_seed_other_trace() -> None:
+    first = run_seed(7, ALL_FAULTS)
+    again = run_seed(7, ALL_FAULTS)
+    other = run_seed(8, ALL_FAULTS)
+    assert first.ok and again.ok and other.ok
+    assert first.events > 100
+    assert first.trace_hash == again.trace_hash
+    assert first.events == again.events and first.acked == again.acked
+    assert other.trace_hash != first.trace_hash
+
+
+# -- the sweep ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sweep_of_200_seeds_with_every_fault_kind_finds_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    code = sim_main(
+        [
+            "--seeds", "1..200", "--jobs", "2", "--json",
+            "--duration", "8", "--partitions", "3", "--producers", "1", "--rate", "20",
+            "--faults", ",".join(KINDS), "--fault-rate", "1.5",
+        ]
+    )  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert report["runs"] == 200
+    assert report["violations_by_check"] == {}, report["failing_seeds"]
+    assert code == 0
+    assert set(report["faults_by_kind"]) == set(KINDS), "every kind of fault was injected"
+    assert report["acked"] > 200 * 50  # the load ran
+    assert report["faults_by_kind"]["kill"] >= 100
+
+
+# -- the KIP scenarios ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.timeout(60)
+def test_scenario_shows_its_anomaly_under_the_legacy_switch_only(name: str) -> None:
+    legacy = run_scenario(name, **LEGACY[name])
+    today = run_scenario(name)
+    assert legacy.violation is not None, f"{name}: the legacy switch should show the KIP's anomaly"
+    expected = {"kip101-1": "acked_write_lost", "kip101-2": "isr_member_missing_committed"}
+    expected["kip279"] = "isr_member_missing_committed"
+    assert legacy.violation.check == expected[name]
+    assert today.violation is None, f"{name}: {today.violation}"
+    assert today.converged
+    steps = [e for e in today.timeline if e["event"] == "step"]
+    assert len(steps) >= 5
+
+
+def test_scenario_cli_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main(["--scenario", "kip101-1", "--truncation", "hw"]) == 1
+    out = capsys.readouterr().out
+    assert "check acked_write_lost failed" in out and "timeline" in out
+    assert sim_main(["--scenario", "kip101-1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["violations"] == 0 and report["scenario"] == "kip101-1"
+
+
+def test_cli_refuses_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main(["--faults", "kill,meteor"]) == 2
+    assert "unknown fault kind" in capsys.readouterr().err
+    assert sim_main(["--seeds", "5..1"]) == 2
+    assert sim_main(["--replication-factor", "4"]) == 2
+
+
+# -- the checker can fail -----------------------------------------------------------------------------
+
+
+def _broken_hw(self: Partition, now_ms: int) -> bool:
+    """A leader that moves its HW to its own log end, without waiting for the ISR."""
+    if not self.is_leader or self.high_watermark >= self.log_end_offset:
+        return False
+    return bool(self.log.maybe_increment_high_watermark(self.log_end_offset))
+
+
+@pytest.mark.timeout(240)
+def test_a_broken_rule_is_found_and_its_schedule_shrunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Partition, "maybe_increment_leader_hw", _broken_hw)
+    options = SimOptions(duration_s=10.0, partitions=2, producers=1, rate=30.0, faults=("kill", "pause", "delay"))
+    failing: RunResult | None = None
+    for seed in range(1, 31):
+        result = run_seed(seed, options)
+        if result.violation is not None:
+            failing = result
+            break
+    assert failing is not None, "30 seeds with kills never caught a leader that commits before its ISR has the data"
+    assert failing.violation is not None
+    assert failing.violation.check in ("acked_write_lost", "committed_record_changed", "isr_member_missing_committed")
+    assert len(failing.schedule) >= 2
+    smallest, best, runs = shrink(failing.seed, options, failing, max_runs=40)
+    assert best.violation is not None and best.violation.check == failing.violation.check
+    assert len(smallest) < len(failing.schedule)
+    assert runs <= 40
+    # the shrunk schedule replays to the same violation
+    replay = run_seed(failing.seed, options, smallest)
+    assert replay.violation is not None and replay.trace_hash == best.trace_hash
