@@ -11,8 +11,9 @@ has learned was committed. Checks, by the name a violation reports:
 - `hw_above_leo`: a replica's high watermark is past its log end offset;
 - `two_leaders_in_one_epoch`: two brokers led one partition in one leader epoch;
 - `epoch_went_back`: a broker's leader epoch for a partition went down;
-- `isr_member_missing_committed`: a live member of the leader's ISR does not hold, identically, every
-  record below the leader's HW (so replicas in the ISR are identical below the HW);
+- `isr_member_missing_committed`: a live member of the ISR (the controller's, which elections use) does
+  not hold, identically, every record below the leader's HW (so replicas in the ISR are identical below
+  the HW);
 - `consumer_went_back` / `consumer_saw_changed_record`: a consumer saw offsets go backwards, or a record
   at an offset other than the committed one.
 
@@ -152,7 +153,9 @@ class Checker:
     ) -> None:
         log = partition.log
         leader_records = self.records(leader, tp, log)
-        isr = tuple(sorted(partition.isr))
+        # The ISR that elections use: the controller's (the leader's own may still list a member the
+        # controller has fenced, while the news is on its way; that member only holds the HW back).
+        isr = tuple(sorted(self._controller_isr(tp) or partition.isr))
         if self.leader_seen.get(tp) != (leader, epoch, isr):
             self.leader_seen[tp] = (leader, epoch, isr)
             self.trace.event(
@@ -272,6 +275,13 @@ class Checker:
         self.crashed[tp] = set()
         self.lost_power[tp] = False
         return True
+
+    def _controller_isr(self, tp: TopicPartition) -> tuple[int, ...] | None:
+        controller = self.cluster.controller
+        if controller is None:
+            return None
+        state = controller.controller.image.partitions.get(tp)
+        return None if state is None else tuple(state.isr)
 
     def _assignment(self, tp: TopicPartition) -> tuple[int, ...]:
         controller = self.cluster.controller

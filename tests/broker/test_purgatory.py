@@ -267,12 +267,13 @@ def test_the_reaper_expires_operations_and_purges_on_the_real_clock() -> None:
                 ops.append(op)
                 purgatory.try_complete_else_watch(op, [key])
             await asyncio.wait_for(all_expired.wait(), timeout=5)
-            # the reaper calls maybe_purge in the same step as the advance that expired the last one,
-            # before this task gets to run again
+            # the reaper calls maybe_purge after every advance, before this task gets to run again; when
+            # the expirations were spread over several advances (a loaded machine), the last few
+            # completed operations may stay watched until more complete: at most purge_interval of them
             watched = purgatory.watched
         return ops, watched
 
     ops, watched = uvloop.run(scenario())
 
     assert all(op.expirations == 1 for op in ops)
-    assert watched == 0
+    assert watched <= 5
