@@ -22,7 +22,7 @@ from broker.metadata_cache import MetadataCache
 from broker.replica_manager import FetchParams, ReplicaManager
 from broker.server import ConnectionContext
 from protocol.codec import Message
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode, KafkaError, errors_into
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -169,7 +169,7 @@ class KafkaApis:
         out = []
         for p in request.partitions:
             resp = ListOffsetsPartitionResponse(p.topic, p.partition, timestamp=p.timestamp)
-            try:
+            with errors_into(resp):
                 partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
                 epoch, offset = partition.fetch_offset_for_timestamp(
                     p.timestamp,
@@ -178,8 +178,6 @@ class KafkaApis:
                     fetch_only_from_leader=request.replica_id != DEBUGGING_REPLICA_ID,
                 )
                 resp.leader_epoch, resp.offset = epoch, offset
-            except KafkaError as exc:
-                resp.error_code, resp.error_message = int(exc.code), str(exc)
             out.append(resp)
         return ListOffsetsResponse(partitions=out)
 
@@ -193,13 +191,11 @@ class KafkaApis:
         out = []
         for p in request.partitions:
             resp = EpochEndOffset(p.topic, p.partition)
-            try:
+            with errors_into(resp):
                 partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
                 resp.leader_epoch, resp.end_offset = partition.last_offset_for_leader_epoch(
                     p.current_leader_epoch, p.leader_epoch, fetch_only_from_leader=True
                 )
-            except KafkaError as exc:
-                resp.error_code, resp.error_message = int(exc.code), str(exc)
             out.append(resp)
         return OffsetForLeaderEpochResponse(partitions=out)
 
@@ -209,7 +205,7 @@ class KafkaApis:
         out = []
         for p in request.partitions:
             resp = DeleteRecordsPartitionResponse(p.topic, p.partition)
-            try:
+            with errors_into(resp):
                 partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
                 partition.check_leader(-1)
                 offset = partition.high_watermark if p.offset == -1 else p.offset
@@ -220,8 +216,6 @@ class KafkaApis:
                     )
                 partition.log.delete_records(offset)
                 resp.low_watermark = partition.log_start_offset
-            except KafkaError as exc:
-                resp.error_code, resp.error_message = int(exc.code), str(exc)
             out.append(resp)
         return DeleteRecordsResponse(partitions=out)
 

@@ -23,7 +23,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
@@ -32,13 +32,12 @@ from broker.log_manager import LogManager
 from broker.partition import IsrChangeSink, Partition
 from broker.purgatory import DelayedOperationPurgatory
 from broker.replication_quota import ReplicationQuotaManager
-from fetcher.partition_fetch_state import InitialFetchState
 from protocol.errors import (
     ErrorCode,
-    KafkaError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
+    errors_into,
 )
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
@@ -57,6 +56,14 @@ from protocol.messages import (
 from protocol.time import Time
 
 log = logging.getLogger(__name__)
+
+
+class FollowerFetchers(Protocol):
+    """What the replica manager asks of the follower fetchers (fetcher/replica_fetcher_manager.py)."""
+
+    def add_fetcher_for_partitions(self, initial_states: Mapping[TopicPartition, Any]) -> None: ...
+
+    def remove_fetcher_for_partitions(self, tps: set[TopicPartition]) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -106,8 +113,11 @@ class ReplicaManager:
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.failed_replicas: dict[TopicPartition, str] = {}  # could not be created or opened on this disk
         self.controller_epoch = -1
-        self.fetcher_manager: Any = None  # fetcher.replica_fetcher_manager.ReplicaFetcherManager
-        self.initial_fetch_state_factory: Callable[[int, int, int], Any] = InitialFetchState
+        # The follower fetchers and how to describe where a follower starts (set by the broker node:
+        # fetcher.replica_fetcher_manager.ReplicaFetcherManager and fetcher.partition_fetch_state's
+        # InitialFetchState); without them this replica manager only leads.
+        self.fetcher_manager: FollowerFetchers | None = None
+        self.initial_fetch_state_factory: Callable[[int, int, int], Any] | None = None
         self.stats = ReplicaManagerStats()
         self.on_role_change: Callable[[TopicPartition], None] | None = None
         self.is_broker_eligible: Callable[[int], bool] = lambda broker_id: True
@@ -154,7 +164,7 @@ class ReplicaManager:
             tp = TopicPartition(entry.topic, entry.partition)
             resp = ProducePartitionResponse(entry.topic, entry.partition)
             responses.append(resp)
-            try:
+            with errors_into(resp):
                 partition = self.get_partition_or_error(tp)
                 hw_before = partition.high_watermark
                 info = partition.append_records_to_leader(entry.records, required_acks, now)
@@ -162,9 +172,6 @@ class ReplicaManager:
                 resp.log_start_offset = partition.log_start_offset
                 statuses[tp] = ProducePartitionStatus(info.last_offset + 1, resp)
                 self._after_leader_change_of_data(tp, partition.high_watermark != hw_before)
-            except KafkaError as exc:
-                resp.error_code = int(exc.code)
-                resp.error_message = str(exc)
         if required_acks != -1 or not statuses:
             return responses
         future: asyncio.Future[list[ProducePartitionResponse]] = asyncio.get_running_loop().create_future()
@@ -247,7 +254,7 @@ class ReplicaManager:
         for info in infos:
             tp = TopicPartition(info.topic, info.partition)
             resp = FetchPartitionResponse(info.topic, info.partition)
-            try:
+            with errors_into(resp):
                 partition = self.get_partition_or_error(tp)
                 read = partition.read_records(
                     fetch_offset=info.fetch_offset,
@@ -269,9 +276,6 @@ class ReplicaManager:
                 if resp.records:
                     remaining = max(0, remaining - len(resp.records))
                     min_one_message = False
-            except KafkaError as exc:
-                resp.error_code = int(exc.code)
-                resp.error_message = str(exc)
             responses.append(resp)
         return responses
 
@@ -363,7 +367,7 @@ class ReplicaManager:
             self.produce_purgatory.check_and_complete(tp)
             if self.on_role_change is not None:
                 self.on_role_change(tp)
-        if to_followers and self.fetcher_manager is not None:
+        if to_followers and self.fetcher_manager is not None and self.initial_fetch_state_factory is not None:
             initial = {
                 tp: self.initial_fetch_state_factory(
                     state.leader, state.leader_epoch, self.partitions[tp].high_watermark

@@ -35,7 +35,6 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from broker.replication_quota import ReplicationQuotaManager
 from fetcher.fetch_session_handler import FetchRequestData, FetchSessionHandler
 from fetcher.fetcher_lag import FetcherLagStats, FollowerFetchStats
 from fetcher.follower_log import AppendInfo, FollowerLog, FollowerReplicas
@@ -46,6 +45,7 @@ from fetcher.partition_fetch_state import (
     PartitionStates,
     ReplicaState,
 )
+from fetcher.replica_quota import ReplicaQuota
 from protocol.errors import (
     CorruptRecordError,
     ErrorCode,
@@ -127,7 +127,7 @@ class ReplicaFetcher:
         config: FetcherConfig,
         time: Time,
         broker_id: int,
-        quota: ReplicationQuotaManager | None = None,
+        quota: ReplicaQuota | None = None,
         on_partitions_failed: Callable[[set[TopicPartition]], None] | None = None,
     ) -> None:
         self.name = name

@@ -23,12 +23,12 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from broker.replication_quota import ReplicationQuotaManager
 from fetcher.fetcher_lag import FollowerFetchStats
 from fetcher.follower_log import FollowerReplicas
 from fetcher.leader_end_point import LeaderEndPoint
 from fetcher.partition_fetch_state import InitialFetchState, PartitionFetchState
 from fetcher.replica_fetcher import FetcherConfig, ReplicaFetcher
+from fetcher.replica_quota import ReplicaQuota
 from protocol.messages import TopicPartition
 from protocol.time import Time
 
@@ -72,7 +72,7 @@ class ReplicaFetcherManager:
         replicas: FollowerReplicas,
         leader_end_point_factory: Callable[[int, int], LeaderEndPoint],
         time: Time,
-        quota: ReplicationQuotaManager | None = None,
+        quota: ReplicaQuota | None = None,
     ) -> None:
         self._broker_id = broker_id
         self._config = config

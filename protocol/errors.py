@@ -7,6 +7,7 @@ The one place that knows error codes. On the wire an error is a value (`error_co
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Protocol
 
 
 class ErrorCode(IntEnum):
@@ -205,3 +206,28 @@ def error_for_code(code: int, message: str | None = None) -> KafkaError:
     cls = _BY_CODE.get(error_code)
     text = message or error_code.name
     return cls(text) if cls is not None else KafkaError(text, code=error_code)
+
+
+class HasError(Protocol):
+    error_code: int
+    error_message: str | None
+
+
+class errors_into:  # noqa: N801 - used as a statement: `with errors_into(resp):`
+    """Per-partition answers: a `KafkaError` raised inside the block becomes `response`'s error_code and
+    error_message, and the loop over partitions goes on with the next one."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response: HasError) -> None:
+        self.response = response
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        if exc is None or not isinstance(exc, KafkaError):
+            return False
+        self.response.error_code = int(exc.code)
+        self.response.error_message = str(exc)
+        return True

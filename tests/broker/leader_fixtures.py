@@ -29,6 +29,7 @@ from broker.partition import Partition
 from broker.purgatory import DelayedOperationPurgatory
 from broker.replica_manager import FetchParams, ReplicaManager
 from broker.timer import SystemTimer
+from fetcher.partition_fetch_state import InitialFetchState
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
     NO_LEADER_EPOCH,
@@ -130,6 +131,7 @@ class LeaderBroker:
         )
         self.fetcher_manager = RecordingFetcherManager()
         self.replica_manager.fetcher_manager = self.fetcher_manager
+        self.replica_manager.initial_fetch_state_factory = InitialFetchState
         self.isr_sink = isr_sink
         self.controller_epoch = 1
 
