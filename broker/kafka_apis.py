@@ -15,8 +15,9 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from broker.delayed_operation import DelayedOperation
 from broker.fetch_session import FetchManager
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import FetchParams, ReplicaManager
@@ -39,6 +40,7 @@ from protocol.messages import (
     DescribeLogDirsResponse,
     EpochEndOffset,
     ErrorResponse,
+    FetchPartitionResponse,
     FetchRequest,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
@@ -48,6 +50,7 @@ from protocol.messages import (
     MetadataRequest,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
+    ProducePartitionResponse,
     ProduceRequest,
     ProduceResponse,
     ReplicaLogInfo,
@@ -91,6 +94,27 @@ async def authenticate(
     ctx.close_after_response = True
     await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
     return SaslAuthenticateResponse(int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "wrong cluster secret")
+
+
+T = TypeVar("T")
+
+
+async def answered(start: Callable[[Callable[[T], None]], DelayedOperation | None]) -> T:
+    """Turn the replica manager's response callback into an await. If the waiter goes away (its
+    connection closed), the parked operation is abandoned: it leaves the timer now, not at its deadline."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+    def respond(result: T) -> None:
+        if not future.done():
+            future.set_result(result)
+
+    op = start(respond)
+    try:
+        return await future
+    except asyncio.CancelledError:
+        if op is not None:
+            op.abandon()
+        raise
 
 
 def api_versions_response() -> ApiVersionsResponse:
@@ -145,7 +169,11 @@ class KafkaApis:
     # -- data plane ---------------------------------------------------------------------------------
 
     async def handle_produce(self, ctx: ConnectionContext, request: ProduceRequest) -> ProduceResponse | None:
-        partitions = await self.replica_manager.append_records(request.timeout_ms, request.acks, request.partitions)
+        partitions: list[ProducePartitionResponse] = await answered(
+            lambda respond: self.replica_manager.append_records(
+                request.timeout_ms, request.acks, request.partitions, respond
+            )
+        )
         if request.acks == 0:
             return None  # Kafka sends no response to acks=0
         return ProduceResponse(partitions=partitions)
@@ -158,7 +186,9 @@ class KafkaApis:
         if context.error != ErrorCode.NONE:
             return context.error_response()
         params = FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes)
-        parts = await self.replica_manager.fetch_messages(params, context.partitions_to_read())
+        parts: list[FetchPartitionResponse] = await answered(
+            lambda respond: self.replica_manager.fetch_messages(params, context.partitions_to_read(), respond)
+        )
         return context.update_and_generate_response(parts)
 
     async def handle_list_offsets(self, ctx: ConnectionContext, request: ListOffsetsRequest) -> Message:

@@ -9,6 +9,8 @@ purgatories, and the follower fetchers (through `fetcher_manager`). The request 
   completes when the HW passes each partition's last offset (or the timeout, REQUEST_TIMED_OUT);
 * `fetch_messages` (FETCH): read every partition (L3), record follower progress (L4–L7), then answer at
   once or park a DelayedFetch (L10, L11);
+  Both answer through a response callback, as Kafka's do, and return the parked operation if any; the
+  request handlers (`kafka_apis.answered`) turn that into an await, so nothing here needs an event loop;
 * `become_leader_or_follower` (LEADER_AND_ISR): role changes (L9, F20), completing parked requests so
   they answer NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH, and (re)starting follower fetchers;
 * `maybe_shrink_isr` (periodic, `replica.lag.time.max.ms / 2`, L8) and HW checkpoints.
@@ -19,13 +21,13 @@ it calls `check_and_complete` on the purgatories for that partition (L12).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from broker.delayed_operation import DelayedOperation
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
 from broker.log.log_config import with_topic_configs
 from broker.log_manager import LogManager
@@ -143,20 +145,30 @@ class ReplicaManager:
 
     # -- PRODUCE ------------------------------------------------------------------------------------
 
-    async def append_records(
-        self, timeout_ms: int, required_acks: int, entries: list[ProducePartition]
-    ) -> list[ProducePartitionResponse]:
+    def append_records(
+        self,
+        timeout_ms: int,
+        required_acks: int,
+        entries: list[ProducePartition],
+        response_callback: Callable[[list[ProducePartitionResponse]], None],
+    ) -> DelayedOperation | None:
+        """Append to the leaders here and answer through `response_callback`, at once or, for acks=all,
+        when the ISR has the records or `timeout_ms` passes (Kafka's appendRecords). Returns the parked
+        operation, if any, so the caller can abandon it when nobody waits for the answer any more."""
         if required_acks not in (-1, 0, 1):
             # Kafka's isValidRequiredAcks: any other value is refused for every partition, nothing written.
-            return [
-                ProducePartitionResponse(
-                    e.topic,
-                    e.partition,
-                    error_code=int(ErrorCode.INVALID_REQUIRED_ACKS),
-                    error_message=f"acks must be -1, 0 or 1, not {required_acks}",
-                )
-                for e in entries
-            ]
+            response_callback(
+                [
+                    ProducePartitionResponse(
+                        e.topic,
+                        e.partition,
+                        error_code=int(ErrorCode.INVALID_REQUIRED_ACKS),
+                        error_message=f"acks must be -1, 0 or 1, not {required_acks}",
+                    )
+                    for e in entries
+                ]
+            )
+            return None
         now = self._now()
         responses: list[ProducePartitionResponse] = []
         statuses: dict[TopicPartition, ProducePartitionStatus] = {}
@@ -173,20 +185,11 @@ class ReplicaManager:
                 statuses[tp] = ProducePartitionStatus(info.last_offset + 1, resp)
                 self._after_leader_change_of_data(tp, partition.high_watermark != hw_before)
         if required_acks != -1 or not statuses:
-            return responses
-        future: asyncio.Future[list[ProducePartitionResponse]] = asyncio.get_running_loop().create_future()
-
-        def respond(_: list[ProducePartitionResponse]) -> None:
-            if not future.done():
-                future.set_result(responses)
-
-        op = DelayedProduce(timeout_ms, statuses, self, respond)
+            response_callback(responses)
+            return None
+        op = DelayedProduce(timeout_ms, statuses, self, lambda _: response_callback(responses))
         self.produce_purgatory.try_complete_else_watch(op, list(statuses))
-        try:
-            return await future
-        except asyncio.CancelledError:
-            op.abandon()  # the connection closed: nobody will read the answer
-            raise
+        return op
 
     def _after_leader_change_of_data(self, tp: TopicPartition, hw_changed: bool) -> None:
         self.fetch_purgatory.check_and_complete(tp)
@@ -195,30 +198,29 @@ class ReplicaManager:
 
     # -- FETCH --------------------------------------------------------------------------------------
 
-    async def fetch_messages(self, params: FetchParams, infos: list[FetchPartition]) -> list[FetchPartitionResponse]:
+    def fetch_messages(
+        self,
+        params: FetchParams,
+        infos: list[FetchPartition],
+        response_callback: Callable[[list[FetchPartitionResponse]], None],
+    ) -> DelayedOperation | None:
+        """Read, and answer through `response_callback` at once or, when fewer than min_bytes are there,
+        when enough arrive or max_wait_ms passes (Kafka's fetchMessages). Returns the parked operation,
+        if any."""
         responses = self.read_and_record(params, infos)
         bytes_readable = sum(len(r.records) for r in responses)
         any_error = any(r.error_code != ErrorCode.NONE for r in responses)
         if params.max_wait_ms <= 0 or not infos or bytes_readable >= params.min_bytes or any_error:
-            return responses
+            response_callback(responses)
+            return None
         statuses: dict[TopicPartition, FetchPartitionStatus] = {}
         for info in infos:
             tp = TopicPartition(info.topic, info.partition)
             partition = self.partitions[tp]
             statuses[tp] = FetchPartitionStatus(info, partition.log.offset_metadata(info.fetch_offset))
-        future: asyncio.Future[list[FetchPartitionResponse]] = asyncio.get_running_loop().create_future()
-
-        def respond(result: list[FetchPartitionResponse]) -> None:
-            if not future.done():
-                future.set_result(result)
-
-        op = DelayedFetch(params.max_wait_ms, params, statuses, self, respond)
+        op = DelayedFetch(params.max_wait_ms, params, statuses, self, response_callback)
         self.fetch_purgatory.try_complete_else_watch(op, list(statuses))
-        try:
-            return await future
-        except asyncio.CancelledError:
-            op.abandon()  # the connection closed: the parked fetch leaves the timer now, not at its deadline
-            raise
+        return op
 
     def read_and_record(self, params: FetchParams, infos: list[FetchPartition]) -> list[FetchPartitionResponse]:
         """Read every partition (L3) and, for a follower, record its fetch position (L4) afterwards."""

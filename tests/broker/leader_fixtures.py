@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from broker.kafka_apis import answered
 from broker.log.log import LogConfig
 from broker.log_manager import LogManager
 from broker.partition import Partition
@@ -212,16 +213,21 @@ class LeaderBroker:
     async def produce(
         self, tp: TopicPartition, *values: bytes, acks: int = 1, timeout_ms: int = 30_000
     ) -> ProducePartitionResponse:
-        [response] = await self.replica_manager.append_records(
-            timeout_ms, acks, [ProducePartition(tp.topic, tp.partition, batch(*values))]
+        responses: list[ProducePartitionResponse] = await answered(
+            lambda respond: self.replica_manager.append_records(
+                timeout_ms, acks, [ProducePartition(tp.topic, tp.partition, batch(*values))], respond
+            )
         )
+        [response] = responses
         return response
 
     async def start_produce(
         self, entries: Mapping[TopicPartition, Sequence[bytes]], *, acks: int = -1, timeout_ms: int = 30_000
     ) -> asyncio.Task[list[ProducePartitionResponse]]:
         partitions = [ProducePartition(tp.topic, tp.partition, batch(*values)) for tp, values in entries.items()]
-        return await started(self.replica_manager.append_records(timeout_ms, acks, partitions))
+        return await started(
+            answered(lambda respond: self.replica_manager.append_records(timeout_ms, acks, partitions, respond))
+        )
 
     # -- FETCH ----------------------------------------------------------------------------------------
 
@@ -256,7 +262,7 @@ class LeaderBroker:
     ) -> dict[TopicPartition, FetchPartitionResponse]:
         """An immediate FETCH (max_wait_ms 0 unless given): the responses by partition."""
         params, infos = self.fetch_request(replica_id, offsets, **kwargs)
-        return by_partition(await self.replica_manager.fetch_messages(params, infos))
+        return by_partition(await answered(lambda respond: self.replica_manager.fetch_messages(params, infos, respond)))
 
     async def follower_fetch(
         self, offset: int, tp: TopicPartition = TP0, replica_id: int = FOLLOWER_ID, **kwargs: Any
@@ -271,7 +277,7 @@ class LeaderBroker:
     ) -> asyncio.Task[list[FetchPartitionResponse]]:
         """A FETCH that may park: the task, run up to the point where it waits for its response."""
         params, infos = self.fetch_request(replica_id, offsets, **kwargs)
-        return await started(self.replica_manager.fetch_messages(params, infos))
+        return await started(answered(lambda respond: self.replica_manager.fetch_messages(params, infos, respond)))
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
