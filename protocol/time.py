@@ -33,7 +33,10 @@ class SystemTime:
 
 
 class ManualTime:
-    """A clock that moves only when told: `advance(ms)`. `sleep` advances the clock instead of waiting."""
+    """A clock that moves only when told: `advance(ms)`. `sleep(s)` does not wait either: it moves the
+    clock to the sleeper's deadline unless the clock is already past it, so sleepers share one clock (two
+    that sleep 1 s from the same moment both wake at +1 s). Tests that need timers, timeouts and many
+    sleepers on one faithful virtual clock run on `sim.loop.VirtualTimeLoop` with `sim.loop.LoopTime`."""
 
     def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
         self._now_ms = float(start_ms)
@@ -48,8 +51,9 @@ class ManualTime:
         self._now_ms += ms
 
     async def sleep(self, seconds: float) -> None:
-        self._now_ms += seconds * 1000.0
+        deadline = self._now_ms + seconds * 1000.0
         await asyncio.sleep(0)
+        self._now_ms = max(self._now_ms, deadline)
 
 
 SYSTEM_TIME = SystemTime()
