@@ -21,6 +21,7 @@ from typing import Any
 
 from client.cluster_client import REFRESH_ERRORS, ClusterClient, ClusterUnavailableError
 from client.connection import BrokerConnection
+from client.errors import ClusterAnswerError, ClusterUnreachableError
 from protocol.errors import CorruptRecordError, ErrorCode, error_for_code
 from protocol.messages import DEBUGGING_REPLICA_ID, FetchPartition, FetchRequest, TopicPartition
 from protocol.record_batch import Record, iter_headers, iter_records, read_header
@@ -179,8 +180,6 @@ async def consume_all(
 async def consume_command(
     args: argparse.Namespace, formatter: Callable[[str, int, Record], bytes], start: str | int
 ) -> dict[str, Any]:
-    from cluster.cli import EXIT_CLUSTER_ERROR, EXIT_UNREACHABLE, CliError
-
     counts: dict[str, int] = {}
     out = sys.stdout.buffer
 
@@ -192,14 +191,14 @@ async def consume_command(
         try:
             meta = await client.refresh_metadata([args.topic])
         except ClusterUnavailableError as exc:
-            raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+            raise ClusterUnreachableError(f"cluster not reachable at {args.bootstrap_server}: {exc}") from None
         if meta.topics[0].error_code != ErrorCode.NONE:
-            raise CliError(f"unknown topic {args.topic!r}", EXIT_CLUSTER_ERROR)
+            raise ClusterAnswerError(f"unknown topic {args.topic!r}")
         partitions = client.partitions_of(args.topic)
         if args.partition is not None:
             tp = TopicPartition(args.topic, args.partition)
             if tp not in partitions:
-                raise CliError(f"topic {args.topic!r} has no partition {args.partition}", EXIT_CLUSTER_ERROR)
+                raise ClusterAnswerError(f"topic {args.topic!r} has no partition {args.partition}")
             partitions = [tp]
 
         def on_corrupt(tp: TopicPartition, reason: str) -> None:

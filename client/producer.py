@@ -25,6 +25,7 @@ from typing import Any
 
 from client.cluster_client import REFRESH_ERRORS, ClusterClient, ClusterUnavailableError
 from client.console import InputLineError, ProducerRecord
+from client.errors import ClusterAnswerError, ClusterUnreachableError
 from client.partitioner import partition_for_key
 from protocol.errors import ErrorCode
 from protocol.messages import TopicPartition
@@ -89,8 +90,6 @@ async def produce_command(
     key: bytes | None = None,
     headers: Sequence[Header] = (),
 ) -> dict[str, Any]:
-    from cluster.cli import EXIT_CLUSTER_ERROR, EXIT_UNREACHABLE, CliError
-
     if records is None:
         payload = os.urandom(max(args.size, 0) // 2 + 1).hex()[: args.size].encode()
         records = ((key, payload, headers) for _ in range(args.count))
@@ -99,26 +98,24 @@ async def produce_command(
         try:
             meta = await client.refresh_metadata([args.topic])
         except ClusterUnavailableError as exc:
-            raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+            raise ClusterUnreachableError(f"cluster not reachable at {args.bootstrap_server}: {exc}") from None
         topic = meta.topics[0]
         if topic.error_code != ErrorCode.NONE:
-            raise CliError(
+            raise ClusterAnswerError(
                 f"unknown topic {args.topic!r} (create it with "
-                f"`minibroker topic create {args.topic} --bootstrap-server {args.bootstrap_server}`)",
-                EXIT_CLUSTER_ERROR,
+                f"`minibroker topic create {args.topic} --bootstrap-server {args.bootstrap_server}`)"
             )
         partitions = client.partitions_of(args.topic)
         if args.partition is not None:
             if TopicPartition(args.topic, args.partition) not in partitions:
-                raise CliError(f"topic {args.topic!r} has no partition {args.partition}", EXIT_CLUSTER_ERROR)
+                raise ClusterAnswerError(f"topic {args.topic!r} has no partition {args.partition}")
         targets = [TopicPartition(args.topic, args.partition)] if args.partition is not None else partitions
         if acks == -1 and any(client.min_isr_unreachable(tp) for tp in targets):
             rf = min(len(client.leader_of(tp).replicas) for tp in targets)
             min_isr = client.topic_configs.get(args.topic, {}).get("min.insync.replicas")
-            raise CliError(
+            raise ClusterAnswerError(
                 f"acks=all to {args.topic!r} can never succeed: min.insync.replicas={min_isr} is larger than "
-                f"its replication factor {rf} (use --acks 1, or a topic with a lower min.insync.replicas)",
-                EXIT_CLUSTER_ERROR,
+                f"its replication factor {rf} (use --acks 1, or a topic with a lower min.insync.replicas)"
             )
         return await _produce(client, args, records, partitions, acks)
 

@@ -27,11 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import random
 import signal
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -511,31 +509,3 @@ async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, 
         if fresh_dir is not None:
             stop_cluster(state, timeout_s=10.0)
             fresh_dir.cleanup()
-
-
-def run_leader_kill_command(args: argparse.Namespace) -> int:
-    from cluster.cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, _run
-    from cluster.local_cluster import ClusterError
-
-    if args.rounds < 1 or args.interval_ms < 0 or args.producers < 1 or args.partitions < 1:
-        print(
-            "minibroker: error: --rounds, --producers and --partitions must be >= 1, --interval-ms >= 0",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-    try:
-        report = _run(run_leader_kill(args, progress))
-    except ClusterError as exc:
-        print(f"minibroker: error: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    text = json.dumps(report, indent=2, default=str)
-    if args.json == "-":
-        print(text)
-    elif args.json:
-        Path(args.json).write_text(text + "\n")
-    print(render_report(report), file=sys.stderr if args.json == "-" else sys.stdout)
-    return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED

@@ -12,7 +12,6 @@ Exit codes (documented in README.md):
 from __future__ import annotations
 
 import argparse
-import asyncio
 import errno
 import json
 import os
@@ -22,6 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from client.errors import ClientCommandError, ClusterUnreachableError
+from cluster.event_loop import run_on_uvloop
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CLUSTER_ERROR = 0, 1, 2, 3, 4
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -36,13 +38,7 @@ class CliError(Exception):
         self.code = code
 
 
-def _run(coro: Any) -> Any:
-    try:
-        import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        return asyncio.run(coro)
+_run = run_on_uvloop
 
 
 def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
@@ -501,9 +497,26 @@ def _start_offset(args: argparse.Namespace) -> str | int:
 
 
 def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
-    from cluster.chaos import run_leader_kill_command
+    from cluster.chaos import render_report, run_leader_kill
+    from cluster.local_cluster import ClusterError
 
-    return int(run_leader_kill_command(args))
+    if args.rounds < 1 or args.interval_ms < 0 or args.producers < 1 or args.partitions < 1:
+        raise CliError("--rounds, --producers and --partitions must be >= 1, --interval-ms >= 0", EXIT_USAGE)
+
+    def progress(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    try:
+        report = _run(run_leader_kill(args, progress))
+    except ClusterError as exc:
+        raise CliError(str(exc), EXIT_UNREACHABLE) from None
+    text = json.dumps(report, indent=2, default=str)
+    if args.json == "-":
+        print(text)
+    elif args.json:
+        Path(args.json).write_text(text + "\n")
+    print(render_report(report), file=sys.stderr if args.json == "-" else sys.stdout)
+    return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED
 
 
 # -- parser ---------------------------------------------------------------------------------------
@@ -767,6 +780,10 @@ def _main(argv: Sequence[str] | None) -> int:
     except CliError as exc:
         print(f"minibroker: error: {exc}", file=sys.stderr)
         return exc.code
+    except ClientCommandError as exc:
+        # The client library's own errors, mapped to exit codes here (it knows nothing of them).
+        print(f"minibroker: error: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE if isinstance(exc, ClusterUnreachableError) else EXIT_CLUSTER_ERROR
     except (FileNotFoundError, NotADirectoryError, PermissionError, IsADirectoryError) as exc:
         # A path the user gave (--dir, log.dirs, --out, ...) that cannot be used: say which, no traceback.
         if exc.filename is None:

@@ -1,0 +1,20 @@
+"""What client commands raise when they cannot go on; the CLI (cluster/cli.py) maps each to an exit code.
+
+The client library knows nothing of exit codes: `ClusterUnreachableError` means no broker could be
+reached (exit 3), `ClusterAnswerError` that the cluster answered with something the command cannot get
+past, such as an unknown topic (exit 4).
+"""
+
+from __future__ import annotations
+
+
+class ClientCommandError(Exception):
+    """A client command cannot go on; the message says why, in words for the user."""
+
+
+class ClusterUnreachableError(ClientCommandError):
+    """No broker (or controller) could be reached."""
+
+
+class ClusterAnswerError(ClientCommandError):
+    """The cluster answered, with an error the command cannot get past."""
