@@ -37,13 +37,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.codec import Message, packb, to_wire, unpackb
 from protocol.errors import ErrorCode, ProtocolError
+from protocol.frame_protocol import FrameProtocol
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame_prefix
 from protocol.messages import ErrorResponse, RequestDecodeError, RequestHeader, decode_request_value
 
@@ -81,21 +81,18 @@ class ServerStats:
 INT_MAX = 2**31 - 1
 
 
-class _ServerConnection(asyncio.BufferedProtocol):
+class _ServerConnection(FrameProtocol):
     def __init__(self, server: SocketServer, connection_id: int) -> None:
+        super().__init__(FrameDecoder(max_frame_bytes=server.max_frame_bytes))
         self.server = server
-        self.decoder = FrameDecoder(max_frame_bytes=server.max_frame_bytes)
         self.queue: collections.deque[tuple[RequestHeader, Message | None, RequestDecodeError | None]] = (
             collections.deque()
         )
         self.wakeup = asyncio.Event()
-        self.transport: asyncio.Transport | None = None
         self.context = ConnectionContext(connection_id, "?")
         self.reading_paused = False
         self.peer_gone = False  # the connection is closed: nothing more to read or write
         self.draining = False  # the server is closing: answer what was received, read nothing new
-        self._can_write = asyncio.Event()
-        self._can_write.set()
         self.worker: asyncio.Task[None] | None = None
         self.in_flight = 0
         self.last_active_s = 0.0  # loop time of the last bytes read or response written
@@ -118,37 +115,30 @@ class _ServerConnection(asyncio.BufferedProtocol):
             self.peer_gone = True
             transport.abort()  # type: ignore[attr-defined]
             return
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().connection_made(transport)
         self.worker = asyncio.get_running_loop().create_task(self._work(), name=f"conn-{self.context.peer}")
         self.server._workers.add(self.worker)
         self.worker.add_done_callback(self.server._workers.discard)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.decoder.get_buffer()
-
     def buffer_updated(self, nbytes: int) -> None:
-        decoder = self.decoder
-        decoder.buffer_updated(nbytes)
-        now = self.last_active_s = asyncio.get_running_loop().time()
-        try:
-            while (frame := decoder.next_frame()) is not None:
-                self._on_frame(frame)
-        except ProtocolError as exc:
-            self.server.stats.bad_frames_total += 1
-            log.warning("closing connection from %s: %s", self.context.peer, exc)
-            self._abort()
-            return
-        if decoder.pending:
+        self.last_active_s = asyncio.get_running_loop().time()
+        super().buffer_updated(nbytes)
+
+    def on_bad_frame(self, exc: ProtocolError) -> None:
+        self.server.stats.bad_frames_total += 1
+        log.warning("closing connection from %s: %s", self.context.peer, exc)
+        self._abort()
+
+    def after_frames(self) -> None:
+        if self.decoder.pending:
             if self.partial_since_s is None:
-                self.partial_since_s = now
+                self.partial_since_s = self.last_active_s
         else:
             self.partial_since_s = None
         if len(self.queue) >= self.server.max_queued_requests:
             self._pause_reading()
 
-    def _on_frame(self, frame: bytes | bytearray) -> None:
+    def on_frame(self, frame: bytes | bytearray) -> None:
         value = unpackb(frame)
         try:
             header, body = decode_request_value(value)
@@ -167,11 +157,11 @@ class _ServerConnection(asyncio.BufferedProtocol):
     def pause_writing(self) -> None:
         # A client that does not read its responses does not get more requests read either: what the
         # broker holds for it stays bounded by the transport's high-water mark plus what is in flight.
-        self._can_write.clear()
+        super().pause_writing()
         self._pause_reading()
 
     def resume_writing(self) -> None:
-        self._can_write.set()
+        super().resume_writing()
         self._maybe_resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -180,7 +170,7 @@ class _ServerConnection(asyncio.BufferedProtocol):
         self.server._forget(self)
         self.decoder = _CLOSED_DECODER  # give the buffers back now, not when the worker is collected
         self.queue.clear()
-        self._can_write.set()
+        self.can_write.set()
         self.wakeup.set()
 
     def _abort(self) -> None:
@@ -228,8 +218,8 @@ class _ServerConnection(asyncio.BufferedProtocol):
                     if self.context.close_after_response:
                         self.close_for("the handler asked to close it after its answer")
                         return
-                    if not self._can_write.is_set():
-                        await self._can_write.wait()
+                    if not self.can_write.is_set():
+                        await self.can_write.wait()
                 if self.peer_gone or (self.draining and not self.queue and not in_flight):
                     return
                 if (in_flight and in_flight[0][1].done()) or (self.queue and len(in_flight) < limit):
@@ -248,7 +238,7 @@ class _ServerConnection(asyncio.BufferedProtocol):
         if (
             self.reading_paused
             and not self.draining
-            and self._can_write.is_set()
+            and self.can_write.is_set()
             and len(self.queue) < self.server.max_queued_requests // 2
         ):
             self.reading_paused = False
@@ -257,7 +247,7 @@ class _ServerConnection(asyncio.BufferedProtocol):
 
     def idle(self) -> bool:
         """Nothing queued, in flight or half-received: the connection only holds its socket."""
-        return not self.queue and self.in_flight == 0 and not self.decoder.pending and self._can_write.is_set()
+        return not self.queue and self.in_flight == 0 and not self.decoder.pending and self.can_write.is_set()
 
     def close_for(self, reason: str) -> None:
         log.info("closing connection from %s: %s", self.context.peer, reason)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import socket
 from typing import Any, TypeVar
 
 from protocol.api_keys import ApiKey
 from protocol.codec import Message, from_wire, packb, to_wire, unpackb
 from protocol.errors import ProtocolError
+from protocol.frame_protocol import FrameProtocol
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame_prefix
 from protocol.messages import RESPONSE_TYPES, ApiVersionsRequest, api_key_of
 
@@ -29,38 +29,21 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Message)
 
 
-class _ClientProtocol(asyncio.BufferedProtocol):
+class _ClientProtocol(FrameProtocol):
     def __init__(self, max_frame_bytes: int) -> None:
         # The server's answers are trusted to be as large as they say (responses to what we asked for), so
         # a 1 MiB fetch response is read straight into a buffer of its size.
-        self.decoder = FrameDecoder(max_frame_bytes=max_frame_bytes, trust_prefix=True)
+        super().__init__(FrameDecoder(max_frame_bytes=max_frame_bytes, trust_prefix=True))
         self.pending: dict[int, tuple[asyncio.Future[Message], ApiKey]] = {}
-        self.transport: asyncio.Transport | None = None
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._can_write = asyncio.Event()
-        self._can_write.set()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def on_bad_frame(self, exc: ProtocolError) -> None:
+        log.warning("closing connection: bad response frame: %s", exc)
+        self._fail_all(ConnectionError(f"bad response from server: {exc}"))
+        if self.transport is not None:
+            self.transport.close()
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.decoder.get_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.decoder.buffer_updated(nbytes)
-        try:
-            while (frame := self.decoder.next_frame()) is not None:
-                self._on_frame(frame)
-        except ProtocolError as exc:
-            log.warning("closing connection: bad response frame: %s", exc)
-            self._fail_all(ConnectionError(f"bad response from server: {exc}"))
-            if self.transport is not None:
-                self.transport.close()
-
-    def _on_frame(self, frame: bytes | bytearray) -> None:
+    def on_frame(self, frame: bytes | bytearray) -> None:
         value = unpackb(frame)
         if type(value) is not list or len(value) != 2 or type(value[0]) is not dict:
             raise ProtocolError("a response is a 2-element array [header, body]")
@@ -76,18 +59,12 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         except ProtocolError as exc:
             future.set_exception(exc)
 
-    def pause_writing(self) -> None:
-        self._can_write.clear()
-
-    def resume_writing(self) -> None:
-        self._can_write.set()
-
     async def drain(self) -> None:
-        await self._can_write.wait()
+        await self.can_write.wait()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail_all(ConnectionError(f"connection closed{': ' + str(exc) if exc else ''}"))
-        self._can_write.set()
+        self.can_write.set()
         if not self.closed.done():
             self.closed.set_result(None)
 
