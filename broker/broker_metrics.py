@@ -1,10 +1,12 @@
-"""Builds the per-interval metric records (docs/metrics.md) from the broker's live state."""
+"""Builds the per-interval metric records (docs/metrics.md) from the broker's live state; the field names
+are metrics/fields.py's, the ones the Spark job reads."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from broker.replica_manager import ReplicaManager
+from metrics import fields as f
 
 
 def partition_records(
@@ -14,33 +16,33 @@ def partition_records(
     for tp, p in sorted(replica_manager.partitions.items()):
         c = p.counters
         record: dict[str, Any] = {
-            "kind": "partition",
-            "ts_ms": now_ms,
-            "broker_id": broker_id,
-            "broker_start_ms": broker_start_ms,
-            "topic": tp.topic,
-            "partition": tp.partition,
-            "role": "leader" if p.is_leader else ("follower" if p.leader_id >= 0 else "offline"),
-            "leader_id": p.leader_id,
-            "leader_epoch": p.leader_epoch,
-            "log_start_offset": p.log_start_offset,
-            "log_end_offset": p.log_end_offset,
-            "high_watermark": p.high_watermark,
-            "fetch_offset": None,
-            "lag_messages": None,
-            "lag_ms": None,
-            "isr_size": None,
-            "replica_count": None,
-            "under_replicated": None,
-            "under_min_isr": None,
-            "followers": None,
-            "BytesInPerSec": c.bytes_in,
-            "BytesOutPerSec": c.bytes_out,
-            "ReplicationBytesInPerSec": c.replication_bytes_in,
-            "ReplicationBytesOutPerSec": c.replication_bytes_out,
-            "MessagesInPerSec": c.messages_in,
-            "IsrShrinksPerSec": c.isr_shrinks,
-            "IsrExpandsPerSec": c.isr_expands,
+            f.KIND: f.KIND_PARTITION,
+            f.TS_MS: now_ms,
+            f.BROKER_ID: broker_id,
+            f.BROKER_START_MS: broker_start_ms,
+            f.TOPIC: tp.topic,
+            f.PARTITION: tp.partition,
+            f.ROLE: f.ROLE_LEADER if p.is_leader else (f.ROLE_FOLLOWER if p.leader_id >= 0 else f.ROLE_OFFLINE),
+            f.LEADER_ID: p.leader_id,
+            f.LEADER_EPOCH: p.leader_epoch,
+            f.LOG_START_OFFSET: p.log_start_offset,
+            f.LOG_END_OFFSET: p.log_end_offset,
+            f.HIGH_WATERMARK: p.high_watermark,
+            f.FETCH_OFFSET: None,
+            f.LAG_MESSAGES: None,
+            f.LAG_MS: None,
+            f.ISR_SIZE: None,
+            f.REPLICA_COUNT: None,
+            f.UNDER_REPLICATED: None,
+            f.UNDER_MIN_ISR: None,
+            f.FOLLOWERS: None,
+            f.BYTES_IN: c.bytes_in,
+            f.BYTES_OUT: c.bytes_out,
+            f.REPLICATION_BYTES_IN: c.replication_bytes_in,
+            f.REPLICATION_BYTES_OUT: c.replication_bytes_out,
+            f.MESSAGES_IN: c.messages_in,
+            f.ISR_SHRINKS: c.isr_shrinks,
+            f.ISR_EXPANDS: c.isr_expands,
         }
         if p.is_leader:
             record.update(
@@ -50,10 +52,10 @@ def partition_records(
                 under_min_isr=p.under_min_isr,
                 followers=[
                     {
-                        "broker_id": r.broker_id,
-                        "log_end_offset": r.log_end_offset,
-                        "last_caught_up_ms": r.last_caught_up_time_ms,
-                        "in_sync": r.broker_id in p.isr,
+                        f.BROKER_ID: r.broker_id,
+                        f.LOG_END_OFFSET: r.log_end_offset,
+                        f.LAST_CAUGHT_UP_MS: r.last_caught_up_time_ms,
+                        f.IN_SYNC: r.broker_id in p.isr,
                     }
                     for r in sorted(p.remote_replicas.values(), key=lambda r: r.broker_id)
                 ],

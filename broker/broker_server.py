@@ -23,6 +23,7 @@ from broker.broker_node import BrokerNode
 from broker.config import parse_host_port
 from broker.server import SocketServer, wait_for_termination
 from client.tcp_transport import TcpTransport, fixed_address
+from metrics import fields as f
 from metrics.emitter import MetricsEmitter
 from metrics.sink import sinks_from_config
 from protocol.time import SYSTEM_TIME, Time
@@ -99,20 +100,20 @@ class BrokerServer:
         node = self.node
         fetcher_stats = node.fetcher_manager.snapshot()
         records = partition_records(node.replica_manager, self.broker_id, node.started_ms, now_ms, fetcher_stats)
-        max_lag = max((r["lag_messages"] or 0 for r in records if r["role"] == "follower"), default=0)
+        max_lag = max((r[f.LAG_MESSAGES] or 0 for r in records if r[f.ROLE] == f.ROLE_FOLLOWER), default=0)
         records.append(
             {
-                "kind": "broker",
-                "ts_ms": now_ms,
-                "broker_id": self.broker_id,
-                "broker_start_ms": node.started_ms,
-                "FetchPurgatorySize": node.fetch_purgatory.num_delayed,
-                "ProducePurgatorySize": node.produce_purgatory.num_delayed,
-                "ActiveConnections": self.server.stats.active_connections,
-                "RequestsPerSec": self.server.stats.requests_total,
-                "UnderReplicatedPartitions": sum(1 for r in records if r.get("under_replicated")),
-                "MaxLag": max_lag,
-                "MetricsDropped": self.emitter.dropped,
+                f.KIND: f.KIND_BROKER,
+                f.TS_MS: now_ms,
+                f.BROKER_ID: self.broker_id,
+                f.BROKER_START_MS: node.started_ms,
+                f.FETCH_PURGATORY_SIZE: node.fetch_purgatory.num_delayed,
+                f.PRODUCE_PURGATORY_SIZE: node.produce_purgatory.num_delayed,
+                f.ACTIVE_CONNECTIONS: self.server.stats.active_connections,
+                f.REQUESTS: self.server.stats.requests_total,
+                f.UNDER_REPLICATED_PARTITIONS: sum(1 for r in records if r.get(f.UNDER_REPLICATED)),
+                f.MAX_LAG: max_lag,
+                f.METRICS_DROPPED: self.emitter.dropped,
             }
         )
         return records
@@ -126,7 +127,7 @@ class BrokerServer:
         await self.node.start(adv_host, adv_port)
         self.emitter.start()
         print(
-            json.dumps({"event": "listening", "broker_id": self.broker_id, "host": adv_host, "port": self.server.port}),
+            json.dumps({"event": "listening", f.BROKER_ID: self.broker_id, "host": adv_host, "port": self.server.port}),
             flush=True,
         )
 

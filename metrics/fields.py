@@ -1,0 +1,70 @@
+"""The metric record's field names: one definition for the broker that writes records and the Spark job
+that reads them. Plain strings, no pyspark, so a broker imports this module and nothing heavier; the
+Spark schema built from these names is in metrics/schema.py, and docs/metrics.md is the prose version.
+"""
+
+from __future__ import annotations
+
+# Record kinds.
+KIND_PARTITION = "partition"
+KIND_BROKER = "broker"
+
+# Replica roles in a partition record.
+ROLE_LEADER = "leader"
+ROLE_FOLLOWER = "follower"
+ROLE_OFFLINE = "offline"
+
+# Fields common to both kinds.
+KIND = "kind"
+TS_MS = "ts_ms"
+BROKER_ID = "broker_id"
+BROKER_START_MS = "broker_start_ms"
+
+# Partition record fields.
+TOPIC = "topic"
+PARTITION = "partition"
+ROLE = "role"
+LEADER_ID = "leader_id"
+LEADER_EPOCH = "leader_epoch"
+LOG_START_OFFSET = "log_start_offset"
+LOG_END_OFFSET = "log_end_offset"
+HIGH_WATERMARK = "high_watermark"
+FETCH_OFFSET = "fetch_offset"
+LAG_MESSAGES = "lag_messages"
+LAG_MS = "lag_ms"
+ISR_SIZE = "isr_size"
+REPLICA_COUNT = "replica_count"
+UNDER_REPLICATED = "under_replicated"
+UNDER_MIN_ISR = "under_min_isr"
+FOLLOWERS = "followers"
+BYTES_IN = "BytesInPerSec"
+BYTES_OUT = "BytesOutPerSec"
+REPLICATION_BYTES_IN = "ReplicationBytesInPerSec"
+REPLICATION_BYTES_OUT = "ReplicationBytesOutPerSec"
+MESSAGES_IN = "MessagesInPerSec"
+ISR_SHRINKS = "IsrShrinksPerSec"
+ISR_EXPANDS = "IsrExpandsPerSec"
+
+# Fields of one element of ``followers`` (BROKER_ID and LOG_END_OFFSET are shared names).
+LAST_CAUGHT_UP_MS = "last_caught_up_ms"
+IN_SYNC = "in_sync"
+
+# Broker record fields.
+FETCH_PURGATORY_SIZE = "FetchPurgatorySize"
+PRODUCE_PURGATORY_SIZE = "ProducePurgatorySize"
+ACTIVE_CONNECTIONS = "ActiveConnections"
+REQUESTS = "RequestsPerSec"
+UNDER_REPLICATED_PARTITIONS = "UnderReplicatedPartitions"
+MAX_LAG = "MaxLag"
+METRICS_DROPPED = "MetricsDropped"
+
+# Running totals since broker_start_ms (Kafka meter counts); they restart from 0 with the broker.
+PARTITION_COUNTERS: tuple[str, ...] = (
+    BYTES_IN,
+    BYTES_OUT,
+    REPLICATION_BYTES_IN,
+    REPLICATION_BYTES_OUT,
+    MESSAGES_IN,
+    ISR_SHRINKS,
+    ISR_EXPANDS,
+)
