@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.partition import Partition
+from broker.replica import Replica
 from broker.replica_manager import ReplicaManager
 from metrics import fields as f
 
@@ -51,13 +53,7 @@ def partition_records(
                 under_replicated=p.under_replicated,
                 under_min_isr=p.under_min_isr,
                 followers=[
-                    {
-                        f.BROKER_ID: r.broker_id,
-                        f.LOG_END_OFFSET: r.log_end_offset,
-                        f.LAST_CAUGHT_UP_MS: r.last_caught_up_time_ms,
-                        f.IN_SYNC: r.broker_id in p.isr,
-                    }
-                    for r in sorted(p.remote_replicas.values(), key=lambda r: r.broker_id)
+                    follower_view(p, r, now_ms) for r in sorted(p.remote_replicas.values(), key=lambda r: r.broker_id)
                 ],
             )
         else:
@@ -73,3 +69,20 @@ def partition_records(
                 record.update(fetch_offset=p.log_end_offset, lag_messages=None, lag_ms=None)
         records.append(record)
     return records
+
+
+def follower_view(partition: Partition, replica: Replica, now_ms: int) -> dict[str, Any]:
+    """The leader's view of one follower: where it is, whether it is in the ISR, and how far behind.
+
+    The follower may be dead or cut off and report nothing itself; this is what the lag charts draw.
+    Unknown values (no fetch yet since this leadership began, never caught up) are None."""
+    leo = replica.log_end_offset
+    caught_up = replica.last_caught_up_time_ms
+    return {
+        f.BROKER_ID: replica.broker_id,
+        f.LOG_END_OFFSET: leo,
+        f.LAST_CAUGHT_UP_MS: caught_up,
+        f.IN_SYNC: replica.broker_id in partition.isr,
+        f.LAG_MESSAGES: max(0, partition.log_end_offset - leo) if leo >= 0 else None,
+        f.TIME_SINCE_CAUGHT_UP_MS: max(0, now_ms - caught_up) if caught_up and caught_up > 0 else None,
+    }

@@ -71,12 +71,15 @@ class PartitionSummary:
 
 @dataclass(frozen=True)
 class FollowerSeries:
-    """One follower's lag, bucketed: the max of each bucket at the bucket's start time."""
+    """One follower's lag, bucketed: the max of each bucket at the bucket's start time. `view` says whose
+    numbers they are: "leader" (the leader's view: lag in messages and time since last caught up; the
+    primary series, which goes on while the follower is down) or "follower" (its own fetcher's view)."""
 
     follower_id: int
     ts_ms: list[int]
     lag_messages: list[int | None]
     lag_ms: list[int | None]
+    view: str = "follower"
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,21 @@ def _partition_summaries(tables: Mapping[str, DataFrame]) -> DataFrame:
         .groupBy(*key)
         .agg(F.max("lag_messages_max").alias("lag_messages_max"), F.max("lag_ms_max").alias("lag_ms_max"))
     )
+    if s.TABLE_REPLICA_LAG in tables:
+        # The leader's view sees the followers that are down, which report nothing themselves.
+        leader_view = (
+            tables[s.TABLE_REPLICA_LAG]
+            .groupBy(*key)
+            .agg(
+                F.max(s.LAG_MESSAGES).alias("_leader_lag_messages"),
+                F.max(s.TIME_SINCE_CAUGHT_UP_MS).alias("_leader_lag_ms"),
+            )
+        )
+        lags = lags.join(leader_view, key, "full").select(
+            *key,
+            F.greatest("lag_messages_max", "_leader_lag_messages").alias("lag_messages_max"),
+            F.greatest("lag_ms_max", "_leader_lag_ms").alias("lag_ms_max"),
+        )
     statuses = (
         tables[s.TABLE_FOLLOWER_STATUS]
         .groupBy(*key)
@@ -227,17 +245,23 @@ def _worst_statuses(status_df: DataFrame) -> list[dict[str, Any]]:
 
 
 def _collect_lag(
-    follower_lag: DataFrame, chosen: DataFrame, bucket_ms: int
+    follower_lag: DataFrame, chosen: DataFrame, bucket_ms: int, replica_lag: DataFrame | None = None
 ) -> dict[tuple[str, int], list[FollowerSeries]]:
-    series: dict[tuple[str, int, int], FollowerSeries] = {}
-    for r in _lag_series(follower_lag, chosen, bucket_ms).orderBy("bucket_ms").collect():
-        k = (r[s.TOPIC], r[s.PARTITION], r["follower_id"])
-        one = series.setdefault(k, FollowerSeries(r["follower_id"], [], [], []))
-        one.ts_ms.append(r["bucket_ms"])
-        one.lag_messages.append(r["lag_messages"])
-        one.lag_ms.append(r["lag_ms"])
+    series: dict[tuple[str, int, int, str], FollowerSeries] = {}
+    sources = [("follower", _lag_series(follower_lag, chosen, bucket_ms))]
+    if replica_lag is not None:
+        leader_view = replica_lag.withColumnRenamed(s.TIME_SINCE_CAUGHT_UP_MS, s.LAG_MS)
+        sources.insert(0, ("leader", _lag_series(leader_view, chosen, bucket_ms)))
+    for view, frame in sources:
+        for r in frame.orderBy("bucket_ms").collect():
+            k = (r[s.TOPIC], r[s.PARTITION], r["follower_id"], view)
+            one = series.setdefault(k, FollowerSeries(r["follower_id"], [], [], [], view))
+            one.ts_ms.append(r["bucket_ms"])
+            one.lag_messages.append(r["lag_messages"])
+            one.lag_ms.append(r["lag_ms"])
     lag: dict[tuple[str, int], list[FollowerSeries]] = {}
-    for (topic, partition, _), one in sorted(series.items()):
+    # The leader's view first: it is the series a reader should look at.
+    for (topic, partition, _, _), one in sorted(series.items(), key=lambda kv: (kv[0][:3], kv[0][3] != "leader")):
         lag.setdefault((topic, partition), []).append(one)
     return lag
 
@@ -312,7 +336,9 @@ def collect_dashboard_data(
             spark = tables[s.TABLE_FOLLOWER_LAG].sparkSession
             chosen = spark.createDataFrame(charted, f"{s.TOPIC} string, {s.PARTITION} int")
             bucket_ms = max(1000, -(-(last - first) // CHART_POINTS_MAX))
-            lag_done = pool.submit(_collect_lag, tables[s.TABLE_FOLLOWER_LAG], chosen, bucket_ms)
+            lag_done = pool.submit(
+                _collect_lag, tables[s.TABLE_FOLLOWER_LAG], chosen, bucket_ms, tables.get(s.TABLE_REPLICA_LAG)
+            )
             events_done = pool.submit(_collect_leader_changes, tables[s.TABLE_LEADER_TIMELINE], chosen)
             data.lag = lag_done.result()
             data.events = events_done.result()
@@ -414,8 +440,11 @@ def _lag_figure(key: tuple[str, int], series: Sequence[FollowerSeries], events: 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     for one in series:
         xs = [_dt(t) for t in one.ts_ms]
-        name = f"follower {one.follower_id}"
-        style = {"color": _colour(one.follower_id), "width": 1.6}
+        leader_view = one.view == "leader"
+        name = f"follower {one.follower_id}" + ("" if leader_view else " (its own view)")
+        style: dict[str, Any] = {"color": _colour(one.follower_id), "width": 1.6 if leader_view else 1.0}
+        if not leader_view:
+            style["dash"] = "dot"
         fig.add_trace(
             go.Scatter(x=xs, y=one.lag_messages, name=name, legendgroup=name, mode="lines", line=style),
             row=1,
@@ -428,7 +457,7 @@ def _lag_figure(key: tuple[str, int], series: Sequence[FollowerSeries], events: 
         )
     _add_events(fig, events)
     fig.update_yaxes(title_text="lag (messages)", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="lag (ms)", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(title_text="lag (ms) / since caught up", rangemode="tozero", row=2, col=1)
     fig.update_layout(
         title={"text": f"<b>{html.escape(key[0])}-{key[1]}</b>", "x": 0.01, "y": 0.97},
         height=440,

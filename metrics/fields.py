@@ -48,6 +48,11 @@ ISR_EXPANDS = "IsrExpandsPerSec"
 # Fields of one element of ``followers`` (BROKER_ID and LOG_END_OFFSET are shared names).
 LAST_CAUGHT_UP_MS = "last_caught_up_ms"
 IN_SYNC = "in_sync"
+# The leader's view of a follower's lag (Kafka's leader-side replica state): leader LEO minus the follower's
+# LEO as the leader last learned it, and how long since the follower was last caught up. A follower that
+# is dead, paused or cut off reports nothing itself; its leader keeps reporting these.
+# (LAG_MESSAGES, the follower's own view in a follower record, is the same name.)
+TIME_SINCE_CAUGHT_UP_MS = "time_since_caught_up_ms"
 
 # Broker record fields.
 FETCH_PURGATORY_SIZE = "FetchPurgatorySize"

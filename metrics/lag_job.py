@@ -38,6 +38,7 @@ from metrics import schema as s
 # Columns of the derived frame (``replica_samples``) beyond the record fields.
 FOLLOWER_SAMPLE = "follower_sample"  # a follower's sample: role follower with a fetch offset
 INTERVAL_MS = "interval_ms"  # time since the replica's previous sample (0 for its first)
+INCARNATION_FIRST = "incarnation_first"  # the first sample of this replica since its broker (re)started
 ROLE_LAST = "role_last"  # the replica's role at its newest record
 WINDOW_START_MS = "window_start_ms"
 # The replica window: the key of a replica's records and their order. ``kind`` keeps broker records
@@ -154,9 +155,10 @@ def replica_samples(records: DataFrame) -> DataFrame:
     for name in s.PARTITION_COUNTERS:
         value = F.coalesce(F.col(name), F.lit(0))
         before_value = F.col(prev[name])
+        # Counters are totals since the process started: the first sample of an incarnation (no previous
+        # sample, or a previous one from another broker_start_ms) counts everything from zero.
         deltas.append(
-            F.when(prev_ts.isNull(), F.lit(0))
-            .when(restarted | (value < before_value), value)
+            F.when(prev_ts.isNull() | restarted | (value < before_value), value)
             .otherwise(value - before_value)
             .cast("long")
             .alias(delta_column(name))
@@ -165,6 +167,7 @@ def replica_samples(records: DataFrame) -> DataFrame:
     return windowed.select(
         *(c for c in windowed.columns if c not in dropped),
         F.coalesce(F.col(s.TS_MS) - prev_ts, F.lit(0)).alias(INTERVAL_MS),
+        F.coalesce(prev_ts.isNull() | restarted, F.lit(True)).alias(INCARNATION_FIRST),
         *deltas,
     )
 
@@ -191,6 +194,33 @@ def follower_lag(records: DataFrame) -> DataFrame:
             s.LAG_MS,
             s.LOG_END_OFFSET,
             s.HIGH_WATERMARK,
+        )
+    )
+
+
+def replica_lag(records: DataFrame) -> DataFrame:
+    """``replica_lag``: the leader's view of each follower's lag, one row per follower per leader sample.
+
+    Columns: topic, partition, follower_id, ts_ms, leader_id, leader_epoch, lag_messages (leader LEO −
+    the follower's LEO as the leader knows it), time_since_caught_up_ms, in_sync. This is the primary lag
+    series: a follower that is dead, paused or cut off emits nothing itself, but its leader goes on
+    reporting it, so its lag climbs while the load continues and falls as it catches up.
+    """
+    follower = F.col("_follower")
+    return (
+        partition_records(records)
+        .where((F.col(s.ROLE) == s.ROLE_LEADER) & F.col(s.FOLLOWERS).isNotNull())
+        .select(s.TOPIC, s.PARTITION, s.TS_MS, s.LEADER_ID, s.LEADER_EPOCH, F.explode(s.FOLLOWERS).alias("_follower"))
+        .select(
+            s.TOPIC,
+            s.PARTITION,
+            follower[s.BROKER_ID].alias("follower_id"),
+            s.TS_MS,
+            s.LEADER_ID,
+            s.LEADER_EPOCH,
+            follower[s.LAG_MESSAGES].alias(s.LAG_MESSAGES),
+            follower[s.TIME_SINCE_CAUGHT_UP_MS].alias(s.TIME_SINCE_CAUGHT_UP_MS),
+            follower[s.IN_SYNC].alias(s.IN_SYNC),
         )
     )
 
@@ -246,13 +276,15 @@ def lag_windows(follower_lag_df: DataFrame, config: LagJobConfig) -> DataFrame:
 def counter_deltas(partition_records_df: DataFrame) -> DataFrame:
     """Per replica sample: how much each running total grew since that replica's previous sample.
 
-    Keyed by (broker_id, topic, partition), ordered by ts_ms. Rule for each counter c:
-    - first sample of the key: delta 0 (no baseline; the interval is unknown);
-    - reset (``broker_start_ms`` differs from the previous sample's, or c is lower than before): the
-      counter restarted from 0, so everything it holds is new: delta = c;
-    - otherwise delta = c − previous c.
-    Hence a delta is never negative. ``interval_ms`` is the time since the previous sample (0 for the
-    first), the denominator of a rate. Output: broker_id, topic, partition, ts_ms, role, interval_ms,
+    Keyed by (broker_id, topic, partition), ordered by ts_ms. Counters are totals since the broker
+    process started (``broker_start_ms``). Rule for each counter c:
+    - first sample of an incarnation (no previous sample, or the previous one has another
+      ``broker_start_ms``): the counter started from 0 at broker_start_ms, so delta = c and the interval
+      runs from broker_start_ms;
+    - c lower than before in the same incarnation (a replica re-created): delta = c;
+    - otherwise delta = c − previous c, over the time since the previous sample.
+    Hence a delta is never negative, and the bytes of a known produce all appear. ``interval_ms`` is the
+    denominator of a rate. Output: broker_id, topic, partition, ts_ms, role, interval_ms,
     and ``<counter>_delta`` for every counter in ``schema.PARTITION_COUNTERS``. The columns come from
     ``replica_samples``, the pass the batch job computes once for every table.
     """
@@ -263,7 +295,9 @@ def counter_deltas(partition_records_df: DataFrame) -> DataFrame:
         s.PARTITION,
         s.TS_MS,
         s.ROLE,
+        s.BROKER_START_MS,
         INTERVAL_MS,
+        INCARNATION_FIRST,
         *(delta_column(name) for name in s.PARTITION_COUNTERS),
     )
 
@@ -281,20 +315,34 @@ def byte_rates(counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
 
     Columns: broker_id, topic, partition, window_start_ms, window_end_ms, interval_ms,
     client_in_bytes, client_out_bytes, replication_in_bytes, replication_out_bytes, messages_in,
-    and ``<name>_bytes_per_s`` / ``messages_in_per_s`` = delta sum × 1000 / interval_ms. A window
-    holding only a replica's first sample (interval 0) carries no rate and is left out. Deltas come
+    and ``<name>_bytes_per_s`` / ``messages_in_per_s`` = delta sum × 1000 / interval_ms. The first
+    sample of a broker incarnation counts its counters from zero at the broker's start, spread evenly
+    over the time since: a window gets the share of it that falls inside the window. A window with no
+    elapsed time carries no rate and is left out. Deltas come
     from ``counter_deltas`` (or ``replica_samples``), so a restart never makes a rate negative.
     """
-    sums = [F.sum(delta_column(counter)).alias(f"{name}_bytes") for counter, name in _RATE_COLUMNS]
+    ts = F.col(s.TS_MS)
+    window_start = _window_start(ts, config.window_ms)
+    # The first sample of an incarnation carries everything counted since the broker started, spread
+    # evenly over that time: the window gets the share that falls inside it, over the time inside it.
+    start = F.least(F.coalesce(F.col(s.BROKER_START_MS), ts), ts)
+    inside_ms = ts - F.greatest(start, window_start)
+    first = F.col(INCARNATION_FIRST)
+    share = F.when(first & (ts > start), inside_ms / (ts - start)).otherwise(F.lit(1.0))
+    interval = F.when(first, inside_ms).otherwise(F.col(INTERVAL_MS))
+
+    def in_window(counter: str) -> Column:
+        return F.round(F.col(delta_column(counter)) * share).cast("long")
+
     grouped = counter_deltas_df.groupBy(
         s.BROKER_ID,
         s.TOPIC,
         s.PARTITION,
-        _window_start(F.col(s.TS_MS), config.window_ms).alias(WINDOW_START_MS),
+        window_start.alias(WINDOW_START_MS),
     ).agg(
-        F.sum(INTERVAL_MS).alias(INTERVAL_MS),
-        *sums,
-        F.sum(delta_column(s.MESSAGES_IN)).alias("messages_in"),
+        F.sum(interval).alias(INTERVAL_MS),
+        *(F.sum(in_window(counter)).alias(f"{name}_bytes") for counter, name in _RATE_COLUMNS),
+        F.sum(in_window(s.MESSAGES_IN)).alias("messages_in"),
     )
     per_s = 1000.0 / F.col(INTERVAL_MS)
     return grouped.where(F.col(INTERVAL_MS) > 0).select(
@@ -573,6 +621,7 @@ def tables_of_samples(samples: DataFrame, config: LagJobConfig, now_ms: int | No
     lag = follower_lag(partitions)
     return {
         s.TABLE_FOLLOWER_LAG: lag,
+        s.TABLE_REPLICA_LAG: replica_lag(partitions),
         s.TABLE_LAG_WINDOWS: lag_windows(lag, config),
         s.TABLE_UNDER_REPLICATED: under_replicated(partitions, partitions, config),
         s.TABLE_ISR_CHANGES: isr_changes(partitions, config),

@@ -45,6 +45,7 @@ from metrics.fields import (
     REPLICA_COUNT,
     REQUESTS,
     ROLE,
+    TIME_SINCE_CAUGHT_UP_MS,
     TOPIC,
     TS_MS,
     UNDER_MIN_ISR,
@@ -58,6 +59,8 @@ FOLLOWER_SCHEMA = StructType(
         StructField(LOG_END_OFFSET, LongType()),
         StructField(LAST_CAUGHT_UP_MS, LongType()),
         StructField(IN_SYNC, BooleanType()),
+        StructField(LAG_MESSAGES, LongType()),
+        StructField(TIME_SINCE_CAUGHT_UP_MS, LongType()),
     ]
 )
 
@@ -107,7 +110,14 @@ RECORD_SCHEMA = StructType(PARTITION_RECORD_SCHEMA.fields + BROKER_ONLY_FIELDS.f
 # parser skips a field the schema does not name, so the job converts and carries only these. The
 # broker records still count (records, time span, broker runs): they keep kind, ts_ms, broker_id
 # and broker_start_ms.
-LAG_JOB_FOLLOWER_SCHEMA = StructType([FOLLOWER_SCHEMA[BROKER_ID], FOLLOWER_SCHEMA[IN_SYNC]])
+LAG_JOB_FOLLOWER_SCHEMA = StructType(
+    [
+        FOLLOWER_SCHEMA[BROKER_ID],
+        FOLLOWER_SCHEMA[IN_SYNC],
+        FOLLOWER_SCHEMA[LAG_MESSAGES],
+        FOLLOWER_SCHEMA[TIME_SINCE_CAUGHT_UP_MS],
+    ]
+)
 _LAG_JOB_UNUSED = frozenset({LOG_START_OFFSET, REPLICA_COUNT})
 LAG_JOB_SCHEMA = StructType(
     [
@@ -119,6 +129,7 @@ LAG_JOB_SCHEMA = StructType(
 
 # Output tables, one Parquet folder each under the dashboard's out dir.
 TABLE_FOLLOWER_LAG = "follower_lag"
+TABLE_REPLICA_LAG = "replica_lag"  # the leader's view of each follower's lag
 TABLE_LAG_WINDOWS = "lag_windows"
 TABLE_UNDER_REPLICATED = "under_replicated"
 TABLE_ISR_CHANGES = "isr_changes"
@@ -127,6 +138,7 @@ TABLE_FOLLOWER_STATUS = "follower_status"
 TABLE_LEADER_TIMELINE = "leader_timeline"
 TABLES: tuple[str, ...] = (
     TABLE_FOLLOWER_LAG,
+    TABLE_REPLICA_LAG,
     TABLE_LAG_WINDOWS,
     TABLE_UNDER_REPLICATED,
     TABLE_ISR_CHANGES,

@@ -59,13 +59,22 @@ def leader(
     isr_size: int = 3,
     replica_count: int = 3,
     in_sync: dict[int, bool] | None = None,
+    behind: dict[int, tuple[int, int | None]] | None = None,
     topic: str = "t",
     partition: int = 0,
     broker_start_ms: int = START,
     **counters: int,
 ) -> dict[str, Any]:
+    # behind: follower -> (lag in messages, ms since it was last caught up), the leader's view
     followers = [
-        {s.BROKER_ID: b, s.LOG_END_OFFSET: 0, s.LAST_CAUGHT_UP_MS: ts_ms, s.IN_SYNC: ok}
+        {
+            s.BROKER_ID: b,
+            s.LOG_END_OFFSET: 0,
+            s.LAST_CAUGHT_UP_MS: ts_ms,
+            s.IN_SYNC: ok,
+            s.LAG_MESSAGES: (behind or {}).get(b, (0, 0))[0],
+            s.TIME_SINCE_CAUGHT_UP_MS: (behind or {}).get(b, (0, 0))[1],
+        }
         for b, ok in (in_sync or {}).items()
     ]
     return {
@@ -219,7 +228,8 @@ def test_a_broker_restart_resets_counters_without_a_negative_rate(spark: SparkSe
     assertDataFrameEqual(
         deltas.select("ts_ms", "interval_ms", "BytesInPerSec_delta"),
         [
-            Row(ts_ms=T0, interval_ms=0, BytesInPerSec_delta=0),
+            # the first sample of an incarnation counts from zero: the 10000 bytes since the broker started
+            Row(ts_ms=T0, interval_ms=0, BytesInPerSec_delta=10_000),
             Row(ts_ms=T0 + 1000, interval_ms=1000, BytesInPerSec_delta=10_000),
             Row(ts_ms=T0 + 2000, interval_ms=1000, BytesInPerSec_delta=10_000),
             Row(ts_ms=T0 + 3000, interval_ms=1000, BytesInPerSec_delta=2000),
@@ -228,9 +238,25 @@ def test_a_broker_restart_resets_counters_without_a_negative_rate(spark: SparkSe
         ],
     )
     rates = lag_job.byte_rates(deltas, LagJobConfig())
+    # the window holds what was counted inside it: not the 10000 bytes before T0 (the first broker
+    # started long before the window), but the 2000 the restarted one counted in its first 500 ms
     assertDataFrameEqual(
-        rates.select("client_in_bytes", "client_in_bytes_per_s"),
-        [Row(client_in_bytes=26_000, client_in_bytes_per_s=5200.0)],
+        rates.select("interval_ms", "client_in_bytes", "client_in_bytes_per_s"),
+        [Row(interval_ms=4500, client_in_bytes=26_000, client_in_bytes_per_s=26_000 / 4.5)],
+    )
+
+
+def test_the_first_sample_counts_from_the_broker_start(spark: SparkSession) -> None:
+    # given a broker that started at T0 and had taken 700 kB before its first sample at T0 + 1 s
+    rows = [
+        leader(T0 + 1000, BytesInPerSec=700_000, broker_start_ms=T0),
+        leader(T0 + 2000, BytesInPerSec=800_000, broker_start_ms=T0),
+    ]
+    rates = lag_job.byte_rates(lag_job.counter_deltas(records(spark, rows)), LagJobConfig())
+    # then the 700 kB appear, over the 2 s since the start
+    assertDataFrameEqual(
+        rates.select("interval_ms", "client_in_bytes", "client_in_bytes_per_s"),
+        [Row(interval_ms=2000, client_in_bytes=800_000, client_in_bytes_per_s=400_000.0)],
     )
 
 
@@ -468,6 +494,7 @@ def test_every_table_is_computed_from_one_record_set(spark: SparkSession) -> Non
     assert sorted(tables) == sorted(s.TABLES)
     assert {name: df.count() for name, df in tables.items()} == {
         s.TABLE_FOLLOWER_LAG: 3,
+        s.TABLE_REPLICA_LAG: 3,
         s.TABLE_LAG_WINDOWS: 1,
         s.TABLE_UNDER_REPLICATED: 1,
         s.TABLE_ISR_CHANGES: 1,
@@ -485,3 +512,21 @@ def test_a_follower_promoted_to_leader_gets_no_status_instead_of_stop(spark: Spa
     recs = records(spark, rows)
     result = lag_job.follower_status(lag_job.follower_lag(recs), LagJobConfig(), None, lag_job.partition_records(recs))
     assert result.select("follower_id", "status").collect() == [Row(follower_id=3, status="OK")]
+
+
+def test_the_leader_reports_the_lag_of_a_follower_that_reports_nothing(spark: SparkSession) -> None:
+    # given follower 2 died at T0: from then on only its leader speaks of it, and its lag climbs
+    rows = [
+        leader(T0 + i * 1000, in_sync={2: i < 2, 3: True}, behind={2: (i * 50, i * 1000), 3: (0, 0)}) for i in range(5)
+    ]
+    rows += [follower(T0, fetch_offset=0, lag_messages=0, broker_id=3)]
+    lag = lag_job.replica_lag(records(spark, rows)).where("follower_id = 2").orderBy("ts_ms")
+    assert [(r["lag_messages"], r["time_since_caught_up_ms"], r["in_sync"]) for r in lag.collect()] == [
+        (0, 0, True),
+        (50, 1000, True),
+        (100, 2000, False),
+        (150, 3000, False),
+        (200, 4000, False),
+    ]
+    # and the follower's own series has nothing of it
+    assert lag_job.follower_lag(records(spark, rows)).where("follower_id = 2").count() == 0
