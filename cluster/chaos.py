@@ -249,6 +249,11 @@ class ChaosRun:
             + (f"; first acked write on a new leader after {report.failover_ms} ms" if report.failover_ms else "")
         )
         if self.args.restart:
+            # --down-ms: leave it down that long after the kill (while the load goes on) before restarting
+            down_s = getattr(self.args, "down_ms", 0) / 1000.0 - (time.monotonic() - killed_at)
+            if down_s > 0:
+                self.progress(f"  leaving broker {victim} down {down_s:.1f} s more")
+                await asyncio.sleep(down_s)
             await self._restart(report)
         return report
 

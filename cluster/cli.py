@@ -500,8 +500,10 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
     from cluster.chaos import render_report, run_leader_kill
     from cluster.local_cluster import ClusterError
 
-    if args.rounds < 1 or args.interval_ms < 0 or args.producers < 1 or args.partitions < 1:
-        raise CliError("--rounds, --producers and --partitions must be >= 1, --interval-ms >= 0", EXIT_USAGE)
+    if args.rounds < 1 or args.interval_ms < 0 or args.producers < 1 or args.partitions < 1 or args.down_ms < 0:
+        raise CliError(
+            "--rounds, --producers and --partitions must be >= 1, --interval-ms and --down-ms >= 0", EXIT_USAGE
+        )
 
     def progress(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -715,6 +717,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval-ms", type=int, default=3000, help="time between kills")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--restart", action="store_true", help="restart each killed broker before the next kill")
+    p.add_argument(
+        "--down-ms",
+        type=int,
+        default=0,
+        help="with --restart: keep each killed broker down at least this long (its followers fall behind)",
+    )
     p.add_argument("--json", metavar="FILE", help="write the JSON report here ('-' for stdout)")
     p.add_argument("--topic", default="chaos")
     p.add_argument("--partitions", type=int, default=6)

@@ -22,10 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,6 +43,7 @@ from metrics.lag_job import LagJobConfig
 
 DASHBOARD_FILE = "dashboard.html"
 ACTIVE_DIR = "_active"
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 ROLLED_GLOB = "broker-*.jsonl"
 STREAM_DIR = "_stream"
 WINDOW_S_DEFAULT = 10
@@ -108,6 +111,8 @@ def create_session(
         .config("spark.sql.adaptive.enabled", "true")
         # The derived records are cached once and read by every table; 1 GiB (the default) is tight.
         .config("spark.driver.memory", "4g")
+        # Errors only, from the JVM's start on (setLogLevel below comes after Spark's startup warnings).
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J2_CONFIG}")
     )
     cores = _local_cores(master)
     if cores is not None:
@@ -174,6 +179,7 @@ def publish(
     samples = lag_job.replica_samples(records).persist(StorageLevel.MEMORY_AND_DISK)
     cached: list[DataFrame] = [samples]
     try:
+        progress("reading and sorting the records")
         runs = dashboard.broker_runs(samples)  # the first job: it fills the cache
         n = sum(run.records for run in runs)
         if n == 0:
@@ -186,7 +192,9 @@ def publish(
         for name in SMALL_TABLES:
             tables[name] = tables[name].persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(tables[name])
+        progress(f"{n} records from {len(runs)} broker runs; writing {len(tables)} tables")
         paths = write_tables(tables, out_dir)
+        progress("building the page")
         data = dashboard.collect_dashboard_data(title, tables, config.window_ms, runs)
     finally:
         for df in cached:
@@ -199,14 +207,75 @@ def publish(
     return paths, counts, data.status_counts, n
 
 
+def progress(message: str) -> None:
+    """One line per phase on stderr, so a long run is not silent (MINIBROKER_QUIET=1 turns it off)."""
+    if os.environ.get("MINIBROKER_QUIET") != "1":
+        print(f"[{time.strftime('%H:%M:%S')}] dashboard: {message}", file=sys.stderr, flush=True)
+
+
+def _title(metrics_dir: Path) -> str:
+    """Names the cluster: a local cluster keeps its metrics in <cluster dir>/metrics."""
+    where = metrics_dir.resolve()
+    name = where.parent.name if where.name == "metrics" and where.parent.name else where.name
+    return f"minibroker lag: {name}"
+
+
+def snapshot_metric_files(
+    metrics_dir: Path, snapshot_dir: Path, on_step: Callable[[str], None] = lambda _step: None
+) -> list[Path]:
+    """A consistent set of metric files for one read, safe against a file rolling while it is listed.
+
+    Rolled files never change once they exist. An active file can roll away between two listings (and
+    a new active file take its name), which used to hide its records: so the active files are copied
+    whole-line into `snapshot_dir` first, and the rolled files listed after. An active file that rolled
+    meanwhile is then listed as rolled (its rolled name carries the ts of its first record, which the
+    copy also starts with): the copy is dropped and the rolled file read instead, so nothing is lost or
+    read twice. `on_step` lets a test roll a file between the steps.
+    """
+    if not metrics_dir.is_dir():
+        raise NoMetricsError(f"metrics dir {metrics_dir} does not exist or is not a directory")
+    snapshot_dir.mkdir(parents=True, exist_ok=True)
+    copies: list[tuple[Path, str]] = []
+    for active in sorted((metrics_dir / ACTIVE_DIR).glob("broker-*.jsonl")):
+        on_step(f"read {active.name}")
+        try:
+            data = active.read_bytes()
+        except FileNotFoundError:
+            continue  # rolled just now: the listing below finds it
+        data = data[: data.rfind(b"\n") + 1]  # a line being written is not complete yet
+        if not data:
+            continue
+        try:
+            first_ts = json.loads(data[: data.index(b"\n")])["ts_ms"]
+        except (ValueError, KeyError, TypeError):
+            first_ts = None
+        copy = snapshot_dir / active.name
+        copy.write_bytes(data)
+        copies.append((copy, f"{active.stem}-{first_ts}"))
+    on_step("list rolled")
+    rolled = sorted(p for p in metrics_dir.glob(ROLLED_GLOB) if p.is_file())
+    stems = {p.stem for p in rolled}
+    kept = [
+        copy
+        for copy, rolled_stem in copies
+        if not any(s == rolled_stem or s.startswith(rolled_stem + "-") for s in stems)
+    ]
+    return rolled + kept
+
+
 def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: LagJobConfig) -> DashboardResult:
     started = time.monotonic()
-    files = list_metric_files(metrics_dir)
-    if not files:
-        raise NoMetricsError(f"no broker-*.jsonl files in {metrics_dir} or {metrics_dir / ACTIVE_DIR}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    records = read_records(spark, files)
-    paths, counts, statuses, n = publish(records, out_dir, config, f"minibroker lag — {metrics_dir.name}")
+    snapshot = Path(tempfile.mkdtemp(prefix=".metrics-snapshot-", dir=out_dir))
+    try:
+        files = snapshot_metric_files(metrics_dir, snapshot)
+        progress(f"{len(files)} metrics files from {metrics_dir}")
+        if not files:
+            raise NoMetricsError(f"no broker-*.jsonl files in {metrics_dir} or {metrics_dir / ACTIVE_DIR}")
+        records = read_records(spark, files)
+        paths, counts, statuses, n = publish(records, out_dir, config, _title(metrics_dir))
+    finally:
+        shutil.rmtree(snapshot, ignore_errors=True)
     return DashboardResult(
         out_dir=str(out_dir),
         dashboard_html=str(out_dir / DASHBOARD_FILE),
@@ -261,7 +330,7 @@ def run_follow(
             return  # a no-data batch that only moved the watermark
         batch.write.mode("append").parquet(str(accumulated))
         records = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(str(accumulated))
-        paths, counts, statuses, n = publish(records, out_dir, config, f"minibroker lag — {metrics_dir.name}")
+        paths, counts, statuses, n = publish(records, out_dir, config, _title(metrics_dir))
         with state.changed:
             state.batches += 1
             state.last = DashboardResult(

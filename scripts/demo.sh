@@ -22,7 +22,8 @@ fi
 rm -rf "$dir"
 
 step "starting a controller and 3 brokers in $dir"
-"$mb" cluster up --brokers 3 --dir "$dir" --base-port "$base_port" --detach
+# Metrics every 250 ms, so the lag charts draw the fall behind and the catch-up of a killed follower.
+"$mb" cluster up --brokers 3 --dir "$dir" --base-port "$base_port" --detach --override metrics.interval.ms=250
 trap '"$mb" cluster down --dir "$dir" >/dev/null 2>&1 || true' EXIT
 
 step "creating topic demo (6 partitions, replication factor 3, min.insync.replicas=2)"
@@ -32,9 +33,12 @@ step "creating topic demo (6 partitions, replication factor 3, min.insync.replic
 step "writing 20000 records with acks=all"
 "$mb" produce demo --count 20000 --size 200 --acks all --bootstrap-server "$bootstrap"
 
-step "leader-kill chaos: 3 rounds of SIGKILL on the busiest leader under acks=all load, with restarts"
+step "leader-kill chaos: 3 rounds of SIGKILL on the busiest leader under acks=all load, each down 6 s"
+# The load goes on through the kills and each killed broker stays down 6 s, long enough to fall visibly
+# behind; the dashboard then shows its lag climb, the ISR shrink, the
+# catch-up after the restart and the ISR expand.
 status=0
-"$mb" chaos leader-kill --dir "$dir" --rounds 3 --restart --interval-ms 2000 --json "$dir/chaos-report.json" || status=$?
+"$mb" chaos leader-kill --dir "$dir" --rounds 3 --restart --down-ms 6000 --interval-ms 3000 --json "$dir/chaos-report.json" || status=$?
 
 step "cluster after the chaos"
 "$mb" cluster status --dir "$dir"
