@@ -580,6 +580,18 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
     return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED
 
 
+def cmd_chaos_run(args: argparse.Namespace) -> int:
+    from cluster.chaos_faults import run_faults_command
+
+    return int(run_faults_command(args))
+
+
+def cmd_chaos_heal(args: argparse.Namespace) -> int:
+    from cluster.chaos_faults import heal_command
+
+    return int(heal_command(args))
+
+
 # -- parser ---------------------------------------------------------------------------------------
 
 
@@ -790,6 +802,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--producers", type=int, default=2)
     p.add_argument("--metrics-dir", help="fresh cluster only: write broker metrics here")
     p.set_defaults(func=cmd_chaos_leader_kill)
+    p = chsub.add_parser(
+        "run",
+        help="kills, pauses, partitions, slow and lossy links under acks=all load, then check every acked write",
+        description="Inject one fault per round into the broker leading the most partitions, kinds in turn from "
+        "--faults: kill, kill-restart, pause, partition[:SHAPE] (isolate-leader, leader-from-followers, "
+        "leader-from-controller, isolate-controller, one-way), delay, loss, clients-see-old-leader. Network "
+        "faults need root, iptables and tc; their rules live in a chain of their own and are always removed. "
+        "Reports per fault, and the oracle's verdict on acks=all writes. Exit 0 only when valid.",
+    )
+    p.add_argument("--faults", default="kill,pause,partition,delay", help="comma-separated fault kinds")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--dir", help="use the running local cluster in this dir (default: a fresh 3-broker cluster in a temp dir)"
+    )
+    p.add_argument("--fault-ms", type=int, default=3000, help="how long each fault lasts (at least until failover)")
+    p.add_argument("--interval-ms", type=int, default=500, help="time between a fault's recovery and the next")
+    p.add_argument("--json", metavar="FILE", help="write the JSON report here ('-' for stdout)")
+    p.add_argument("--topic", default="chaos")
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--producers", type=int, default=2)
+    p.set_defaults(func=cmd_chaos_run)
+    p = chsub.add_parser(
+        "heal",
+        help="remove every network fault a chaos run against --dir left, resume paused nodes",
+        description="Remove the iptables chain and tc qdisc of chaos runs against the cluster in --dir, and "
+        "SIGCONT its nodes. Safe to run at any time.",
+    )
+    p.add_argument("--dir", default=DEFAULT_DIR)
+    p.set_defaults(func=cmd_chaos_heal)
 
     mt = sub.add_parser("metrics", help="metrics tools", description="Metrics tools.")
     msub = mt.add_subparsers(dest="metrics_command", required=True, metavar="SUBCOMMAND")
