@@ -228,7 +228,7 @@ class FaultRun(ChaosRun):
         start = time.monotonic()
         report.window_start_ms = int(time.time() * 1000)
         name = kind + (f":{shape}" if shape else "")
-        self.progress(f"round {round_no}/{self.args.rounds}: {name} on broker {victim} (leader of {len(led)})")
+        self.progress(f"round {round_no}/{self.args.rounds}: {name} {_where(shape, victim)} (leader of {len(led)})")
         hold_s = self.args.fault_ms / 1000.0
         side_task: asyncio.Task[dict[str, Any]] | None = None
         info = self.state.broker(victim)
@@ -486,13 +486,18 @@ class FaultRun(ChaosRun):
         return report
 
 
+def _where(shape: str | None, broker_id: int) -> str:
+    return f"on the controller, broker {broker_id}" if shape == "isolate-controller" else f"on broker {broker_id}"
+
+
 def render_fault_report(report: dict[str, Any]) -> str:
     lines = render_report({**report, "kills": []}).splitlines()
+    lines[2] = lines[2].split("  failover ms")[0]  # leader-kill's failover line; here per fault below
     for f in report["faults"]:
         name = f["kind"] + (f":{f['shape']}" if f["shape"] else "")
         no_leader = max(f["no_leader_ms"].values(), default=0.0)
         line = (
-            f"  round {f['round']}: {name} on broker {f['target']} (led {f['led_partitions']}): "
+            f"  round {f['round']}: {name} {_where(f['shape'], f['target'])} (led {f['led_partitions']}): "
             f"healed after {f['healed_after_ms']} ms, ISR full {f['isr_full_after_heal_ms']} ms later; "
             f"no leader max {no_leader} ms; acks=all stalled {f['acks_all_failed_ms']} ms; "
             f"truncations {f['truncations']}"
@@ -624,9 +629,14 @@ def run_faults_command(args: argparse.Namespace) -> int:
 
 def heal_command(args: argparse.Namespace) -> int:
     """`minibroker chaos heal --dir D`: remove every rule a run against D left, resume its paused nodes."""
-    from cluster.cli import EXIT_OK
+    from cluster.cli import EXIT_OK, EXIT_USAGE
 
     cluster_dir = Path(args.dir).resolve()
+    try:
+        check_tools()
+    except FaultToolsMissing as exc:
+        print(f"minibroker: error: chaos heal: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     net = NetworkFaults(cluster_dir)
     net.remove()
     resume_all(cluster_dir)
