@@ -61,6 +61,7 @@ class BrokerServer:
                 f"broker-{self.broker_id}",
                 secret,
                 describe=lambda _: f"the controller at {host}:{port}",
+                local_address=config.get("local.address"),
             )
 
         def fetcher_transport(fetcher_id: int) -> TcpTransport:
@@ -74,6 +75,7 @@ class BrokerServer:
                 secret,  # a leader with a cluster secret serves replica fetches to authenticated brokers only
                 timeout_ms=config["replica.socket.timeout.ms"],
                 describe=lambda broker_id: f"leader broker {broker_id}",
+                local_address=config.get("local.address"),
             )
 
         self.node = BrokerNode(

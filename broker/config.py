@@ -167,6 +167,9 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("log.dirs", str, REQUIRED, "directory holding this broker's partition replicas"),
         ConfigKey("controller.quorum.voters", str, None, "host:port of the controller (none: standalone)"),
         ConfigKey("cluster.secret", str, None, "shared secret that controller-only requests must present"),
+        ConfigKey(
+            "local.address", str, None, "source address of every connection to another node (unset: the OS picks)"
+        ),
         ConfigKey("socket.request.max.bytes", int, 100 * MIB, "largest request frame accepted"),
         ConfigKey("max.connections", int, 2**31 - 1, "connections accepted at once; more are closed at once"),
         ConfigKey("max.connections.per.ip", int, 2**31 - 1, "connections accepted at once from one address"),
@@ -238,6 +241,9 @@ CONTROLLER_CONFIG = ConfigDef(
         ConfigKey("listeners", str, "127.0.0.1:9093", "host:port to listen on"),
         ConfigKey("metadata.log.dir", str, REQUIRED, "directory for the durable metadata"),
         ConfigKey("cluster.secret", str, None, "shared secret brokers and admin clients must present"),
+        ConfigKey(
+            "local.address", str, None, "source address of every connection to another node (unset: the OS picks)"
+        ),
         ConfigKey("broker.session.timeout.ms", int, 9000, "fence a broker silent this long"),
         ConfigKey("broker.heartbeat.interval.ms", int, 2000, "heartbeat period brokers are told to use"),
         ConfigKey(

@@ -93,10 +93,15 @@ class BrokerConnection:
         client_id: str = "minibroker-client",
         timeout_s: float = 5.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        local_address: str | None = None,
     ) -> BrokerConnection:
+        """`local_address` binds our end to that address (any port): a node's links then carry its own
+        address as source, so a firewall rule can name one link between two nodes."""
         loop = asyncio.get_running_loop()
+        local_addr = (local_address, 0) if local_address else None
         _, protocol = await asyncio.wait_for(
-            loop.create_connection(lambda: _ClientProtocol(max_frame_bytes), host, port), timeout_s
+            loop.create_connection(lambda: _ClientProtocol(max_frame_bytes), host, port, local_addr=local_addr),
+            timeout_s,
         )
         return cls(protocol, host, port, client_id)
 

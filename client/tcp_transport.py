@@ -4,6 +4,8 @@
 demand, authenticates with the cluster secret when one is set, and looks the node's address up on each
 (re)connect through `resolve`, so a broker that moved is found through fresh metadata. A request that
 fails on the network drops that connection and raises; the caller decides whether to retry.
+With `local_address` (a node's `local.address`) every connection leaves from that address, so each link
+between two nodes is one (source, destination) address pair that chaos can cut or slow down.
 
 Used for every long-lived link between processes: a broker to the controller (registration, heartbeats,
 ALTER_PARTITION, forwarded CREATE_TOPICS), a follower fetcher to its leader (one transport per fetcher,
@@ -32,8 +34,10 @@ class ReconnectingConnection:
         timeout_s: float = 5.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         describe: str = "peer",
+        local_address: str | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.local_address = local_address
         self.client_id = client_id
         self.secret = secret
         self.timeout_s = timeout_s
@@ -52,7 +56,11 @@ class ReconnectingConnection:
             if address is None:
                 raise ConnectionError(f"no known address for {self.describe}")
             conn = await BrokerConnection.connect(
-                *address, self.client_id, timeout_s=self.timeout_s, max_frame_bytes=self.max_frame_bytes
+                *address,
+                self.client_id,
+                timeout_s=self.timeout_s,
+                max_frame_bytes=self.max_frame_bytes,
+                local_address=self.local_address,
             )
             if self.secret is not None:
                 auth = await conn.send(SaslAuthenticateRequest(self.secret.encode()), timeout_s=self.timeout_s)
@@ -90,8 +98,10 @@ class TcpTransport:
         timeout_ms: int = 5000,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         describe: Callable[[int], str] = lambda node_id: f"node {node_id}",
+        local_address: str | None = None,
     ) -> None:
         self.resolve = resolve
+        self.local_address = local_address
         self.client_id = client_id
         self.secret = secret
         self.timeout_ms = timeout_ms
@@ -109,6 +119,7 @@ class TcpTransport:
                 self.timeout_ms / 1000.0,
                 self.max_frame_bytes,
                 describe=self.describe(node_id),
+                local_address=self.local_address,
             )
             self._connections[node_id] = conn
         return conn

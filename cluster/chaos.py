@@ -44,6 +44,7 @@ from cluster.local_cluster import (
     LocalClusterState,
     free_ports,
     pid_alive,
+    random_base_address,
     restart_broker,
     start_cluster,
     stop_cluster,
@@ -507,6 +508,7 @@ async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, 
             overrides=overrides,
             progress=progress,
             broker_ports=ports[:3],
+            base_address=random_base_address(),
         )
     try:
         return await ChaosRun(state, args, progress).run()

@@ -12,13 +12,14 @@ Exit codes (documented in README.md):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ from client.errors import ClientCommandError, ClusterUnreachableError
 from cluster.event_loop import run_on_uvloop
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CLUSTER_ERROR = 0, 1, 2, 3, 4
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+# The compose cluster's first broker, then the first broker of a default `cluster up` (127.0.0.11).
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092,127.0.0.11:9092"
 BOOTSTRAP_ENV = "MINIBROKER_BOOTSTRAP_SERVER"
 SECRET_ENV = "MINIBROKER_CLUSTER_SECRET"  # what client commands authenticate with, when the cluster has a secret
 DEFAULT_DIR = "./minibroker-cluster"
@@ -99,12 +101,28 @@ def cmd_broker(args: argparse.Namespace) -> int:
     _check_mqtt_url(config)
     configure_logging(args.log_level)
     try:
-        _run(run_broker(config))
+        with _pid_file(args, "broker"):
+            _run(run_broker(config))
     except OSError as exc:
         if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise
         raise _listen_error(exc, config["listeners"]) from None
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _pid_file(args: argparse.Namespace, role: str) -> Iterator[None]:
+    """The node's pid file for as long as it runs: --pid-file, or the default of a cluster directory."""
+    from cluster.local_cluster import default_pid_file, remove_pid_file, write_pid_file
+
+    path = Path(args.pid_file) if args.pid_file else default_pid_file(role, Path(args.config) if args.config else None)
+    if path is not None:
+        write_pid_file(path)
+    try:
+        yield
+    finally:
+        if path is not None:
+            remove_pid_file(path)
 
 
 def cmd_controller(args: argparse.Namespace) -> int:
@@ -115,12 +133,48 @@ def cmd_controller(args: argparse.Namespace) -> int:
     config = _load(CONTROLLER_CONFIG, args, {"listeners": args.listeners, "metadata.log.dir": args.metadata_dir})
     configure_logging(args.log_level)
     try:
-        _run(run_controller(config))
+        with _pid_file(args, "controller"):
+            _run(run_controller(config))
     except OSError as exc:
         if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise
         raise _listen_error(exc, config["listeners"]) from None
     return EXIT_OK
+
+
+LIFECYCLE_ACTIONS = ("start", "stop", "kill", "pause", "resume")
+
+
+def cmd_broker_lifecycle(args: argparse.Namespace) -> int:
+    """`minibroker broker start|stop|kill|pause|resume --id N --dir D` on one broker of a local cluster."""
+    from cluster.local_cluster import ClusterError, LocalClusterState, broker_action
+
+    try:
+        state = LocalClusterState.load(Path(args.dir))
+        state.broker(args.id)
+    except ClusterError as exc:
+        raise CliError(str(exc), EXIT_USAGE if "no broker" in str(exc) else EXIT_UNREACHABLE) from None
+    try:
+        result = _run(broker_action(state, args.id, args.action))
+    except ClusterError as exc:
+        raise CliError(str(exc), EXIT_UNREACHABLE) from None
+    _emit(args, result, lambda: f"broker {args.id}: {result['result']} (pid {result['pid']})")
+    return EXIT_OK
+
+
+def _lifecycle_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="minibroker broker",
+        description="Start, stop (SIGTERM: controlled shutdown), kill (SIGKILL), pause (SIGSTOP) or resume "
+        "(SIGCONT) one broker of the local cluster in --dir. Its pid file stays current, so `cluster status` "
+        "and `cluster down` see it.",
+    )
+    p.add_argument("action", choices=LIFECYCLE_ACTIONS)
+    p.add_argument("--id", type=int, required=True, help="broker id")
+    p.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_broker_lifecycle)
+    return p
 
 
 # -- cluster --------------------------------------------------------------------------------------
@@ -129,6 +183,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     from broker.config import ConfigError, parse_overrides
     from cluster.local_cluster import (
+        BadAddressError,
         ClusterError,
         LocalClusterState,
         PortInUseError,
@@ -149,10 +204,16 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     try:
         state: LocalClusterState = _run(
             start_cluster(
-                cluster_dir, args.brokers, args.base_port, secret=args.secret, overrides=overrides, progress=say
+                cluster_dir,
+                args.brokers,
+                args.base_port,
+                secret=args.secret,
+                overrides=overrides,
+                progress=say,
+                base_address=args.base_address,
             )
         )
-    except PortInUseError as exc:
+    except (PortInUseError, BadAddressError) as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     except ClusterError as exc:
         raise CliError(str(exc), EXIT_CLUSTER_ERROR) from None
@@ -521,6 +582,18 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
     return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED
 
 
+def cmd_chaos_run(args: argparse.Namespace) -> int:
+    from cluster.chaos_faults import run_faults_command
+
+    return int(run_faults_command(args))
+
+
+def cmd_chaos_heal(args: argparse.Namespace) -> int:
+    from cluster.chaos_faults import heal_command
+
+    return int(heal_command(args))
+
+
 # -- parser ---------------------------------------------------------------------------------------
 
 
@@ -556,8 +629,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "broker",
         help="run one broker process",
-        description="Run one broker: config file, then MINIBROKER_* env vars, then flags.",
+        description="Run one broker: config file, then MINIBROKER_* env vars, then flags. "
+        "`minibroker broker start|stop|kill|pause|resume --id N --dir D` acts on a broker of a local cluster.",
     )
+    p.add_argument("--pid-file", help="write this process's pid here while it runs")
     p.add_argument("--config", help="properties file with Kafka-style keys (broker.id, listeners, log.dirs, ...)")
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="set any config key (repeatable)")
     p.add_argument("--broker-id", type=int, help="broker.id")
@@ -576,6 +651,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="set any config key (repeatable)")
     p.add_argument("--listeners", help="listeners, HOST:PORT")
     p.add_argument("--metadata-dir", help="metadata.log.dir")
+    p.add_argument("--pid-file", help="write this process's pid here while it runs")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=cmd_controller)
 
@@ -591,6 +667,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--brokers", type=int, default=3)
     p.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
     p.add_argument("--base-port", type=int, default=9092, help="first broker's port; the controller uses base+100")
+    p.add_argument(
+        "--base-address",
+        default="127.0.0.10",
+        help="the controller's loopback address; broker N gets base+N (default 127.0.0.10, all in 127.0.0.0/8)",
+    )
     p.add_argument("--secret", help="cluster.secret for controller-only requests")
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="broker or controller config (repeatable)")
     p.add_argument("--detach", action="store_true", help="return once the cluster is up")
@@ -729,6 +810,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--producers", type=int, default=2)
     p.add_argument("--metrics-dir", help="fresh cluster only: write broker metrics here")
     p.set_defaults(func=cmd_chaos_leader_kill)
+    p = chsub.add_parser(
+        "run",
+        help="kills, pauses, partitions, slow and lossy links under acks=all load, then check every acked write",
+        description="Inject one fault per round into the broker leading the most partitions, kinds in turn from "
+        "--faults: kill, kill-restart, pause, partition[:SHAPE] (isolate-leader, leader-from-followers, "
+        "leader-from-controller, isolate-controller, one-way), delay, loss, clients-see-old-leader. Network "
+        "faults need root, iptables and tc; their rules live in a chain of their own and are always removed. "
+        "Reports per fault, and the oracle's verdict on acks=all writes. Exit 0 only when valid.",
+    )
+    p.add_argument("--faults", default="kill,pause,partition,delay", help="comma-separated fault kinds")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--dir", help="use the running local cluster in this dir (default: a fresh 3-broker cluster in a temp dir)"
+    )
+    p.add_argument("--fault-ms", type=int, default=3000, help="how long each fault lasts (at least until failover)")
+    p.add_argument("--interval-ms", type=int, default=500, help="time between a fault's recovery and the next")
+    p.add_argument("--json", metavar="FILE", help="write the JSON report here ('-' for stdout)")
+    p.add_argument("--topic", default="chaos")
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--producers", type=int, default=2)
+    p.set_defaults(func=cmd_chaos_run)
+    p = chsub.add_parser(
+        "heal",
+        help="remove every network fault a chaos run against --dir left, resume paused nodes",
+        description="Remove the iptables chain and tc qdisc of chaos runs against the cluster in --dir, and "
+        "SIGCONT its nodes. Safe to run at any time.",
+    )
+    p.add_argument("--dir", default=DEFAULT_DIR)
+    p.set_defaults(func=cmd_chaos_heal)
 
     mt = sub.add_parser("metrics", help="metrics tools", description="Metrics tools.")
     msub = mt.add_subparsers(dest="metrics_command", required=True, metavar="SUBCOMMAND")
@@ -776,6 +887,10 @@ def _main(argv: Sequence[str] | None) -> int:
         for prefix, run in DELEGATED.items():
             if tuple(argv[: len(prefix)]) == prefix:
                 return int(run(argv[len(prefix) :]))
+        if argv[:1] == ["broker"] and len(argv) > 1 and argv[1] in LIFECYCLE_ACTIONS:
+            lifecycle = _lifecycle_parser()
+            largs = lifecycle.parse_args(argv[1:])
+            return int(largs.func(largs))
         parser = build_parser()
         _leaf_parsers(parser)
         args, unknown = parser.parse_known_args(argv)

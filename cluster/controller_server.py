@@ -22,6 +22,7 @@ class ControllerServer:
             config.get("cluster.secret"),
             timeout_ms=5000,
             describe=lambda broker_id: f"broker {broker_id}",
+            local_address=config.get("local.address"),
         )
         self.node = ControllerNode(config, time, transport)
         host, port = parse_host_port(config["listeners"], "listeners")

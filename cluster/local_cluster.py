@@ -4,11 +4,22 @@ Layout of a cluster directory (`--dir D`):
 
     D/cluster.json                 who runs where: pids, ports, dirs (written once everything is up)
     D/bootstrap.servers            the brokers' HOST:PORT list, one line: what client commands' --dir reads
-    D/controller/controller.properties, controller.log, metadata/
-    D/broker-<id>/broker.properties, broker.log, data/
+    D/controller/controller.properties, controller.log, controller.pid, metadata/
+    D/broker-<id>/broker.properties, broker.log, broker.pid, data/
     D/metrics/                     every broker's JSON-lines metrics (the lag dashboard reads these)
 
-Processes are started with `python -m cluster.cli broker|controller --config <file>` in their own
+Every node has its own loopback address (`--base-address`, default 127.0.0.10: the controller there,
+broker N at base + N; Linux routes all of 127.0.0.0/8 to `lo` with no set-up). It listens there and
+opens every connection to another node from there (`local.address`), so each link between two nodes is
+one address pair that `minibroker chaos` can cut, slow down or make lossy without touching the others.
+
+A node's pid file is written by the process itself (`--pid-file`, and by default next to a config file
+that lives in a cluster directory), so it stays current whoever starts the node: `cluster up`,
+`minibroker broker start`, chaos, or the node's own command line by hand. `cluster status`,
+`cluster down` and the lifecycle commands read the pid file first and cluster.json's pid second, and
+trust a pid only while that process still runs the node's config file.
+
+Processes are started with `python -m cluster broker|controller --config <file>` in their own
 session (so a Ctrl-C in the terminal reaches only the launcher, which then stops them in order:
 brokers with SIGTERM — controlled shutdown — then the controller).
 """
@@ -17,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import os
 import shlex
@@ -33,6 +45,8 @@ from protocol.messages import MetadataRequest
 
 STATE_FILE = "cluster.json"
 BOOTSTRAP_FILE = "bootstrap.servers"
+DEFAULT_BASE_ADDRESS = "127.0.0.10"
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
 
 class ClusterError(RuntimeError):
@@ -40,6 +54,10 @@ class ClusterError(RuntimeError):
 
 
 class PortInUseError(ClusterError):
+    pass
+
+
+class BadAddressError(ClusterError):
     pass
 
 
@@ -129,18 +147,115 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def node_addresses(base_address: str, num_brokers: int) -> tuple[str, list[str]]:
+    """The controller's address and each broker's: base, base+1, ...; all must lie in 127.0.0.0/8."""
+    try:
+        base = ipaddress.ip_address(base_address)
+    except ValueError:
+        raise BadAddressError(f"--base-address: {base_address!r} is not an IPv4 address") from None
+    last = int(base) + num_brokers
+    if base not in LOOPBACK or last > int(LOOPBACK.broadcast_address) - 1:
+        raise BadAddressError(
+            f"--base-address: {base_address} + {num_brokers} brokers must stay inside 127.0.0.0/8 "
+            "(loopback addresses need no set-up)"
+        )
+    return str(base), [str(ipaddress.ip_address(int(base) + i + 1)) for i in range(num_brokers)]
+
+
+def random_base_address() -> str:
+    """A base address in 127.0.0.0/8 away from the default: a throwaway cluster (chaos, tests) then shares
+    no address with another cluster on this machine, so a rule naming its addresses touches only it."""
+    import random
+
+    return f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.10"
+
+
+def pid_file(info: ProcessInfo) -> Path:
+    return Path(info.dir) / f"{info.role}.pid"
+
+
+def default_pid_file(role: str, config_file: Path | None) -> Path | None:
+    """A node started by hand from a cluster directory's config keeps that directory's pid file current."""
+    if config_file is None:
+        return None
+    node_dir = config_file.resolve().parent
+    return node_dir / f"{role}.pid" if (node_dir.parent / STATE_FILE).exists() else None
+
+
+def write_pid_file(path: Path) -> None:
+    tmp = path.with_suffix(".pid.tmp")
+    tmp.write_text(f"{os.getpid()}\n")
+    os.replace(tmp, path)
+
+
+def remove_pid_file(path: Path) -> None:
+    """Remove it only while it still names us: a newer process of the same node may have replaced it."""
+    with contextlib.suppress(OSError, ValueError):
+        if int(path.read_text().strip()) == os.getpid():
+            path.unlink()
+
+
+def _runs_config(pid: int, config: str) -> bool:
+    """Does `pid` run the node with this config file? (pids are reused; unreadable /proc: assume so)"""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cwd = Path(f"/proc/{pid}/cwd").resolve()
+    except OSError:
+        return True
+    wanted = Path(config).resolve()
+    # started by hand, the node may name its config relative to its own working directory
+    return any(arg and (cwd / os.fsdecode(arg)).resolve() == wanted for arg in args)
+
+
+def node_pid(info: ProcessInfo) -> int:
+    """The node's current pid: its pid file's when that process runs the node, else cluster.json's when that
+    one does, else the last known (dead) one."""
+    candidates = []
+    with contextlib.suppress(OSError, ValueError):
+        candidates.append(int(pid_file(info).read_text().strip()))
+    candidates.append(info.pid)
+    for pid in candidates:
+        if pid_alive(pid) and _runs_config(pid, info.config):
+            return pid
+    return candidates[0]
+
+
+def node_alive(info: ProcessInfo) -> bool:
+    pid = node_pid(info)
+    return pid_alive(pid) and _runs_config(pid, info.config)
+
+
+def node_paused(info: ProcessInfo) -> bool:
+    """Stopped by SIGSTOP (`broker pause`, chaos `pause`): state T in /proc."""
+    try:
+        stat = Path(f"/proc/{node_pid(info)}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
 def _write_properties(path: Path, props: dict[str, Any]) -> None:
     lines = [f"{k}={v}" for k, v in props.items() if v is not None]
     path.write_text("\n".join(lines) + "\n")
 
 
 def spawn(role: str, config_file: Path, log_file: Path) -> subprocess.Popen[bytes]:
+    """Start a node; it writes its own pid file next to its config (`--pid-file`)."""
     log = open(log_file, "ab")  # noqa: SIM115 - handed to the child
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "cluster", role, "--config", str(config_file)],
+            [
+                sys.executable,
+                "-m",
+                "cluster",
+                role,
+                "--config",
+                str(config_file),
+                "--pid-file",
+                str(config_file.parent / f"{role}.pid"),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -151,10 +266,13 @@ def spawn(role: str, config_file: Path, log_file: Path) -> subprocess.Popen[byte
         log.close()
 
 
-def controller_props(cluster_dir: Path, port: int, secret: str | None, overrides: dict[str, str]) -> dict[str, Any]:
+def controller_props(
+    cluster_dir: Path, port: int, secret: str | None, overrides: dict[str, str], host: str = "127.0.0.1"
+) -> dict[str, Any]:
     props: dict[str, Any] = {
         "node.id": 3000,
-        "listeners": f"127.0.0.1:{port}",
+        "listeners": f"{host}:{port}",
+        "local.address": host,
         "metadata.log.dir": str(cluster_dir / "controller" / "metadata"),
         "cluster.secret": secret,
         "broker.session.timeout.ms": 3000,
@@ -169,13 +287,21 @@ def controller_props(cluster_dir: Path, port: int, secret: str | None, overrides
 
 
 def broker_props(
-    cluster_dir: Path, broker_id: int, port: int, controller_port: int, secret: str | None, overrides: dict[str, str]
+    cluster_dir: Path,
+    broker_id: int,
+    port: int,
+    controller_port: int,
+    secret: str | None,
+    overrides: dict[str, str],
+    host: str = "127.0.0.1",
+    controller_host: str = "127.0.0.1",
 ) -> dict[str, Any]:
     props: dict[str, Any] = {
         "broker.id": broker_id,
-        "listeners": f"127.0.0.1:{port}",
+        "listeners": f"{host}:{port}",
+        "local.address": host,
         "log.dirs": str(cluster_dir / f"broker-{broker_id}" / "data"),
-        "controller.quorum.voters": f"127.0.0.1:{controller_port}",
+        "controller.quorum.voters": f"{controller_host}:{controller_port}",
         "cluster.secret": secret,
         "metrics.dir": str(cluster_dir / "metrics"),
         "broker.heartbeat.interval.ms": 500,
@@ -215,11 +341,11 @@ def check_overrides(overrides: dict[str, str]) -> None:
             raise ConfigError(f"metrics.mqtt.url: {exc}") from None
 
 
-def check_ports_free(host: str, ports: dict[int, str]) -> None:
-    """Raise PortInUseError naming the first port (and its role) something already listens on."""
+def check_ports_free(ports: dict[tuple[str, int], str]) -> None:
+    """Raise PortInUseError naming the first (address, port) (and its role) something already listens on."""
     import socket
 
-    for port, role in ports.items():
+    for (host, port), role in ports.items():
         with socket.socket() as s:
             # As the servers do (reuse_address): a port in TIME_WAIT is free, one with a listener is not.
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -287,6 +413,7 @@ async def start_cluster(
     timeout_s: float = 60.0,
     progress: Any = None,
     broker_ports: list[int] | None = None,
+    base_address: str = DEFAULT_BASE_ADDRESS,
 ) -> LocalClusterState:
     """Start a controller and `num_brokers` brokers; return once every broker is registered and unfenced."""
     overrides = overrides or {}
@@ -295,21 +422,22 @@ async def start_cluster(
     existing = cluster_dir / STATE_FILE
     if existing.exists():
         state = LocalClusterState.load(cluster_dir)
-        alive = [p.pid for p in [state.controller, *state.brokers] if pid_alive(p.pid)]
+        alive = [node_pid(p) for p in [state.controller, *state.brokers] if node_alive(p)]
         if alive:
             raise ClusterError(
                 f"a cluster is already running in {cluster_dir} (pids {alive}); "
                 f"`minibroker cluster down --dir {shlex.quote(str(cluster_dir))}` first"
             )
+    chost, bhosts = node_addresses(base_address, num_brokers)
     cport = controller_port if controller_port is not None else base_port + 100
-    wanted = {cport: "controller"}
+    wanted = {(chost, cport): "controller"}
     for i in range(num_brokers):
-        wanted.setdefault(broker_ports[i] if broker_ports else base_port + i, f"broker {i + 1}")
-    check_ports_free("127.0.0.1", wanted)
+        wanted.setdefault((bhosts[i], broker_ports[i] if broker_ports else base_port + i), f"broker {i + 1}")
+    check_ports_free(wanted)
     (cluster_dir / "controller").mkdir(exist_ok=True)
     (cluster_dir / "metrics").mkdir(exist_ok=True)
     cconf = cluster_dir / "controller" / "controller.properties"
-    _write_properties(cconf, controller_props(cluster_dir, cport, secret, overrides))
+    _write_properties(cconf, controller_props(cluster_dir, cport, secret, overrides, chost))
     clog = cluster_dir / "controller" / "controller.log"
     procs: list[subprocess.Popen[bytes]] = []
     offsets: list[int] = []
@@ -318,11 +446,11 @@ async def start_cluster(
         cproc = spawn("controller", cconf, clog)
         procs.append(cproc)
         controller = ProcessInfo(
-            "controller", 3000, "127.0.0.1", cport, cproc.pid, str(cluster_dir / "controller"), str(clog), str(cconf)
+            "controller", 3000, chost, cport, cproc.pid, str(cluster_dir / "controller"), str(clog), str(cconf)
         )
         await wait_for_listening(clog, cproc, timeout_s, offsets[0])
         if progress:
-            progress(f"controller listening on 127.0.0.1:{cport} (pid {cproc.pid})")
+            progress(f"controller listening on {chost}:{cport} (pid {cproc.pid})")
         brokers = []
         for i in range(num_brokers):
             broker_id = i + 1
@@ -330,21 +458,23 @@ async def start_cluster(
             bdir.mkdir(exist_ok=True)
             bconf = bdir / "broker.properties"
             port = broker_ports[i] if broker_ports else base_port + i
-            _write_properties(bconf, broker_props(cluster_dir, broker_id, port, cport, secret, overrides))
+            _write_properties(
+                bconf, broker_props(cluster_dir, broker_id, port, cport, secret, overrides, bhosts[i], chost)
+            )
             blog = bdir / "broker.log"
             offsets.append(log_size(blog))
             bproc = spawn("broker", bconf, blog)
             procs.append(bproc)
             brokers.append(
-                ProcessInfo("broker", broker_id, "127.0.0.1", port, bproc.pid, str(bdir), str(blog), str(bconf))
+                ProcessInfo("broker", broker_id, bhosts[i], port, bproc.pid, str(bdir), str(blog), str(bconf))
             )
         for info, proc, offset in zip(brokers, procs[1:], offsets[1:], strict=True):
             await wait_for_listening(Path(info.log), proc, timeout_s, offset)
             if progress:
-                progress(f"broker {info.node_id} listening on 127.0.0.1:{info.port} (pid {info.pid})")
+                progress(f"broker {info.node_id} listening on {info.host}:{info.port} (pid {info.pid})")
         deadline = time.monotonic() + timeout_s
         want = {b.node_id for b in brokers}
-        while not want <= await registered_brokers("127.0.0.1", cport):
+        while not want <= await registered_brokers(chost, cport):
             for info, proc in zip(brokers, procs[1:], strict=True):
                 if proc.poll() is not None:
                     raise ClusterError(f"broker {info.node_id} exited with status {proc.returncode}; see {info.log}")
@@ -389,6 +519,7 @@ def stop_process(pid: int, timeout_s: float = 15.0) -> str:
     if not pid_alive(pid):
         return "not running"
     signal_process(pid, signal.SIGTERM)
+    signal_process(pid, signal.SIGCONT)  # a paused node handles SIGTERM only once it runs again
     if wait_exit(pid, timeout_s):
         return "stopped"
     signal_process(pid, signal.SIGKILL)
@@ -399,22 +530,57 @@ def stop_process(pid: int, timeout_s: float = 15.0) -> str:
 def stop_cluster(state: LocalClusterState, timeout_s: float = 15.0) -> dict[str, str]:
     """SIGTERM every broker (they move leaderships away and exit), then the controller."""
     result = {}
-    for b in state.brokers:
-        if pid_alive(b.pid):
-            signal_process(b.pid, signal.SIGTERM)
-    for b in state.brokers:
-        result[f"broker-{b.node_id}"] = "stopped" if wait_exit(b.pid, timeout_s) else stop_process(b.pid, 1.0)
-    result["controller"] = stop_process(state.controller.pid, timeout_s)
+    pids = {b.node_id: node_pid(b) if node_alive(b) else -1 for b in state.brokers}
+    for pid in pids.values():
+        if pid > 0:
+            signal_process(pid, signal.SIGTERM)
+            signal_process(pid, signal.SIGCONT)  # a paused broker handles SIGTERM only once it runs again
+    for broker_id, pid in pids.items():
+        if pid <= 0:
+            result[f"broker-{broker_id}"] = "not running"
+        else:
+            result[f"broker-{broker_id}"] = "stopped" if wait_exit(pid, timeout_s) else stop_process(pid, 1.0)
+    c = state.controller
+    result["controller"] = stop_process(node_pid(c), timeout_s) if node_alive(c) else "not running"
     return result
 
 
 async def restart_broker(state: LocalClusterState, broker_id: int, timeout_s: float = 30.0) -> ProcessInfo:
     info = state.broker(broker_id)
-    if pid_alive(info.pid):
-        raise ClusterError(f"broker {broker_id} is still running (pid {info.pid})")
+    if node_alive(info):
+        raise ClusterError(f"broker {broker_id} is still running (pid {node_pid(info)})")
     offset = log_size(Path(info.log))
     proc = spawn("broker", Path(info.config), Path(info.log))
     info.pid = proc.pid
     state.save()
     await wait_for_listening(Path(info.log), proc, timeout_s, offset)
     return info
+
+
+async def broker_action(state: LocalClusterState, broker_id: int, action: str) -> dict[str, Any]:
+    """start | stop (SIGTERM, controlled shutdown) | kill (SIGKILL) | pause (SIGSTOP) | resume (SIGCONT)."""
+    info = state.broker(broker_id)
+    alive = node_alive(info)
+    pid = node_pid(info)
+    if action == "start":
+        if alive:
+            return {"broker": broker_id, "pid": pid, "result": "already running"}
+        info = await restart_broker(state, broker_id)
+        return {"broker": broker_id, "pid": info.pid, "result": "started"}
+    if not alive:
+        if action in ("pause", "resume"):
+            raise ClusterError(f"broker {broker_id} is not running (last pid {pid})")
+        return {"broker": broker_id, "pid": pid, "result": "not running"}
+    if action == "stop":
+        return {"broker": broker_id, "pid": pid, "result": stop_process(pid)}
+    if action == "kill":
+        signal_process(pid, signal.SIGKILL)
+        wait_exit(pid, 5.0)
+        return {"broker": broker_id, "pid": pid, "result": "killed"}
+    if action == "pause":
+        signal_process(pid, signal.SIGSTOP)
+        return {"broker": broker_id, "pid": pid, "result": "paused"}
+    if action == "resume":
+        signal_process(pid, signal.SIGCONT)
+        return {"broker": broker_id, "pid": pid, "result": "resumed"}
+    raise ValueError(f"unknown action {action!r}")

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from client.connection import BrokerConnection
-from cluster.local_cluster import LocalClusterState, pid_alive
+from cluster.local_cluster import LocalClusterState, node_alive, node_paused, node_pid
 from protocol.messages import DescribeLogDirsRequest, MetadataRequest
 
 
@@ -31,18 +31,22 @@ async def _ask(host: str, port: int, request: Any) -> Any:
 
 async def collect_status(state: LocalClusterState) -> dict[str, Any]:
     c = state.controller
-    meta = await _ask(c.host, c.port, MetadataRequest(None)) if pid_alive(c.pid) else None
+    meta = await _ask(c.host, c.port, MetadataRequest(None)) if node_alive(c) and not node_paused(c) else None
     registered = {b.broker_id for b in meta.brokers} if meta else set()
     logs = await asyncio.gather(
-        *(_ask(b.host, b.port, DescribeLogDirsRequest()) if pid_alive(b.pid) else _none() for b in state.brokers)
+        *(
+            _ask(b.host, b.port, DescribeLogDirsRequest()) if node_alive(b) and not node_paused(b) else _none()
+            for b in state.brokers
+        )
     )
     partitions, leads, follows = _partitions(meta, [b.node_id for b in state.brokers], logs)
     brokers = [
         {
             "id": b.node_id,
-            "pid": b.pid,
+            "pid": node_pid(b),
             "address": f"{b.host}:{b.port}",
-            "alive": pid_alive(b.pid),
+            "alive": node_alive(b),
+            "paused": node_paused(b),
             "registered": b.node_id in registered,
             "leader_count": leads.get(b.node_id, 0),
             "follower_count": follows.get(b.node_id, 0),
@@ -53,9 +57,10 @@ async def collect_status(state: LocalClusterState) -> dict[str, Any]:
         "dir": state.dir,
         "controller": {
             "id": c.node_id,
-            "pid": c.pid,
+            "pid": node_pid(c),
             "address": f"{c.host}:{c.port}",
-            "alive": pid_alive(c.pid) and meta is not None,
+            "alive": node_alive(c) and meta is not None,
+            "paused": node_paused(c),
         },
         "brokers": brokers,
         "partitions": partitions,
@@ -144,15 +149,18 @@ def render_status(status: dict[str, Any]) -> str:
     if c["address"] is None:
         head = f"controller id {c['id']}  (via {status['bootstrap_server']})" if c["alive"] else "controller unknown"
     else:
-        head = f"controller {c['address']}  pid {c['pid']}  {'up' if c['alive'] else 'DOWN'}"
+        up = "PAUSED" if c.get("paused") else ("up" if c["alive"] else "DOWN")
+        head = f"controller {c['address']}  pid {c['pid']}  {up}"
     lines = [head, ""]
-    lines.append(f"{'broker':>6}  {'address':<16} {'pid':>7}  {'state':<12} {'leaders':>7} {'followers':>9}")
+    lines.append(f"{'broker':>6}  {'address':<21} {'pid':>7}  {'state':<12} {'leaders':>7} {'followers':>9}")
     for b in status["brokers"]:
         state = "up" if b["alive"] and b["registered"] else ("up, fenced" if b["alive"] else "DOWN")
+        if b.get("paused"):
+            state = "PAUSED"  # SIGSTOP: the process exists but answers nothing until resumed
         if b["pid"] is None and not b["alive"]:
             state = "unreachable"  # in METADATA, but its DESCRIBE_LOG_DIRS got no answer from here
         lines.append(
-            f"{b['id']:>6}  {b['address']:<16} {'-' if b['pid'] is None else b['pid']:>7}  {state:<12} "
+            f"{b['id']:>6}  {b['address']:<21} {'-' if b['pid'] is None else b['pid']:>7}  {state:<12} "
             f"{b['leader_count']:>7} {b['follower_count']:>9}"
         )
     lines.append("")

@@ -9,9 +9,12 @@ cd "$root"
 "$root/scripts/setup.sh"
 
 # System packages the tests start for real: Mosquitto (MQTT metrics), Chromium (the dashboard renders),
-# docker-compose (validates docker-compose.yml; no Docker engine is needed for that).
+# docker-compose (validates docker-compose.yml; no Docker engine is needed for that), iptables and
+# iproute2's tc (chaos partitions, slow and lossy links between loopback addresses; they need root).
 missing=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
+command -v tc >/dev/null 2>&1 || [ -x /usr/sbin/tc ] || missing+=(iproute2)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -59,6 +59,9 @@ COMMANDS = [
     ["consume"],
     ["chaos"],
     ["chaos", "leader-kill"],
+    ["chaos", "run"],
+    ["chaos", "heal"],
+    ["broker", "start"],
     ["metrics"],
     ["metrics", "sink"],
     ["dashboard"],
@@ -131,10 +134,17 @@ def test_a_busy_port_is_a_usage_error_that_names_the_port(tmp_path: Path) -> Non
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        up = cli("cluster", "up", "--dir", str(tmp_path / "c"), "--brokers", "1", "--base-port", str(port))
+        # broker 1 of `--base-address 127.0.0.1` listens on 127.0.0.2
+        with socket.socket() as taken_too:
+            taken_too.bind(("127.0.0.2", port))
+            taken_too.listen()
+            up = cli(
+                *("cluster", "up", "--dir", str(tmp_path / "c"), "--brokers", "1", "--base-port", str(port)),
+                *("--base-address", "127.0.0.1"),
+            )
         assert up.returncode == 2
         assert error_line(up) == (
-            f"minibroker: error: port {port} on 127.0.0.1 (broker 1) is already in use; pick another --base-port "
+            f"minibroker: error: port {port} on 127.0.0.2 (broker 1) is already in use; pick another --base-port "
             "(brokers use BASE, BASE+1, ..., the controller BASE+100)"
         )
         broker = cli(

@@ -1,0 +1,644 @@
+"""`minibroker chaos run`: kills, pauses, partitions, slow and lossy links under acks=all load, with a verdict.
+
+How this works
+--------------
+The load and the oracle are leader-kill's (cluster/chaos.py): producers write unique values with acks=all
+to a topic with RF 3 and min.insync.replicas=2, a consumer watches offsets, and after the run every acked
+value must be on every replica, once, at the offset it was acked at, replicas byte-identical.
+
+Each round injects one fault, kinds taken in turn from `--faults`, into the broker that leads the most
+partitions (the controller's view; ties by `--seed`):
+
+* `kill`: SIGKILL, wait until its partitions have new leaders, restart it;
+* `kill-restart`: SIGKILL and restart at once (back before the controller may have noticed);
+* `pause`: SIGSTOP until the controller has moved its leaderships, then SIGCONT. While it sleeps a probe
+  sends it acks=all writes (they wait in its socket); woken, the zombie must refuse them (its epoch is
+  fenced), and whatever it did acknowledge is held to the oracle like every acked write;
+* `partition[:SHAPE]`: iptables DROP between sets of nodes (cluster/network_faults.py), SHAPE one of
+  isolate-leader, leader-from-followers, leader-from-controller, isolate-controller, one-way (the
+  leader's packets to its followers only); without SHAPE one is drawn each round;
+* `delay` / `loss`: the links between the leader and its followers, both ways, get 50 ms ± 20 ms
+  (tc netem) or lose 5% of their packets (iptables statistic);
+* `clients-see-old-leader`: the leader is cut from every other node while a producer keeps writing to it
+  with acks=1 (clients are not cut: they reach it from 127.0.0.1). It acknowledges what it alone has,
+  the controller elects another leader, and on healing the old one truncates those writes away. They
+  are reported as lost and classified as expected under acks=1: the classic lesson, not a violation.
+
+A round holds its fault `--fault-ms` (and at least until the controller has elected new leaders, for
+the faults that take the leader away), heals it, and waits until every ISR is full again. A monitor asks
+the controller for METADATA every 50 ms; from its samples and the acks come, per fault: the window, per
+partition the time without a usable leader (none, or the faulted broker), the longest time no acks=all
+write was acknowledged on its partitions, the truncations logged, and the new leaders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from client.connection import BrokerConnection
+from client.consumer import read_replica
+from client.producer import NOT_WRITTEN
+from cluster.chaos import CHAOS_OVERRIDES, ChaosRun, find_problems, render_report
+from cluster.local_cluster import (
+    LocalClusterState,
+    free_ports,
+    node_alive,
+    node_pid,
+    random_base_address,
+    restart_broker,
+    signal_process,
+    start_cluster,
+    stop_cluster,
+)
+from cluster.network_faults import FaultToolsMissing, NetworkFaultError, NetworkFaults, check_tools
+from protocol.errors import ErrorCode
+from protocol.messages import MetadataRequest, ProducePartition, ProduceRequest, TopicPartition
+from protocol.record_batch import build_batch, iter_records
+
+FAULT_KINDS = ("kill", "kill-restart", "pause", "partition", "delay", "loss", "clients-see-old-leader")
+PARTITION_SHAPES = (
+    "isolate-leader",
+    "leader-from-followers",
+    "leader-from-controller",
+    "isolate-controller",
+    "one-way",
+)
+NETWORK_KINDS = {"partition", "delay", "loss", "clients-see-old-leader"}
+# faults after which the faulted broker is no leader worth the name until the controller moves on
+TAKES_LEADER_AWAY = {"kill", "kill-restart", "pause", "clients-see-old-leader"}
+SHAPES_TAKING_LEADER_AWAY = {"isolate-leader", "leader-from-controller"}
+DELAY_MS, JITTER_MS, LOSS_PERCENT = 50, 20, 5.0
+SAMPLE_S = 0.05
+
+Sample = tuple[float, dict[TopicPartition, tuple[int, int, list[int]]]]
+
+
+def parse_faults(text: str) -> list[tuple[str, str | None]]:
+    """`kill,partition:one-way,delay` -> [(kind, shape or None)]; ValueError names what is wrong."""
+    out: list[tuple[str, str | None]] = []
+    for item in (x.strip() for x in text.split(",")):
+        kind, _, shape = item.partition(":")
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
+        if shape and (kind != "partition" or shape not in PARTITION_SHAPES):
+            raise ValueError(f"unknown partition shape {shape!r}; known: {', '.join(PARTITION_SHAPES)}")
+        out.append((kind, shape or None))
+    if not out:
+        raise ValueError("--faults names no fault")
+    return out
+
+
+@dataclass
+class FaultReport:
+    round: int
+    kind: str
+    shape: str | None
+    target: int
+    how: str = ""
+    led_partitions: int = 0
+    window_start_ms: int = 0
+    window_end_ms: int = 0
+    healed_after_ms: float = 0.0
+    isr_full_after_heal_ms: float | None = None
+    no_leader_ms: dict[str, float] = field(default_factory=dict)
+    acks_all_failed_ms: float | None = None
+    truncations: int = 0
+    new_leaders: dict[str, int] = field(default_factory=dict)
+    acks1: dict[str, Any] | None = None
+    zombie: dict[str, Any] | None = None
+
+
+class FaultRun(ChaosRun):
+    def __init__(
+        self, state: LocalClusterState, args: argparse.Namespace, progress: Any, net: NetworkFaults | None
+    ) -> None:
+        super().__init__(state, args, progress)
+        self.net = net
+        self.faults = parse_faults(args.faults)
+        self.fault_rng = random.Random(args.seed)
+        self.reports: list[FaultReport] = []
+        self.samples: list[Sample] = []
+        self.acks1_acked: dict[str, tuple[TopicPartition, int]] = {}
+        self.acks1_found: set[str] = set()
+
+    # -- the controller's view ----------------------------------------------------------------------
+
+    async def _controller_view(self, conn: BrokerConnection) -> dict[TopicPartition, tuple[int, int, list[int]]]:
+        resp = await conn.send(MetadataRequest([self.args.topic]), timeout_s=2.0)
+        return {
+            TopicPartition(t.topic, p.partition): (p.leader_id, p.leader_epoch, list(p.isr))
+            for t in resp.topics
+            for p in t.partitions
+        }
+
+    async def monitor(self) -> None:
+        c = self.state.controller
+        conn: BrokerConnection | None = None
+        while True:
+            try:
+                if conn is None or not conn.is_open:
+                    conn = await BrokerConnection.connect(c.host, c.port, "chaos-monitor", timeout_s=1.0)
+                self.samples.append((time.monotonic(), await self._controller_view(conn)))
+            except (TimeoutError, ConnectionError, OSError):
+                conn = None
+            await asyncio.sleep(SAMPLE_S)
+
+    def _view(self) -> dict[TopicPartition, tuple[int, int, list[int]]]:
+        return self.samples[-1][1] if self.samples else {}
+
+    async def _until(self, predicate: Any, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if predicate(self._view()):
+                return True
+            await asyncio.sleep(SAMPLE_S)
+        return False
+
+    def _moved_away(self, led: list[TopicPartition], victim: int) -> Any:
+        return lambda view: all(tp in view and view[tp][0] not in (-1, victim) for tp in led)
+
+    def _isr_full(self, view: dict[TopicPartition, tuple[int, int, list[int]]]) -> bool:
+        return bool(view) and all(leader >= 0 and len(isr) == 3 for leader, _, isr in view.values())
+
+    # -- one round ----------------------------------------------------------------------------------
+
+    def _pick_victim(self) -> tuple[int, list[TopicPartition]]:
+        view = self._view()
+        counts: dict[int, int] = defaultdict(int)
+        for leader, _, _ in view.values():
+            if leader >= 0:
+                counts[leader] += 1
+        alive = {b.node_id for b in self.state.brokers if node_alive(b)}
+        candidates = sorted(b for b in counts if b in alive)
+        if not candidates:
+            raise RuntimeError("no live leader to inject a fault into")
+        most = max(counts[b] for b in candidates)
+        victim = self.fault_rng.choice([b for b in candidates if counts[b] == most])
+        return victim, sorted((tp for tp, (leader, _, _) in view.items() if leader == victim), key=str)
+
+    def _pairs(self, shape: str, victim: int) -> list[tuple[str, str]]:
+        """The (source, destination) pairs to drop for a partition shape around the leader `victim`."""
+        leader = self.state.broker(victim).host
+        followers = [b.host for b in self.state.brokers if b.node_id != victim]
+        controller = self.state.controller.host
+        if shape == "one-way":
+            return [(leader, f) for f in followers]
+        if shape == "isolate-leader":
+            others = [*followers, controller]
+        elif shape == "leader-from-followers":
+            others = followers
+        elif shape == "leader-from-controller":
+            others = [controller]
+        elif shape == "isolate-controller":
+            leader, others = controller, [b.host for b in self.state.brokers]
+        else:
+            raise ValueError(shape)
+        return [(leader, o) for o in others] + [(o, leader) for o in others]
+
+    def _log_offsets(self) -> dict[int, int]:
+        return {b.node_id: Path(b.log).stat().st_size if Path(b.log).exists() else 0 for b in self.state.brokers}
+
+    def _truncations_since(self, offsets: dict[int, int]) -> int:
+        count = 0
+        for b in self.state.brokers:
+            with contextlib.suppress(OSError), open(b.log, "rb") as f:
+                f.seek(offsets.get(b.node_id, 0))
+                count += sum(1 for line in f if b"truncated" in line and self.args.topic.encode() in line)
+        return count
+
+    async def fault_round(self, round_no: int, kind: str, shape: str | None) -> FaultReport:
+        if kind == "partition" and shape is None:
+            shape = self.fault_rng.choice(PARTITION_SHAPES)
+        victim, led = self._pick_victim()
+        report = FaultReport(round_no, kind, shape, victim, led_partitions=len(led))
+        offsets = self._log_offsets()
+        start = time.monotonic()
+        report.window_start_ms = int(time.time() * 1000)
+        name = kind + (f":{shape}" if shape else "")
+        self.progress(f"round {round_no}/{self.args.rounds}: {name} {_where(shape, victim)} (leader of {len(led)})")
+        hold_s = self.args.fault_ms / 1000.0
+        side_task: asyncio.Task[dict[str, Any]] | None = None
+        info = self.state.broker(victim)
+        pid = node_pid(info)
+        takes_leader_away = kind in TAKES_LEADER_AWAY or shape in SHAPES_TAKING_LEADER_AWAY
+        try:
+            if kind in ("kill", "kill-restart"):
+                os.kill(pid, signal.SIGKILL)
+                report.how = f"SIGKILL pid {pid}"
+                if kind == "kill":
+                    await self._until(self._moved_away(led, victim), 30.0)
+            elif kind == "pause":
+                os.kill(pid, signal.SIGSTOP)
+                report.how = f"SIGSTOP pid {pid}, then SIGCONT"
+                side_task = asyncio.create_task(self._zombie_probe(victim, led))
+                await self._until(self._moved_away(led, victim), 30.0)
+                await asyncio.sleep(0.3)  # the probe's writes are in the zombie's socket by now
+            else:
+                assert self.net is not None
+                if kind == "partition":
+                    assert shape is not None
+                    pairs = self.net.cut(self._pairs(shape, victim))
+                    report.how = "iptables DROP " + ", ".join(f"{a}->{b}" for a, b in pairs)
+                elif kind == "clients-see-old-leader":
+                    pairs = self.net.cut(self._pairs("isolate-leader", victim))
+                    report.how = "iptables DROP " + ", ".join(f"{a}->{b}" for a, b in pairs) + "; acks=1 writes to it"
+                    side_task = asyncio.create_task(self._old_leader_writer(victim, led, round_no))
+                else:
+                    leader = info.host
+                    links = [(leader, b.host) for b in self.state.brokers if b.node_id != victim]
+                    links += [(b, a) for a, b in links]
+                    if kind == "delay":
+                        report.how = self.net.delay(links, DELAY_MS, JITTER_MS)
+                    else:
+                        report.how = self.net.loss(links, LOSS_PERCENT)
+                    report.how += " on " + ", ".join(f"{a}->{b}" for a, b in links)
+                await asyncio.sleep(hold_s)
+                if takes_leader_away:
+                    await self._until(self._moved_away(led, victim), 30.0)
+        finally:
+            # heal, whatever happened above
+            if kind == "pause":
+                signal_process(pid, signal.SIGCONT)
+            elif kind in ("kill", "kill-restart") and not node_alive(info):
+                await restart_broker(self.state, victim)
+            elif self.net is not None and kind in NETWORK_KINDS:
+                self.net.heal()
+            healed = time.monotonic()
+        report.healed_after_ms = round((healed - start) * 1000.0, 1)
+        if side_task is not None:
+            side = await side_task
+            if kind == "pause":
+                report.zombie = side
+            else:
+                report.acks1 = side
+        if await self._until(self._isr_full, 60.0):
+            report.isr_full_after_heal_ms = round((time.monotonic() - healed) * 1000.0, 1)
+        end = time.monotonic()
+        report.window_end_ms = int(time.time() * 1000)
+        view = self._view()
+        report.new_leaders = {str(tp): view[tp][0] for tp in led if tp in view}
+        report.no_leader_ms = self._no_leader_ms(led, victim if takes_leader_away else None, start, healed, end)
+        report.acks_all_failed_ms = self._acks_failed_ms(led, start, end)
+        report.truncations = self._truncations_since(offsets)
+        self.progress(
+            f"  healed after {report.healed_after_ms} ms; ISR full {report.isr_full_after_heal_ms} ms later; "
+            f"no leader max {max(report.no_leader_ms.values(), default=0.0)} ms; acks=all stalled "
+            f"{report.acks_all_failed_ms} ms; truncations {report.truncations}"
+        )
+        return report
+
+    def _no_leader_ms(
+        self, led: list[TopicPartition], victim: int | None, start: float, healed: float, end: float
+    ) -> dict[str, float]:
+        """Per partition it led: sampled time with no leader, or (while the fault lasted) the faulted one."""
+        out: dict[str, float] = {}
+        window = [(t, v) for t, v in self.samples if start <= t <= end]
+        for tp in led:
+            total = 0.0
+            for (t, v), (t_next, _) in zip(window, window[1:], strict=False):
+                leader = v.get(tp, (-1, 0, []))[0]
+                if leader == -1 or (victim is not None and leader == victim and t < healed):
+                    total += t_next - t
+            out[str(tp)] = round(total * 1000.0, 1)
+        return out
+
+    def _acks_failed_ms(self, led: list[TopicPartition], start: float, end: float) -> float | None:
+        """The longest stretch in the window with no acks=all write acknowledged on one of those partitions."""
+        if not led:
+            return None
+        worst = 0.0
+        for tp in led:
+            times = sorted(t for t, p, _ in self.outcomes.ack_events if p == tp and start <= t <= end)
+            points = [start, *times, end]
+            worst = max(worst, max(b - a for a, b in zip(points, points[1:], strict=False)))
+        return round(worst * 1000.0, 1)
+
+    # -- writes aimed at one broker -----------------------------------------------------------------
+
+    async def _produce_direct(
+        self, conn: BrokerConnection, tp: TopicPartition, values: list[bytes], acks: int
+    ) -> tuple[str, int, str]:
+        """('acked' | 'failed' | 'indeterminate', base offset, error name) of one batch sent to that broker."""
+        request = ProduceRequest(acks, 5000, [ProducePartition(tp.topic, tp.partition, build_batch(values))])
+        try:
+            resp = await conn.send(request, timeout_s=15.0)
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            return "indeterminate", -1, type(exc).__name__
+        p = resp.partitions[0] if resp.partitions else None
+        code = ErrorCode(resp.error_code or (p.error_code if p else -1))
+        if code == ErrorCode.NONE and p is not None:
+            return "acked", p.base_offset, code.name
+        return ("failed" if code in NOT_WRITTEN else "indeterminate"), -1, code.name
+
+    async def _zombie_probe(self, victim: int, led: list[TopicPartition]) -> dict[str, Any]:
+        """acks=all writes sent to the paused leader once it has been replaced: none may be acknowledged,
+        unless the oracle later finds it (it cannot: its epoch is fenced)."""
+        info = self.state.broker(victim)
+        result: dict[str, Any] = {"sent": 0, "acked": 0, "refused": 0, "indeterminate": 0, "errors": {}}
+        if not led or not await self._until(self._moved_away(led, victim), 30.0):
+            return result
+        try:
+            conn = await BrokerConnection.connect(info.host, info.port, "chaos-zombie-probe", timeout_s=2.0)
+        except (TimeoutError, OSError):
+            return result
+        try:
+            n = len(self.reports) + 1
+            batches = [(tp, [f"z{n}-{i}".encode()]) for i, tp in enumerate(led[:5])]
+            outcomes = await asyncio.gather(*(self._produce_direct(conn, tp, v, -1) for tp, v in batches))
+        finally:
+            await conn.close()
+        for (tp, values), (outcome, base, error) in zip(batches, outcomes, strict=True):
+            key = values[0].decode()
+            result["sent"] += 1
+            result["errors"][error] = result["errors"].get(error, 0) + 1
+            if outcome == "acked":
+                result["acked"] += 1
+                self.outcomes.acked[key] = (tp, base)  # the oracle holds the zombie to it
+            elif outcome == "failed":
+                result["refused"] += 1
+                self.outcomes.failed.add(key)
+            else:
+                result["indeterminate"] += 1
+                self.outcomes.indeterminate.add(key)
+        return result
+
+    async def _old_leader_writer(self, victim: int, led: list[TopicPartition], round_no: int) -> dict[str, Any]:
+        """acks=1 writes to the isolated leader until the fault heals (cancelled by the caller's heal)."""
+        info = self.state.broker(victim)
+        acked: dict[str, tuple[TopicPartition, int]] = {}
+        seq = 0
+        conn: BrokerConnection | None = None
+        deadline = time.monotonic() + self.args.fault_ms / 1000.0
+        try:
+            while led and time.monotonic() < deadline:
+                if conn is None or not conn.is_open:
+                    conn = await BrokerConnection.connect(info.host, info.port, "chaos-old-leader", timeout_s=2.0)
+                tp = led[seq % len(led)]
+                values = [f"o{round_no}-{seq}".encode()]
+                seq += 1
+                outcome, base, _ = await self._produce_direct(conn, tp, values, 1)
+                if outcome == "acked":
+                    acked[values[0].decode()] = (tp, base)
+                await asyncio.sleep(0.01)
+        except (TimeoutError, OSError):
+            pass
+        finally:
+            if conn is not None:
+                await conn.close()
+        self.acks1_acked.update(acked)
+        return {"sent": seq, "acked": len(acked), "keys": sorted(acked)}
+
+    # -- the whole run --------------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        args = self.args
+        admin = self._client("chaos-admin")
+        monitor = asyncio.create_task(self.monitor(), name="monitor")
+        try:
+            resp = await admin.create_topic(args.topic, args.partitions, 3, {"min.insync.replicas": "2"})
+            code = resp.topics[0].error_code if resp.topics else resp.error_code
+            if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                raise RuntimeError(f"cannot create topic {args.topic}: {resp}")
+            await admin.wait_for_leaders(args.topic)
+            partitions = admin.partitions_of(args.topic)
+            await self._until(self._isr_full, 30.0)
+            load_start = time.monotonic()
+            tasks = [
+                asyncio.create_task(self.producer(i, partitions), name=f"producer-{i}") for i in range(args.producers)
+            ]
+            tasks.append(asyncio.create_task(self.consumer(partitions), name="consumer"))
+            try:
+                await asyncio.sleep(0.5)
+                for round_no in range(1, args.rounds + 1):
+                    kind, shape = self.faults[(round_no - 1) % len(self.faults)]
+                    self.reports.append(await self.fault_round(round_no, kind, shape))
+                    await asyncio.sleep(args.interval_ms / 1000.0)
+            finally:
+                self.stop_load.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            load_s = time.monotonic() - load_start
+        finally:
+            monitor.cancel()
+            await asyncio.gather(monitor, return_exceptions=True)
+            await admin.close()
+        self.progress("load stopped; waiting for replicas to converge")
+        converged = await self.converge()
+        self.progress("checking every acked write on every replica")
+        problems = await self.verify()
+        return self.fault_report(converged, problems, load_s)
+
+    async def verify(self) -> dict[str, Any]:
+        client = self._client("chaos-verify")
+        try:
+            await client.refresh_metadata([self.args.topic])
+            copies: dict[TopicPartition, dict[int, bytes]] = {}
+            leaders: dict[TopicPartition, int] = {}
+            for tp in client.partitions_of(self.args.topic):
+                info = client.partitions[tp]
+                leaders[tp] = info.leader_id
+                copies[tp] = {}
+                for b in info.replicas:
+                    node = self.state.broker(b)
+                    copies[tp][b] = await read_replica(await client.connection(node.host, node.port), tp)
+        finally:
+            await client.close()
+        for tp, replicas in copies.items():
+            for r in iter_records(replicas[leaders[tp]]):
+                if r.value is not None and r.value.startswith(b"o"):
+                    self.acks1_found.add(r.value.decode())
+        return find_problems(self.outcomes.acked, copies, leaders)
+
+    def fault_report(self, converged: bool, problems: dict[str, Any], load_s: float) -> dict[str, Any]:
+        report = self.report(converged, problems, load_s)
+        lost1 = sorted(k for k in self.acks1_acked if k not in self.acks1_found)
+        for f in self.reports:
+            if f.acks1 is not None:
+                keys = f.acks1.pop("keys")
+                f.acks1["lost"] = sum(1 for k in keys if k in lost1)
+                f.acks1["expected"] = True
+        zombie_acked = sum(f.zombie["acked"] for f in self.reports if f.zombie)
+        report.update(
+            {
+                "faults": [asdict(f) for f in self.reports],
+                "rounds": len(self.reports),
+                "acks1": {
+                    "acked": len(self.acks1_acked),
+                    "lost": len(lost1),
+                    "classified": "expected: acks=1 acknowledges what the leader alone has",
+                    "examples": lost1[:5],
+                },
+                "zombie_acked": zombie_acked,
+            }
+        )
+        return report
+
+
+def _where(shape: str | None, broker_id: int) -> str:
+    return f"on the controller, broker {broker_id}" if shape == "isolate-controller" else f"on broker {broker_id}"
+
+
+def render_fault_report(report: dict[str, Any]) -> str:
+    lines = render_report({**report, "kills": []}).splitlines()
+    lines[2] = lines[2].split("  failover ms")[0]  # leader-kill's failover line; here per fault below
+    for f in report["faults"]:
+        name = f["kind"] + (f":{f['shape']}" if f["shape"] else "")
+        no_leader = max(f["no_leader_ms"].values(), default=0.0)
+        line = (
+            f"  round {f['round']}: {name} {_where(f['shape'], f['target'])} (led {f['led_partitions']}): "
+            f"healed after {f['healed_after_ms']} ms, ISR full {f['isr_full_after_heal_ms']} ms later; "
+            f"no leader max {no_leader} ms; acks=all stalled {f['acks_all_failed_ms']} ms; "
+            f"truncations {f['truncations']}"
+        )
+        if f["zombie"]:
+            z = f["zombie"]
+            line += f"; zombie got {z['sent']} writes, acked {z['acked']} ({z['errors']})"
+        if f["acks1"]:
+            a = f["acks1"]
+            line += f"; acks=1 to the old leader: {a['acked']} acked, {a['lost']} lost (expected)"
+        lines.append(line)
+    a = report["acks1"]
+    if a["acked"]:
+        lines.append(f"acks=1 writes acknowledged then lost: {a['lost']} of {a['acked']} ({a['classified']})")
+    return "\n".join(lines)
+
+
+async def run_faults(
+    args: argparse.Namespace,
+    state: LocalClusterState | None,
+    fresh_dir: Path | None,
+    progress: Any,
+    net: NetworkFaults | None,
+) -> dict[str, Any]:
+    if state is None:
+        assert fresh_dir is not None
+        overrides = dict(CHAOS_OVERRIDES)
+        ports = free_ports(4)
+        progress(f"starting a fresh 3-broker cluster in {fresh_dir}")
+        state = await start_cluster(
+            fresh_dir,
+            3,
+            controller_port=ports[3],
+            overrides=overrides,
+            progress=progress,
+            broker_ports=ports[:3],
+            base_address=random_base_address(),
+        )
+        try:
+            return await FaultRun(state, args, progress, net).run()
+        finally:
+            stop_cluster(state, timeout_s=10.0)
+    return await FaultRun(state, args, progress, net).run()
+
+
+def resume_all(cluster_dir: Path) -> None:
+    """SIGCONT every node of the cluster: no fault of ours outlives the run (a paused node included)."""
+    with contextlib.suppress(Exception):
+        state = LocalClusterState.load(cluster_dir)
+        for node in [state.controller, *state.brokers]:
+            if node_alive(node):
+                signal_process(node_pid(node), signal.SIGCONT)
+
+
+def run_faults_command(args: argparse.Namespace) -> int:
+    from cluster.cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, _run
+    from cluster.local_cluster import ClusterError
+
+    def fail(message: str, code: int) -> int:
+        print(f"minibroker: error: {message}", file=sys.stderr)
+        return code
+
+    try:
+        faults = parse_faults(args.faults)
+    except ValueError as exc:
+        return fail(f"--faults: {exc}", EXIT_USAGE)
+    if args.rounds < 1 or args.fault_ms < 0 or args.interval_ms < 0:
+        return fail("--rounds must be >= 1, --fault-ms and --interval-ms >= 0", EXIT_USAGE)
+    needs_net = sorted({k for k, _ in faults if k in NETWORK_KINDS})
+    if needs_net:
+        try:
+            check_tools()
+        except FaultToolsMissing as exc:
+            return fail(f"{', '.join(needs_net)}: {exc}", EXIT_USAGE)
+
+    def progress(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    temp: tempfile.TemporaryDirectory[str] | None = None
+    state: LocalClusterState | None = None
+    if args.dir:
+        cluster_dir = Path(args.dir).resolve()
+        try:
+            state = LocalClusterState.load(cluster_dir)
+        except ClusterError as exc:
+            return fail(str(exc), EXIT_UNREACHABLE)
+        hosts = [n.host for n in [state.controller, *state.brokers]]
+        if needs_net and len(set(hosts)) < len(hosts):
+            return fail(
+                f"the nodes of {cluster_dir} share an address; network faults need one per node "
+                "(start it again with this version's `cluster up`)",
+                EXIT_USAGE,
+            )
+        if len(state.brokers) != 3:
+            return fail("chaos run needs a cluster of exactly 3 brokers", EXIT_USAGE)
+    else:
+        temp = tempfile.TemporaryDirectory(prefix="minibroker-chaos-")
+        cluster_dir = Path(temp.name)
+    net = NetworkFaults(cluster_dir) if needs_net else None
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        report = _run(run_faults(args, state, None if state else cluster_dir, progress, net))
+    except KeyboardInterrupt:
+        print("minibroker: interrupted; faults removed", file=sys.stderr)
+        return 130
+    except (ClusterError, NetworkFaultError) as exc:
+        return fail(str(exc), EXIT_UNREACHABLE if isinstance(exc, ClusterError) else EXIT_USAGE)
+    finally:
+        # Whatever happened: no rule of ours stays behind, no node stays paused.
+        if net is not None:
+            net.remove()
+        resume_all(cluster_dir)
+        signal.signal(signal.SIGTERM, previous)
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                temp.cleanup()
+    text = json.dumps(report, indent=2, default=str)
+    if args.json == "-":
+        print(text)
+    elif args.json:
+        Path(args.json).write_text(text + "\n")
+    print(render_fault_report(report), file=sys.stderr if args.json == "-" else sys.stdout)
+    return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED
+
+
+def heal_command(args: argparse.Namespace) -> int:
+    """`minibroker chaos heal --dir D`: remove every rule a run against D left, resume its paused nodes."""
+    from cluster.cli import EXIT_OK, EXIT_USAGE
+
+    cluster_dir = Path(args.dir).resolve()
+    try:
+        check_tools()
+    except FaultToolsMissing as exc:
+        print(f"minibroker: error: chaos heal: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    net = NetworkFaults(cluster_dir)
+    net.remove()
+    resume_all(cluster_dir)
+    print(f"removed chain {net.chain} and qdisc {net.handle}: (when present); resumed every node of {cluster_dir}")
+    return EXIT_OK
