@@ -60,11 +60,14 @@ class LagJobConfig:
     status_min_samples: WARN and STALL need at least this many samples in the window; fewer samples
         are not evidence of a trend.
     sample_gap_max_ms: the longest time one sample may stand for (defaults to window_ms).
+    allowed_lag_messages: a lag this small counts as caught up (Burrow's ``allowed-lag``): a follower
+        that is always a batch or two behind under load is OK, not WARN or STALL.
     """
 
     window_ms: int = 10_000
     status_min_samples: int = 3
     sample_gap_max_ms: int | None = None
+    allowed_lag_messages: int = 0
 
     @property
     def gap_max_ms(self) -> int:
@@ -482,7 +485,8 @@ def follower_status_of_samples(samples: DataFrame, config: LagJobConfig, now_ms:
     ts_ms > (its last ts_ms − window_ms). Rules, the first that matches wins (most severe first):
 
     - STOP: the last sample is older than the window: now − last ts_ms > window_ms, where now is the
-      newest follower ts_ms in the data set (or ``now_ms``). The follower stopped reporting.
+      newest ts_ms of any record in the data set, any broker (or ``now_ms``: the batch job passes the
+      newest sample it read). The follower stopped reporting while others went on.
     - REWIND: the fetch offset went backwards between two consecutive samples in the window without a
       leader-epoch change (see TRUNCATE). Nothing legitimate does that.
     - STALL: at least ``status_min_samples`` samples, lag_messages > 0 at every one and the fetch
@@ -492,7 +496,7 @@ def follower_status_of_samples(samples: DataFrame, config: LagJobConfig, now_ms:
       new epoch one sample before it truncates. Expected after a leader kill, not an error.
     - WARN: at least ``status_min_samples`` samples, lag_messages > 0 at every one and never lower than
       at the sample before (within the window): the follower is not catching up.
-    - OK: everything else (lag 0 at some sample, or lag going down).
+    - OK: everything else (lag at most ``allowed_lag_messages`` at some sample, or lag going down).
 
     A replica whose latest record says it leads the partition was promoted: it is no longer a
     follower and gets no status (Burrow drops a consumer that is gone), rather than a STOP for the
@@ -552,11 +556,12 @@ def follower_status_of_samples(samples: DataFrame, config: LagJobConfig, now_ms:
         .where(~F.col("_promoted"))
     )
     if now_ms is None:
-        newest = samples.where(F.col(FOLLOWER_SAMPLE)).agg(F.max(s.TS_MS).alias("_now_ms"))
+        # The newest sample of anyone: a single silent follower is measured against the brokers that go on.
+        newest = samples.agg(F.max(s.TS_MS).alias("_now_ms"))
         summary = summary.crossJoin(F.broadcast(newest))
     else:
         summary = summary.withColumn("_now_ms", F.lit(now_ms).cast("long"))
-    trending = (F.col("samples") >= config.status_min_samples) & (F.col("_lag_min") > 0)
+    trending = (F.col("samples") >= config.status_min_samples) & (F.col("_lag_min") > config.allowed_lag_messages)
     status = (
         F.when(F.col("_now_ms") - F.col("last_ts_ms") > config.window_ms, s.STATUS_STOP)
         .when(F.col("rewinds") > 0, s.STATUS_REWIND)

@@ -377,6 +377,7 @@ def run_dashboard(
     trigger_s: float = TRIGGER_S_DEFAULT,
     max_batches: int | None = None,
     spark: SparkSession | None = None,
+    allowed_lag: int = 0,
 ) -> DashboardResult:
     """Build the tables and ``dashboard.html`` once (batch) or keep refreshing them (follow).
 
@@ -388,7 +389,7 @@ def run_dashboard(
         raise NoMetricsError(f"metrics dir {metrics_path} does not exist or is not a directory")
     if not follow and not list_metric_files(metrics_path):
         raise NoMetricsError(f"no broker-*.jsonl files in {metrics_path} or {metrics_path / ACTIVE_DIR}")
-    config = LagJobConfig(window_ms=window_s * 1000)
+    config = LagJobConfig(window_ms=window_s * 1000, allowed_lag_messages=allowed_lag)
     # Stop the session afterwards only if this call started it (getOrCreate may hand back a running one).
     owned = spark is None and SparkSession.getActiveSession() is None
     session = spark or create_session(master)
@@ -425,6 +426,13 @@ def _parser() -> argparse.ArgumentParser:
         help=f"--follow: seconds between refreshes (default {TRIGGER_S_DEFAULT})",
     )
     p.add_argument("--max-batches", type=int, default=None, metavar="N", help="--follow: stop after N refreshes")
+    p.add_argument(
+        "--allowed-lag",
+        type=int,
+        default=0,
+        metavar="N",
+        help="follower status: a lag of at most N messages counts as caught up (Burrow's allowed-lag; default 0)",
+    )
     p.add_argument("--json", action="store_true", help="print the run summary as one JSON line")
     return p
 
@@ -433,6 +441,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.window_s <= 0:
         print("minibroker dashboard: --window-s must be positive", file=sys.stderr)
+        return 2
+    if args.allowed_lag < 0:
+        print("minibroker dashboard: --allowed-lag must be >= 0", file=sys.stderr)
         return 2
     try:
         result = run_dashboard(
@@ -443,6 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             window_s=args.window_s,
             trigger_s=args.trigger_s,
             max_batches=args.max_batches,
+            allowed_lag=args.allowed_lag,
         )
     except NoMetricsError as e:
         print(f"minibroker dashboard: {e}", file=sys.stderr)

@@ -430,6 +430,9 @@ def test_the_command_line_prints_where_it_wrote_and_a_json_summary(
     code = spark_app.main(["--metrics", str(tmp_path / "metrics"), "--out", str(tmp_path / "out"), "--json"])
     assert code == 0
     captured = capsys.readouterr()
-    assert captured.err.splitlines()[0] == f"dashboard: {tmp_path / 'out' / 'dashboard.html'}"
+    # progress lines ("[HH:MM:SS] dashboard: ...") come first, then where it wrote
+    written = [line for line in captured.err.splitlines() if not line.startswith("[")]
+    assert written[0] == f"dashboard: {tmp_path / 'out' / 'dashboard.html'}"
+    assert any(line.startswith("[") and "dashboard: building the page" in line for line in captured.err.splitlines())
     summary = json.loads(captured.out)  # stdout is one JSON document and nothing else
     assert summary["status_counts"] == {"OK": 3, "STALL": 1}

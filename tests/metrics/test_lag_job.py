@@ -444,6 +444,22 @@ def test_a_follower_silent_for_longer_than_the_window_is_stop(spark: SparkSessio
     ]
 
 
+def test_a_single_silent_follower_is_stop_while_its_leader_goes_on(spark: SparkSession) -> None:
+    # given the only follower stopped reporting at T0+2s; its leader reports until T0+20s
+    rows = [follower(T0 + i * 1000, fetch_offset=10 * i, lag_messages=0) for i in range(3)]
+    rows += [leader(T0 + i * 1000, in_sync={2: i < 8}) for i in range(21)]
+    samples = lag_job.replica_samples(records(spark, rows))
+    result = lag_job.follower_status_of_samples(samples, LagJobConfig(window_ms=10_000))
+    assert [(r["follower_id"], r["status"]) for r in result.collect()] == [(2, "STOP")]
+
+
+def test_a_lag_within_allowed_lag_counts_as_caught_up(spark: SparkSession) -> None:
+    # given a follower always a batch or two behind under load (Burrow's allowed-lag)
+    rows = [follower(T0 + i * 1000, fetch_offset=10 * i, lag_messages=lag) for i, lag in enumerate([1, 2, 2, 2])]
+    assert statuses(spark, rows) == [Row(follower_id=2, status="WARN")]
+    assert statuses(spark, rows, allowed_lag_messages=2) == [Row(follower_id=2, status="OK")]
+
+
 def test_fetch_offset_going_back_after_a_leader_epoch_change_is_truncate(spark: SparkSession) -> None:
     # given the follower learns epoch 1 one sample before it truncates from 120 to 100
     rows = [
