@@ -64,6 +64,7 @@ from cluster.local_cluster import (
     stop_cluster,
 )
 from cluster.network_faults import FaultToolsMissing, NetworkFaultError, NetworkFaults, check_tools
+from metrics.fields import FAULTS_FILE
 from protocol.errors import ErrorCode
 from protocol.messages import MetadataRequest, ProducePartition, ProduceRequest, TopicPartition
 from protocol.record_batch import build_batch, iter_records
@@ -119,6 +120,15 @@ class FaultReport:
     new_leaders: dict[str, int] = field(default_factory=dict)
     acks1: dict[str, Any] | None = None
     zombie: dict[str, Any] | None = None
+
+
+def mark_fault_window(metrics_dir: str, fault: str, target: int, start_ms: int, end_ms: int) -> None:
+    """Append a fault's window to the metrics dir, where the dashboard shades it on the lag charts."""
+    if not metrics_dir:
+        return
+    line = json.dumps({"fault": fault, "target": target, "start_ms": start_ms, "end_ms": end_ms})
+    with contextlib.suppress(OSError), open(Path(metrics_dir) / FAULTS_FILE, "a") as out:
+        out.write(line + "\n")
 
 
 class FaultRun(ChaosRun):
@@ -288,6 +298,7 @@ class FaultRun(ChaosRun):
             report.isr_full_after_heal_ms = round((time.monotonic() - healed) * 1000.0, 1)
         end = time.monotonic()
         report.window_end_ms = int(time.time() * 1000)
+        self._mark_window(name, victim, report)
         view = self._view()
         report.new_leaders = {str(tp): view[tp][0] for tp in led if tp in view}
         report.no_leader_ms = self._no_leader_ms(led, victim if takes_leader_away else None, start, healed, end)
@@ -402,6 +413,9 @@ class FaultRun(ChaosRun):
         return {"sent": seq, "acked": len(acked), "keys": sorted(acked)}
 
     # -- the whole run --------------------------------------------------------------------------------
+
+    def _mark_window(self, name: str, victim: int, report: FaultReport) -> None:
+        mark_fault_window(self.state.metrics_dir, name, victim, report.window_start_ms, report.window_end_ms)
 
     async def run(self) -> dict[str, Any]:
         args = self.args

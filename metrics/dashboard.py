@@ -13,10 +13,12 @@ page out. plotly.js is inlined once, with the first figure, so the page opens of
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
@@ -88,7 +90,8 @@ class TimelineEvent:
 
     ts_ms: int
     label: str
-    kind: str  # "leader" or "broker"
+    kind: str  # "leader", "broker" or "fault"
+    end_ts_ms: int | None = None  # a fault's window ends here
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,7 @@ def collect_dashboard_data(
     window_ms: int,
     runs: Sequence[BrokerRun],
     chart_partitions_max: int = CHART_PARTITIONS_MAX,
+    faults: Sequence[TimelineEvent] = (),
 ) -> DashboardData:
     """Run the dashboard's aggregations over the tables and collect their small results.
 
@@ -344,6 +348,7 @@ def collect_dashboard_data(
             data.events = events_done.result()
         if records and last is not None:
             data.broker_events = broker_events(runs, last, window_ms)
+        data.broker_events = sorted([*data.broker_events, *faults], key=lambda e: e.ts_ms)
         data.byte_rates = rates_done.result()
         data.statuses = worst_done.result()
     return data
@@ -407,9 +412,44 @@ def _colour(follower_id: int) -> str:
     return _PALETTE[follower_id % len(_PALETTE)]
 
 
+def fault_events(path: Path) -> list[TimelineEvent]:
+    """The fault windows `minibroker chaos run` wrote (metrics/fields.py FAULTS_FILE); none if absent."""
+    events: list[TimelineEvent] = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return events
+    for line in lines:
+        try:
+            raw = json.loads(line)
+            events.append(
+                TimelineEvent(int(raw["start_ms"]), f"{raw['fault']} ({raw['target']})", "fault", int(raw["end_ms"]))
+            )
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut by a crash
+    return events
+
+
 def _add_events(fig: go.Figure, events: Iterable[TimelineEvent]) -> None:
-    """Vertical lines across all subplots (yref paper), labelled at the top."""
+    """Vertical lines across all subplots (yref paper), labelled at the top; a fault is a shaded window.
+    Labels take three heights in turn so that events seconds apart do not print over each other."""
     for i, e in enumerate(events):
+        if e.kind == "fault" and e.end_ts_ms is not None:
+            fig.add_vrect(
+                x0=_dt(e.ts_ms), x1=_dt(e.end_ts_ms), fillcolor="#bf8700", opacity=0.12, line_width=0, layer="below"
+            )
+            fig.add_annotation(
+                x=_dt(e.ts_ms),
+                xref="x",
+                yref="paper",
+                y=1.01 + 0.05 * (i % 3),
+                text=html.escape(e.label),
+                showarrow=False,
+                font={"size": 10, "color": "#9a6700"},
+                xanchor="left",
+                yanchor="bottom",
+            )
+            continue
         leader = e.kind == "leader"
         colour = "#0969da" if leader else "#d1242f"
         x = _dt(e.ts_ms)
@@ -427,7 +467,7 @@ def _add_events(fig: go.Figure, events: Iterable[TimelineEvent]) -> None:
             x=x,
             xref="x",
             yref="paper",
-            y=1.01 + 0.05 * (i % 2),
+            y=1.01 + 0.05 * (i % 3),
             text=html.escape(e.label),
             showarrow=False,
             font={"size": 10, "color": colour},

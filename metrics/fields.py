@@ -73,3 +73,8 @@ PARTITION_COUNTERS: tuple[str, ...] = (
     ISR_SHRINKS,
     ISR_EXPANDS,
 )
+
+
+# Fault windows written by `minibroker chaos run` next to the broker files (not read as records): one JSON
+# object per line, {"fault": "partition:isolate-leader", "target": 1, "start_ms": ..., "end_ms": ...}.
+FAULTS_FILE = "faults.jsonl"

@@ -171,6 +171,7 @@ def publish(
     out_dir: Path,
     config: LagJobConfig,
     title: str,
+    faults: Sequence[dashboard.TimelineEvent] = (),
 ) -> tuple[dict[str, str], dict[str, int], dict[str, int], int]:
     """Compute and write every table and the page from ``records`` (read once; not cached by the caller).
 
@@ -195,7 +196,7 @@ def publish(
         progress(f"{n} records from {len(runs)} broker runs; writing {len(tables)} tables")
         paths = write_tables(tables, out_dir)
         progress("building the page")
-        data = dashboard.collect_dashboard_data(title, tables, config.window_ms, runs)
+        data = dashboard.collect_dashboard_data(title, tables, config.window_ms, runs, faults=faults)
     finally:
         for df in cached:
             df.unpersist()
@@ -273,7 +274,9 @@ def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: Lag
         if not files:
             raise NoMetricsError(f"no broker-*.jsonl files in {metrics_dir} or {metrics_dir / ACTIVE_DIR}")
         records = read_records(spark, files)
-        paths, counts, statuses, n = publish(records, out_dir, config, _title(metrics_dir))
+        paths, counts, statuses, n = publish(
+            records, out_dir, config, _title(metrics_dir), dashboard.fault_events(metrics_dir / s.FAULTS_FILE)
+        )
     finally:
         shutil.rmtree(snapshot, ignore_errors=True)
     return DashboardResult(
@@ -330,7 +333,9 @@ def run_follow(
             return  # a no-data batch that only moved the watermark
         batch.write.mode("append").parquet(str(accumulated))
         records = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(str(accumulated))
-        paths, counts, statuses, n = publish(records, out_dir, config, _title(metrics_dir))
+        paths, counts, statuses, n = publish(
+            records, out_dir, config, _title(metrics_dir), dashboard.fault_events(metrics_dir / s.FAULTS_FILE)
+        )
         with state.changed:
             state.batches += 1
             state.last = DashboardResult(

@@ -20,6 +20,8 @@ from cluster.chaos import CHAOS_OVERRIDES
 from cluster.chaos_faults import FaultRun
 from cluster.local_cluster import LocalClusterState, free_ports, random_base_address, start_cluster, stop_cluster
 from cluster.network_faults import CHAIN_PREFIX, NetworkFaults, leftovers
+from metrics.dashboard import fault_events
+from metrics.fields import FAULTS_FILE
 from tests.integration.processes import ROOT
 
 pytestmark = [
@@ -98,6 +100,10 @@ async def test_a_paused_leader_is_fenced_on_waking_and_its_late_writes_are_not_a
     assert zombie["sent"] >= 1 and zombie["acked"] == 0 and report["zombie_acked"] == 0, zombie
     assert "NONE" not in zombie["errors"]
     assert fault["new_leaders"] and fault["target"] not in fault["new_leaders"].values()
+    # the fault's window is in the metrics dir, where the dashboard shades it on the lag charts
+    [window] = fault_events(Path(cluster.metrics_dir) / FAULTS_FILE)
+    assert window.label == f"pause ({fault['target']})"
+    assert window.ts_ms == fault["window_start_ms"] and window.end_ts_ms == fault["window_end_ms"]
 
 
 async def test_a_one_way_cut_heals_and_the_replicas_converge_byte_identical(cluster: LocalClusterState) -> None:

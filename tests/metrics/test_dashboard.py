@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from metrics import dashboard, spark_app
 from metrics import schema as s
-from metrics import spark_app
 
 pytestmark = pytest.mark.slow
 
@@ -436,3 +436,18 @@ def test_the_command_line_prints_where_it_wrote_and_a_json_summary(
     assert any(line.startswith("[") and "dashboard: building the page" in line for line in captured.err.splitlines())
     summary = json.loads(captured.out)  # stdout is one JSON document and nothing else
     assert summary["status_counts"] == {"OK": 3, "STALL": 1}
+
+
+def test_a_fault_window_is_shaded_on_the_lag_charts(tmp_path: Path) -> None:
+    faults = tmp_path / "faults.jsonl"
+    faults.write_text(
+        '{"fault": "partition:isolate-leader", "target": 2, "start_ms": 1700000001000, "end_ms": 1700000004000}\n'
+        '{"fault": "pau'  # a line cut by a crash is skipped
+    )
+    [window] = dashboard.fault_events(faults)
+    assert (window.kind, window.label, window.end_ts_ms) == ("fault", "partition:isolate-leader (2)", 1700000004000)
+    series = [dashboard.FollowerSeries(2, [1700000000000, 1700000005000], [0, 40], [0, 4000], "leader")]
+    fig = dashboard._lag_figure(("t", 0), series, [window])
+    rects = [shape for shape in fig.layout.shapes if shape.type == "rect"]
+    assert len(rects) == 2  # one per subplot: lag in messages and in ms
+    assert any("isolate-leader" in a.text for a in fig.layout.annotations)
