@@ -21,6 +21,7 @@ Faults, all decided by the seeded random source or by an explicit schedule:
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -47,7 +48,9 @@ class SimNode:
     incarnation: int = 0
     resumed: asyncio.Event = field(default_factory=asyncio.Event)  # set while not paused
     slow_ms: float = 0.0
-    inflight: set[asyncio.Task[Any]] = field(default_factory=set)
+    # In-flight handler tasks, in arrival order: a dict, not a set, so a kill cancels them in the same
+    # order every run (a set of tasks iterates by memory address, which differs from run to run).
+    inflight: dict[asyncio.Task[Any], None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.resumed.set()
@@ -70,6 +73,7 @@ class SimNetwork:
         self._link_clock: dict[tuple[int, int], float] = {}
         self._correlation = 0
         self.messages = 0
+        self.requests: collections.Counter[str] = collections.Counter()  # by request type, delivered or not
 
     # -- nodes -------------------------------------------------------------------------------------
 
@@ -151,6 +155,7 @@ class SimNetwork:
         if target is None or not target.up:
             raise ConnectionRefusedError(f"node {dst} is down")
         self.messages += 1
+        self.requests[type(request).__name__] += 1
         if not await self._travel(src, dst):
             await asyncio.Future()  # lost: the sender's timeout ends this
         await target.resumed.wait()  # a paused node reads nothing
@@ -166,8 +171,8 @@ class SimNetwork:
         # The handler runs in a task of its own: a sender that gives up (its timeout) does not stop the
         # work, as a closed connection does not stop a request a broker is already handling.
         task = asyncio.ensure_future(handler(ctx, header, _copy(request)))
-        target.inflight.add(task)
-        task.add_done_callback(target.inflight.discard)
+        target.inflight[task] = None
+        task.add_done_callback(lambda done: target.inflight.pop(done, None))
         await asyncio.wait({task})
         if task.cancelled() or target.incarnation != incarnation:
             raise ConnectionResetError(f"node {dst} died while handling the request")
