@@ -196,8 +196,9 @@ BROKER_CONFIG = ConfigDef(
             "inter.broker.protocol.version",
             str,
             "3.0",
-            "replication protocol followers speak: below 0.11 they truncate to their HW (before KIP-101); "
-            "below 2.0 OffsetsForLeaderEpoch answers carry no epoch (KIP-101 as first shipped, before KIP-279)",
+            "replication protocol followers speak: from 2.7 FETCH carries their last fetched epoch and the "
+            "leader answers a divergence in it; below 2.7 they ask OffsetsForLeaderEpoch first; below 2.0 its "
+            "answers carry no epoch (before KIP-279); below 0.11 they truncate to their HW (before KIP-101)",
         ),
         ConfigKey("replica.high.watermark.checkpoint.interval.ms", int, 5000, "HW checkpoint period"),
         ConfigKey("min.insync.replicas", int, 1, "ISR size acks=all produce requires"),

@@ -9,7 +9,8 @@ append, a HW change or a role change, and completes the fetch when any partition
 
   A/B/C  is no longer led here or is unknown;           E  fails the epoch check (fenced / unknown);
   F      has its end offset *below* the fetch offset (the log was truncated) or on a newer segment;
-  G      together with the others has at least `min_bytes` readable (each capped by its max bytes).
+  G      together with the others has at least `min_bytes` readable (each capped by its max bytes);
+  H      diverges from the follower's last fetched epoch (truncate on fetch: the answer tells it where).
 
 The "end" is the LEO for followers and the HW for consumers. On completion (early or by expiration) the
 log is read again, so the response carries the data and HW as they are now, never a stale snapshot.
@@ -61,6 +62,8 @@ class DelayedFetch(DelayedOperation):
                 partition.check_leader(info.current_leader_epoch, self.params.fetch_only_from_leader)
                 log = partition.log
                 end_offset = log.log_end_offset if follower else log.high_watermark
+                if follower and partition.diverging_epoch(info.fetch_offset, info.last_fetched_epoch) is not None:
+                    return self.force_complete()
                 if end_offset == info.fetch_offset:
                     continue
                 if end_offset < info.fetch_offset:

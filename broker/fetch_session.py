@@ -57,6 +57,7 @@ from protocol.messages import (
     INITIAL_EPOCH,
     INVALID_SESSION_ID,
     NO_LEADER_EPOCH,
+    UNDEFINED_EPOCH,
     FetchPartition,
     FetchPartitionResponse,
     FetchRequest,
@@ -111,6 +112,7 @@ class CachedPartition:
     fetcher_log_start_offset: int = -1
     high_watermark: int = -1
     local_log_start_offset: int = -1
+    last_fetched_epoch: int = UNDEFINED_EPOCH  # truncation on fetch: the fetcher's, as it last sent it
 
     @classmethod
     def from_request(cls, request: FetchPartition) -> CachedPartition:
@@ -121,6 +123,7 @@ class CachedPartition:
             fetch_offset=request.fetch_offset,
             current_leader_epoch=request.current_leader_epoch,
             fetcher_log_start_offset=request.log_start_offset,
+            last_fetched_epoch=request.last_fetched_epoch,
         )
 
     @classmethod
@@ -143,6 +146,7 @@ class CachedPartition:
             partition_max_bytes=self.partition_max_bytes,
             log_start_offset=self.fetcher_log_start_offset,
             current_leader_epoch=self.current_leader_epoch,
+            last_fetched_epoch=self.last_fetched_epoch,
         )
 
     def update_request_params(self, request: FetchPartition) -> None:
@@ -150,12 +154,16 @@ class CachedPartition:
         self.fetch_offset = request.fetch_offset
         self.fetcher_log_start_offset = request.log_start_offset
         self.current_leader_epoch = request.current_leader_epoch
+        self.last_fetched_epoch = request.last_fetched_epoch
 
     def maybe_update_response_data(self, response: FetchPartitionResponse, update: bool) -> bool:
         """Whether an incremental response must carry `response`; with `update`, remember what it says.
 
-        Included: records present, high watermark or log start changed, or an error. An error also
-        resets the cached high watermark to -1, so the partition is sent again once the error is gone.
+        Included: records present, high watermark or log start changed, a divergence (the follower must
+        truncate), or an error. An error or a divergence also resets the cached high watermark to -1, so the
+        partition is sent again once it is gone: the follower does not read the high watermark of a response
+        it truncates from, and with no new produce the leader's HW would never change to be sent again (the
+        follower's HW would stay behind for good).
         """
         must_respond = len(response.records) > 0
         if self.high_watermark != response.high_watermark:
@@ -166,7 +174,7 @@ class CachedPartition:
             must_respond = True
             if update:
                 self.local_log_start_offset = response.log_start_offset
-        if response.error_code != ErrorCode.NONE:
+        if response.error_code != ErrorCode.NONE or response.diverging_epoch != UNDEFINED_EPOCH:
             must_respond = True
             if update:
                 self.high_watermark = -1

@@ -85,6 +85,7 @@ class LogReadInfo:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    diverging: tuple[int, int] | None = None  # (epoch, end offset) when the follower's log diverges
 
 
 @dataclass(slots=True)
@@ -259,6 +260,17 @@ class Partition:
 
     # -- reads ---------------------------------------------------------------------------------------
 
+    def diverging_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> tuple[int, int] | None:
+        """Our (epoch, end offset) for a follower's last fetched epoch when its log diverges from ours:
+        we know no such epoch (ours is the largest below it), or ours ends before the fetch offset. None
+        when nothing was sent or the logs agree up to the fetch offset."""
+        if last_fetched_epoch == UNDEFINED_EPOCH or fetch_offset <= self.log_start_offset:
+            return None
+        epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return epoch, end
+        return None
+
     def read_records(
         self,
         fetch_offset: int,
@@ -267,12 +279,21 @@ class Partition:
         fetch_only_from_leader: bool,
         read_up_to_log_end: bool,
         min_one_message: bool,
+        last_fetched_epoch: int = UNDEFINED_EPOCH,
     ) -> LogReadInfo:
-        """L2/L3: followers read to the LEO, consumers to the HW (above it: empty, no error)."""
+        """L2/L3: followers read to the LEO, consumers to the HW (above it: empty, no error).
+
+        Truncate on fetch (L10 case H): a follower that sends the epoch of its last batch is checked
+        against our epochs first. If we know no such epoch, or it ends before the fetch offset, the
+        follower's log diverges from ours: the answer carries our (epoch, end offset) for it and no
+        records (Kafka's validateFetchOffsetAndMaybeGetDivergingEpoch)."""
         self.check_leader(current_leader_epoch, fetch_only_from_leader)
         hw = self.high_watermark
         log_start = self.log_start_offset
         leo = self.log_end_offset
+        diverging = self.diverging_epoch(fetch_offset, last_fetched_epoch)
+        if diverging is not None:
+            return LogReadInfo(b"", hw, log_start, leo, diverging)
         if fetch_offset < log_start or fetch_offset > leo:
             raise OffsetOutOfRangeError(
                 f"{self.topic_partition}: fetch offset {fetch_offset} is outside [{log_start}, {leo}]"

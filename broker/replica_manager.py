@@ -45,6 +45,7 @@ from protocol.messages import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
     NO_LEADER_EPOCH,
+    UNDEFINED_EPOCH,
     FetchPartition,
     FetchPartitionResponse,
     LeaderAndIsrPartition,
@@ -209,7 +210,8 @@ class ReplicaManager:
         if any."""
         responses = self.read_and_record(params, infos)
         bytes_readable = sum(len(r.records) for r in responses)
-        any_error = any(r.error_code != ErrorCode.NONE for r in responses)
+        # A divergence is answered at once, like an error (Kafka's DelayedFetch case H).
+        any_error = any(r.error_code != ErrorCode.NONE or r.diverging_epoch != UNDEFINED_EPOCH for r in responses)
         if params.max_wait_ms <= 0 or not infos or bytes_readable >= params.min_bytes or any_error:
             response_callback(responses)
             return None
@@ -229,8 +231,10 @@ class ReplicaManager:
         self.record_throttled_bytes(params, responses)
         if params.is_from_follower:
             for info, resp in zip(infos, responses, strict=True):
-                if resp.error_code != ErrorCode.NONE:
-                    continue  # follower state is only updated from successful reads
+                if resp.error_code != ErrorCode.NONE or resp.diverging_epoch != UNDEFINED_EPOCH:
+                    # Follower state is only updated from successful reads; a follower whose log diverges
+                    # does not hold what its fetch offset claims, so it must not move the HW.
+                    continue
                 tp = TopicPartition(info.topic, info.partition)
                 partition = self.partitions[tp]
                 if params.replica_id not in partition.remote_replicas:
@@ -265,7 +269,10 @@ class ReplicaManager:
                     fetch_only_from_leader=params.fetch_only_from_leader,
                     read_up_to_log_end=params.is_from_follower,
                     min_one_message=min_one_message,
+                    last_fetched_epoch=info.last_fetched_epoch if params.is_from_follower else UNDEFINED_EPOCH,
                 )
+                if read.diverging is not None:
+                    resp.diverging_epoch, resp.diverging_end_offset = read.diverging
                 resp.records = read.records
                 resp.high_watermark = read.high_watermark
                 resp.log_start_offset = read.log_start_offset

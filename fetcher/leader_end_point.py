@@ -27,6 +27,10 @@ class LeaderEndPoint(abc.ABC):
     leader_broker_id: int
     # False: the leader cannot answer OffsetsForLeaderEpoch, so every partition truncates to its HW.
     supports_offsets_for_leader_epoch: bool = True
+    # True: FETCH carries each partition's last fetched epoch and the leader answers a divergence in the
+    # response (KIP-595's truncate on fetch, Kafka 2.7+); a follower then skips the separate
+    # OffsetsForLeaderEpoch round when it starts following.
+    supports_truncate_on_fetch: bool = False
 
     @abc.abstractmethod
     async def fetch(self, request: FetchRequest) -> FetchResponse:

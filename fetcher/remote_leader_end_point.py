@@ -57,9 +57,11 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         self.leader_broker_id = leader_broker_id
         ibp = ibp_tuple(inter_broker_protocol_version)
         # Kafka's IBP gates: OffsetsForLeaderEpoch from 0.11 (KIP-101); its answer carries the leader's
-        # epoch from 2.0 (KIP-279). Older settings reproduce the behaviour those KIPs fixed.
+        # epoch from 2.0 (KIP-279); truncation on fetch from 2.7. Older settings reproduce the behaviour
+        # those changes replaced.
         self.supports_offsets_for_leader_epoch = ibp >= (0, 11)
         self._epoch_in_answer = ibp >= (2, 0)
+        self.supports_truncate_on_fetch = ibp >= (2, 7)
         self._local_broker_id = local_broker_id
         self._transport = transport
         self._timeout_ms = socket_timeout_ms

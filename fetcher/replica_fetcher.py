@@ -160,11 +160,28 @@ class ReplicaFetcher:
             if current is not None and current.current_leader_epoch == initial.current_leader_epoch:
                 state = current
             else:
-                state = PartitionFetchState(initial.init_offset, initial.current_leader_epoch, ReplicaState.TRUNCATING)
+                state = self._initial_state(tp, initial)
             self._states.update_and_move_to_end(tp, state)
             self._lag.add(tp, now)
         self._wakeup.set()
         return set(initial_states)
+
+    def _initial_state(self, tp: TopicPartition, initial: InitialFetchState) -> PartitionFetchState:
+        """TRUNCATING at the initial offset (the HW); with truncation on fetch and a log that knows its
+        latest epoch, FETCHING from the log end with that epoch instead: the leader's answer says whether
+        the log diverges, and where to cut it (Kafka's Fetching state with lastFetchedEpoch)."""
+        if self.leader.supports_truncate_on_fetch:
+            try:
+                follower_log = self._replicas.follower_log(tp)
+                latest_epoch = follower_log.latest_epoch
+                log_end = follower_log.log_end_offset
+            except Exception:
+                latest_epoch = None
+            if latest_epoch is not None:
+                return PartitionFetchState(
+                    log_end, initial.current_leader_epoch, ReplicaState.FETCHING, last_fetched_epoch=latest_epoch
+                )
+        return PartitionFetchState(initial.init_offset, initial.current_leader_epoch, ReplicaState.TRUNCATING)
 
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionFetchState]:
         removed = self._states.remove_all(tps)
@@ -424,6 +441,11 @@ class ReplicaFetcher:
                     self._config.replica_fetch_max_bytes,
                     log_start_offset=log_start_offset,
                     current_leader_epoch=state.current_leader_epoch,
+                    last_fetched_epoch=(
+                        state.last_fetched_epoch
+                        if self.leader.supports_truncate_on_fetch and state.last_fetched_epoch is not None
+                        else UNDEFINED_EPOCH
+                    ),
                 ),
             )
         data = builder.build()
@@ -490,7 +512,9 @@ class ReplicaFetcher:
             ):
                 continue  # removed, re-added or truncated while the request was in flight
             code = _error_code(partition.error_code)
-            if code is ErrorCode.NONE:
+            if code is ErrorCode.NONE and partition.diverging_epoch != UNDEFINED_EPOCH:
+                self._truncate_on_fetch(tp, state, partition)
+            elif code is ErrorCode.NONE:
                 if not self._process_partition_data(tp, state, partition, now):
                     errors.add(tp)
             elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -507,6 +531,47 @@ class ReplicaFetcher:
         for tp, state, request_epoch in out_of_range:
             if await self._handle_out_of_range(tp, state, request_epoch):
                 self._delay_partitions({tp})
+
+    def _truncate_on_fetch(
+        self, tp: TopicPartition, state: PartitionFetchState, partition: FetchPartitionResponse
+    ) -> None:
+        """The leader says our log diverges from its (epoch, end offset): truncate as an OffsetsForLeaderEpoch
+        answer would make us, and fetch on from the new log end with the new latest epoch. If our epoch was
+        not the leader's (KIP-279's multi-round case), the next fetch carries the smaller epoch and the
+        leader checks again."""
+        leader = EpochEndOffset(
+            tp.topic, tp.partition, leader_epoch=partition.diverging_epoch, end_offset=partition.diverging_end_offset
+        )
+        try:
+            if leader.end_offset == UNDEFINED_EPOCH_OFFSET:
+                # The leader knows no epoch that old: what we hold below our HW is all we can vouch for.
+                follower_log = self._replicas.follower_log(tp)
+                truncation = OffsetTruncationState(min(follower_log.high_watermark, follower_log.log_end_offset), True)
+            else:
+                truncation = self.offset_truncation_state(tp, state, leader)
+        except Exception:
+            log.exception("%s: cannot compute the truncation offset of %s", self.name, tp)
+            self._mark_partition_failed(tp)
+            return
+        log.info(
+            "%s: %s diverges from the leader at epoch %d, end offset %d: truncating to %d",
+            self.name,
+            tp,
+            partition.diverging_epoch,
+            partition.diverging_end_offset,
+            truncation.offset,
+        )
+        if not self._do_truncate(tp, truncation):
+            return
+        follower_log = self._replicas.follower_log(tp)
+        self._states.update(
+            tp,
+            state.replace(
+                fetch_offset=follower_log.log_end_offset,
+                state=ReplicaState.FETCHING,
+                last_fetched_epoch=follower_log.latest_epoch,
+            ),
+        )
 
     def _on_unusable_response(self, data: FetchRequestData, response: FetchResponse) -> None:
         code = _error_code(response.error_code)

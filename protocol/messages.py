@@ -118,6 +118,9 @@ class FetchPartition(Message):
     partition_max_bytes: int
     log_start_offset: int = -1
     current_leader_epoch: int = NO_LEADER_EPOCH
+    # A follower's epoch of the last batch it holds (Kafka's LastFetchedEpoch, FETCH v12): the leader
+    # checks it against its own epochs and answers a divergence at once (truncate on fetch). -1: not sent.
+    last_fetched_epoch: int = UNDEFINED_EPOCH
 
     def validate(self) -> None:
         _non_negative("FetchPartition.partition_max_bytes", self.partition_max_bytes)
@@ -161,6 +164,11 @@ class FetchPartitionResponse(Message):
     # The leader's log end offset when it read (not in Kafka's FETCH): lets a follower tell how long it
     # has been behind the leader's log end, which is what lag in ms means here; -1 when unknown.
     log_end_offset: int = -1
+    # Kafka's DivergingEpoch {Epoch, EndOffset}: the follower's log diverges from the leader's. The epoch
+    # is the leader's largest epoch <= last_fetched_epoch and the end offset where it ends; the follower
+    # truncates there (as from an OffsetsForLeaderEpoch answer) and fetches on. -1: no divergence.
+    diverging_epoch: int = UNDEFINED_EPOCH
+    diverging_end_offset: int = UNDEFINED_EPOCH_OFFSET
 
 
 @dataclass(slots=True)

@@ -47,9 +47,12 @@ CHECKS = (
 
 class Violation(Exception):
     def __init__(self, check: str, message: str) -> None:
-        super().__init__(f"{check}: {message}")
+        super().__init__(check, message)  # both in args, so a sweep's worker processes can pickle it
         self.check = check
         self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.check}: {self.message}"
 
 
 @dataclass

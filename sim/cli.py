@@ -55,7 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--schedule", metavar="JSON|FILE", help="an explicit fault schedule (as --shrink prints)")
     f.add_argument("--crash-loses-unflushed", action="store_true", help="a killed broker loses what it never fsynced")
     f.add_argument("--unclean-leader-election", action="store_true")
-    f.add_argument("--truncation", choices=["epoch", "hw"], default="epoch", help="hw: before KIP-101")
+    f.add_argument(
+        "--truncation",
+        choices=["fetch", "epoch", "hw"],
+        default="fetch",
+        help="fetch: divergence answered in FETCH (2.7+); epoch: OffsetsForLeaderEpoch first; hw: before KIP-101",
+    )
     f.add_argument("--epoch-reply", choices=["kip279", "kip101"], default="kip279", help="kip101: before KIP-279")
     o = p.add_argument_group("output")
     o.add_argument("--shrink", action="store_true", help="on a violation, shrink the fault schedule")

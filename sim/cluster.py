@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 CONTROLLER_ID = 3000
 
 # inter.broker.protocol.version for each legacy switch (Kafka's IBP gates for the same behaviour).
-TRUNCATION_IBP = {"epoch": "3.0", "hw": "0.10.2"}
-EPOCH_REPLY_IBP = {"kip279": "3.0", "kip101": "1.1"}
+TRUNCATION_IBP = {"fetch": "3.0", "epoch": "2.6", "hw": "0.10.2"}
+EPOCH_REPLY_IBP = {"kip279": "2.6", "kip101": "1.1"}
 
 
 @dataclass
@@ -50,7 +50,9 @@ class SimOptions:
     faults: tuple[str, ...] = ()
     fault_rate: float = 0.3  # faults per virtual second
     crash_loses_unflushed: bool = False
-    truncation: str = "epoch"  # "hw": truncate to the HW on becoming a follower (before KIP-101)
+    # "fetch": the leader answers a divergence in FETCH (Kafka 2.7+); "epoch": a separate OffsetsForLeaderEpoch
+    # round when a follower starts following (KIP-101/279); "hw": truncate to the HW (before KIP-101)
+    truncation: str = "fetch"
     epoch_reply: str = "kip279"  # "kip101": OffsetsForLeaderEpoch answers without an epoch (before KIP-279)
     unclean_leader_election: bool = False
     broker_overrides: dict[str, Any] = field(default_factory=dict)
@@ -58,7 +60,9 @@ class SimOptions:
     def inter_broker_protocol_version(self) -> str:
         if self.truncation == "hw":
             return TRUNCATION_IBP["hw"]
-        return EPOCH_REPLY_IBP[self.epoch_reply]
+        if self.epoch_reply == "kip101":
+            return EPOCH_REPLY_IBP["kip101"]  # KIP-101 as first shipped predates truncation on fetch
+        return TRUNCATION_IBP[self.truncation]
 
 
 class PausableTime(LoopTime):

@@ -54,6 +54,7 @@ class RunResult:
     consumed: int = 0
     converged: bool = False
     messages: int = 0
+    requests: dict[str, int] = field(default_factory=dict)  # sent over the network, by request type
     trace_lines: list[str] = field(default_factory=list)
 
     @property
@@ -274,6 +275,7 @@ async def _run(
     result.acks1_lost = checker.acks1_lost
     result.excused_losses = checker.excused_losses
     result.messages = cluster.network.messages
+    result.requests = dict(sorted(cluster.network.requests.items()))
     return result
 
 

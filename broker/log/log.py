@@ -512,6 +512,12 @@ class Log:
         if target_offset < 0:
             raise ValueError(f"cannot truncate to negative offset {target_offset}")
         if target_offset >= self.log_end_offset:
+            # Nothing to cut, but an epoch entry may start at the log end with no batch in it: this replica
+            # led briefly and appended nothing before another leader was elected. Drop it, as Kafka does,
+            # or the follower would keep sending that epoch (which the leader never had) as its last
+            # fetched one and be told it diverges, forever.
+            self._check_open()
+            self._epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         self._check_open()
         # One line per real truncation: operators (and the chaos report) count them.

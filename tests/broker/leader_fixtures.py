@@ -34,6 +34,7 @@ from fetcher.partition_fetch_state import InitialFetchState
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
     NO_LEADER_EPOCH,
+    UNDEFINED_EPOCH,
     FetchPartition,
     FetchPartitionResponse,
     LeaderAndIsrPartition,
@@ -242,6 +243,7 @@ class LeaderBroker:
         max_bytes: int = BIG,
         partition_max_bytes: int = BIG,
         log_start_offset: int = 0,
+        last_fetched_epoch: int = UNDEFINED_EPOCH,
     ) -> tuple[FetchParams, list[FetchPartition]]:
         params = FetchParams(replica_id, max_wait_ms, min_bytes, max_bytes)
         infos = [
@@ -252,6 +254,7 @@ class LeaderBroker:
                 partition_max_bytes,
                 log_start_offset=log_start_offset,
                 current_leader_epoch=current_leader_epoch,
+                last_fetched_epoch=last_fetched_epoch,
             )
             for tp, offset in offsets.items()
         ]

@@ -297,3 +297,38 @@ async def test_a_parked_fetch_whose_client_went_away_leaves_the_purgatory_at_onc
     assert broker.produce_purgatory.num_delayed == 0
     broker.fetch_purgatory.purge_completed()
     assert broker.fetch_purgatory.watched == 0
+
+
+async def test_a_follower_whose_log_diverges_is_answered_at_once_not_parked(broker: LeaderBroker) -> None:
+    # given a leader whose epoch 1 ends at 2, then epoch 3 (offsets 2, 3)
+    broker.make_leader(leader_epoch=1)
+    await broker.produce(TP0, b"a", b"b")
+    broker.make_leader(leader_epoch=3)
+    await broker.produce(TP0, b"c", b"d")
+    # when a follower that holds epoch 2 up to offset 4 fetches at its log end, willing to wait
+    task = await broker.start_fetch(
+        FOLLOWER_ID, {TP0: 4}, max_wait_ms=MAX_WAIT_MS, current_leader_epoch=3, last_fetched_epoch=2
+    )
+    # then the answer comes now, with no records, and says our epoch 1 ends at 2: it must cut there
+    assert broker.fetch_purgatory.num_delayed == 0
+    [response] = await outcome(task)
+    assert (response.error_code, response.records) == (ErrorCode.NONE, b"")
+    assert (response.diverging_epoch, response.diverging_end_offset) == (1, 2)
+
+
+async def test_a_parked_follower_fetch_completes_when_its_last_epoch_stops_matching(broker: LeaderBroker) -> None:
+    # given a follower fetch parked at the LEO 4 of a leader at epoch 1, naming epoch 1 as its last
+    partition = broker.make_leader(isr=[LOCAL_ID], leader_epoch=1)
+    await broker.produce(TP0, b"a", b"b")
+    await broker.produce(TP0, b"c", b"d")
+    task = await broker.start_fetch(FOLLOWER_ID, {TP0: 4}, max_wait_ms=MAX_WAIT_MS, last_fetched_epoch=1)
+    assert broker.fetch_purgatory.num_delayed == 1
+    # when the leader's log loses offsets 2..3 and gets two records of epoch 3 in their place (the log end
+    # is 4 again, so no other completion rule applies) and the purgatory is checked
+    partition.log.truncate_to(2)  # type: ignore[attr-defined]
+    partition.log.append_as_leader(batch(b"x", b"y"), leader_epoch=3)  # type: ignore[attr-defined]
+    broker.fetch_purgatory.check_and_complete(TP0)
+    # then the fetch completes (L11 case H) and tells the follower its epoch 1 ends at 2 here
+    [response] = await outcome(task)
+    assert (response.diverging_epoch, response.diverging_end_offset) == (1, 2)
+    assert response.records == b""

@@ -488,6 +488,25 @@ def test_partition_is_sent_again_once_its_error_clears_even_if_nothing_else_chan
     assert ctx.update_and_generate_response([answer("foo", 0, 10), answer("foo", 1, 20)]).partitions == []
 
 
+def test_a_divergence_is_sent_and_the_high_watermark_sent_again_after_it() -> None:
+    # The follower truncates from a diverging answer and does not read its high watermark: with no new
+    # produce the HW would never change again, so the session must not count it as sent.
+    manager, _, _ = new_manager()
+    session_id = foo_session(manager)
+    diverging = answer("foo", 0, 11)
+    diverging.diverging_epoch, diverging.diverging_end_offset = 2, 8
+    ctx = manager.new_context(request(session_id, 1), FOLLOWER)
+    assert tps(ctx.update_and_generate_response([diverging, answer("foo", 1, 20)]).partitions) == [
+        TopicPartition("foo", 0)
+    ]
+    ctx = manager.new_context(request(session_id, 2), FOLLOWER)
+    assert tps(ctx.update_and_generate_response([answer("foo", 0, 11), answer("foo", 1, 20)]).partitions) == [
+        TopicPartition("foo", 0)
+    ]
+    ctx = manager.new_context(request(session_id, 3), FOLLOWER)
+    assert ctx.update_and_generate_response([answer("foo", 0, 11), answer("foo", 1, 20)]).partitions == []
+
+
 def test_sent_partitions_move_to_the_end_of_the_session_order() -> None:
     manager, _, _ = new_manager()
     session_id = open_session(

@@ -142,6 +142,33 @@ async def test_follower_state_is_recorded_only_from_successful_reads(broker: Lea
     assert broker.partition().high_watermark == 2
 
 
+async def test_a_divergent_follower_is_told_where_to_cut_and_its_fetch_offset_is_not_recorded(
+    broker: LeaderBroker,
+) -> None:
+    # given a leader with epoch 1 at offsets 0..1 and epoch 3 at 2..4, and a follower in the ISR
+    broker.make_leader(leader_epoch=1)
+    await broker.produce(TP0, b"a", b"b")
+    broker.make_leader(leader_epoch=3)
+    await broker.produce(TP0, b"c", b"d", b"e")
+    replica = broker.partition().remote_replicas[FOLLOWER_ID]
+    # when the follower fetches at 4 naming epoch 2, which we never had, or epoch 1 past its end
+    unknown = await broker.follower_fetch(4, current_leader_epoch=3, last_fetched_epoch=2)
+    too_long = await broker.follower_fetch(3, current_leader_epoch=3, last_fetched_epoch=1)
+    # then each answer carries our largest epoch at or below theirs and where it ends, and no records
+    assert (unknown.diverging_epoch, unknown.diverging_end_offset, unknown.records) == (1, 2, b"")
+    assert (too_long.diverging_epoch, too_long.diverging_end_offset, too_long.records) == (1, 2, b"")
+    # and the offsets it claimed move neither its recorded position nor the HW
+    assert replica.log_end_offset < 3
+    assert broker.partition().high_watermark == 0
+    # when it fetches with a last epoch that matches (3 up to 4), then it gets data and no divergence
+    agreed = await broker.follower_fetch(4, current_leader_epoch=3, last_fetched_epoch=3)
+    assert (agreed.diverging_epoch, agreed.records != b"") == (-1, True)
+    assert replica.log_end_offset == 4
+    # and a consumer's last_fetched_epoch is not checked (only followers truncate)
+    consumer = await broker.consumer_fetch(0, last_fetched_epoch=2)
+    assert consumer.diverging_epoch == -1
+
+
 async def test_first_partition_gets_its_oversized_batch_and_the_response_cap_applies_to_the_rest(
     broker: LeaderBroker,
 ) -> None:

@@ -49,6 +49,7 @@ class ScriptedLeader(LeaderEndPoint):
         self.report_log_end_offset = False  # FETCH responses carry the leader LEO only when asked
         self.leader_broker_id = leader_broker_id
         self.supports_offsets_for_leader_epoch = True
+        self.supports_truncate_on_fetch = False  # True: answer a divergence in FETCH, like a 2.7+ leader
         self.partitions: dict[TopicPartition, LeaderPartition] = {}
         self.batches_per_fetch = batches_per_fetch
         self.sessions_enabled = sessions
@@ -180,6 +181,17 @@ class ScriptedLeader(LeaderEndPoint):
             code = ErrorCode.OFFSET_OUT_OF_RANGE
         if code is not ErrorCode.NONE:
             return FetchPartitionResponse(p.topic, p.partition, error_code=code)
+        if self.supports_truncate_on_fetch and p.last_fetched_epoch >= 0 and p.fetch_offset > mlog.log_start_offset:
+            epoch, end = mlog.end_offset_for_epoch(p.last_fetched_epoch)
+            if epoch < p.last_fetched_epoch or end < p.fetch_offset:
+                return FetchPartitionResponse(
+                    p.topic,
+                    p.partition,
+                    high_watermark=mlog.high_watermark,
+                    log_start_offset=mlog.log_start_offset,
+                    diverging_epoch=epoch,
+                    diverging_end_offset=end,
+                )
         records = b""
         if room > 0 or first:
             limit = min(p.partition_max_bytes, max(room, 0))
