@@ -6,7 +6,7 @@ exception into UNKNOWN_SERVER_ERROR for that one request, as a last resort).
 
 Controller-only requests (LEADER_AND_ISR, UPDATE_METADATA) are refused with CLUSTER_AUTHORIZATION_FAILED
 from connections that have not presented `cluster.secret` via SASL_AUTHENTICATE, when one is configured.
-CREATE_TOPICS sent to a broker is forwarded to the controller, as Kafka brokers do.
+CREATE_TOPICS and DELETE_TOPICS sent to a broker are forwarded to the controller, as Kafka brokers do.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from protocol.messages import (
     DeleteRecordsPartitionResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
     EpochEndOffset,
@@ -57,6 +59,7 @@ from protocol.messages import (
     RequestHeader,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
+    StopReplicaRequest,
     TopicPartition,
     UpdateMetadataRequest,
     UpdateMetadataResponse,
@@ -152,6 +155,8 @@ class KafkaApis:
             UpdateMetadataRequest: self.handle_update_metadata,
             ApiVersionsRequest: self.handle_api_versions,
             CreateTopicsRequest: self.handle_create_topics,
+            DeleteTopicsRequest: self.handle_delete_topics,
+            StopReplicaRequest: self.handle_stop_replica,
             DeleteRecordsRequest: self.handle_delete_records,
             OffsetForLeaderEpochRequest: self.handle_offset_for_leader_epoch,
             SaslAuthenticateRequest: self.handle_sasl_authenticate,
@@ -306,20 +311,38 @@ class KafkaApis:
         self.replica_manager.update_topic_configs(request.topic_configs)
         return UpdateMetadataResponse()
 
+    async def handle_stop_replica(self, ctx: ConnectionContext, request: StopReplicaRequest) -> Message:
+        refused = check_secret(ctx, self.cluster_secret)
+        if refused is not None:
+            return refused
+        return self.replica_manager.stop_replicas(request)
+
     async def handle_create_topics(self, ctx: ConnectionContext, request: CreateTopicsRequest) -> Message:
+        return await self._forward(ctx, request, "CREATE_TOPICS", CreateTopicsResponse)
+
+    async def handle_delete_topics(self, ctx: ConnectionContext, request: DeleteTopicsRequest) -> Message:
+        return await self._forward(ctx, request, "DELETE_TOPICS", DeleteTopicsResponse)
+
+    async def _forward(
+        self,
+        ctx: ConnectionContext,
+        request: Message,
+        name: str,
+        response_type: type[CreateTopicsResponse] | type[DeleteTopicsResponse],
+    ) -> Message:
         # The broker forwards with its own authenticated link: without this check any client could use it
         # to reach the controller with a secret it does not hold.
-        if refused := check_secret(ctx, self.cluster_secret, "CREATE_TOPICS"):
+        if refused := check_secret(ctx, self.cluster_secret, name):
             return refused
         if self.forward_to_controller is None:
-            return CreateTopicsResponse(
+            return response_type(
                 error_code=int(ErrorCode.NOT_CONTROLLER),
                 error_message="this broker runs without a controller; topics come from LEADER_AND_ISR",
             )
         try:
             response: Message = await self.forward_to_controller(request)
         except (OSError, ConnectionError, TimeoutError) as exc:
-            return CreateTopicsResponse(
+            return response_type(
                 error_code=int(ErrorCode.NOT_CONTROLLER), error_message=f"controller unreachable: {exc}"
             )
         return response

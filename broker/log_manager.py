@@ -1,16 +1,21 @@
 """The log manager: every partition replica's Log under one `log.dirs` directory, and the HW checkpoint.
 
 Layout:  <log.dirs>/<topic>-<partition>/            one Log per replica (segments, index, epoch checkpoint)
+         <log.dirs>/<topic>-<partition>/partition.metadata   the topic id the log belongs to (KIP-516)
          <log.dirs>/replication-offset-checkpoint   every replica's HW, written atomically (Kafka's name)
+
+A deleted replica's directory is first renamed to `<topic>-<partition>.<n>-delete` (one rename, so a
+crash never leaves half a log under the live name), then removed; leftovers are removed at start.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import shutil
 from pathlib import Path
 
-from broker.log.checkpoint import HighWatermarkCheckpoint
+from broker.log.checkpoint import HighWatermarkCheckpoint, write_atomically
 from broker.log.log import Log, LogConfig
 from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import KafkaStorageError
@@ -21,6 +26,8 @@ log = logging.getLogger(__name__)
 
 _DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+PARTITION_METADATA_FILE = "partition.metadata"
+DELETE_SUFFIX = "-delete"
 
 
 def log_dir_name(tp: TopicPartition) -> str:
@@ -37,6 +44,10 @@ class LogManager:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.hw_checkpoint = HighWatermarkCheckpoint(log_dir / HW_CHECKPOINT_FILE)
         self._checkpointed_hw = self.hw_checkpoint.read()
+        self._deleted = 0
+        for child in log_dir.iterdir():
+            if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
+                shutil.rmtree(child, ignore_errors=True)  # a deletion a crash interrupted
 
     def existing_partitions(self) -> list[TopicPartition]:
         found = []
@@ -57,6 +68,43 @@ class LogManager:
             log_.update_high_watermark(hw)
         self.logs[tp] = log_
         return log_
+
+    # -- topic ids and deletion (STOP_REPLICA, DELETE_TOPICS) ----------------------------------------
+
+    def topic_id(self, tp: TopicPartition) -> str | None:
+        """The topic id recorded with `tp`'s log, or None (no log, or written before ids existed)."""
+        try:
+            text = (self.log_dir / log_dir_name(tp) / PARTITION_METADATA_FILE).read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "topic_id":
+                return value.strip() or None
+        return None
+
+    def set_topic_id(self, tp: TopicPartition, topic_id: str) -> None:
+        path = self.log_dir / log_dir_name(tp) / PARTITION_METADATA_FILE
+        write_atomically(path, f"version: 0\ntopic_id: {topic_id}\n".encode())
+
+    def delete_log(self, tp: TopicPartition) -> bool:
+        """Close `tp`'s log if open and remove its directory. True if there was one."""
+        opened = self.logs.pop(tp, None)
+        if opened is not None:
+            try:
+                opened.close()
+            except (OSError, KafkaStorageError) as exc:
+                log.error("closing %s before deleting it failed: %s", tp, exc)
+        self._checkpointed_hw.pop((tp.topic, tp.partition), None)
+        live = self.log_dir / log_dir_name(tp)
+        if not live.exists():
+            return opened is not None
+        self._deleted += 1
+        doomed = live.with_name(f"{live.name}.{self._deleted}{DELETE_SUFFIX}")
+        live.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        log.info("deleted the log of %s", tp)
+        return True
 
     def high_watermarks(self) -> dict[tuple[str, int], int]:
         return {(tp.topic, tp.partition): lg.high_watermark for tp, lg in self.logs.items()}

@@ -177,6 +177,22 @@ class Partition:
         self.leader_epoch_start_offset = -1
         return changed
 
+    def update_assignment(self, replicas: list[int], now_ms: int) -> None:
+        """A new replica set at the same leader epoch (Kafka's updateAssignmentAndIsr): a leader starts
+        tracking added replicas (LEO unknown, never caught up) and forgets removed ones."""
+        self.assignment = list(replicas)
+        if not self.is_leader:
+            return
+        wanted = [b for b in self.assignment if b != self.local_broker_id]
+        for broker_id in list(self.remote_replicas):
+            if broker_id not in wanted:
+                del self.remote_replicas[broker_id]
+        for broker_id in wanted:
+            if broker_id not in self.remote_replicas:
+                replica = Replica(broker_id)
+                replica.reset_replica_state(now_ms, self.log_end_offset, in_isr=False)
+                self.remote_replicas[broker_id] = replica
+
     def _apply_assignment(self, state: LeaderAndIsrPartition) -> None:
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch

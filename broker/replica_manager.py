@@ -44,6 +44,7 @@ from protocol.errors import (
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
+    EPOCH_DURING_DELETE,
     NO_LEADER_EPOCH,
     UNDEFINED_EPOCH,
     FetchPartition,
@@ -54,6 +55,9 @@ from protocol.messages import (
     LeaderAndIsrResponse,
     ProducePartition,
     ProducePartitionResponse,
+    StopReplicaPartitionError,
+    StopReplicaRequest,
+    StopReplicaResponse,
     TopicPartition,
 )
 from protocol.time import Time
@@ -115,6 +119,9 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.failed_replicas: dict[TopicPartition, str] = {}  # could not be created or opened on this disk
+        # Replicas a STOP_REPLICA removed: requests for them are NOT_LEADER_OR_FOLLOWER (the client's metadata
+        # is stale), not UNKNOWN_TOPIC_OR_PARTITION, until a LEADER_AND_ISR brings the replica back.
+        self.stopped_replicas: set[TopicPartition] = set()
         self.controller_epoch = -1
         # The follower fetchers and how to describe where a follower starts (set by the broker node:
         # fetcher.replica_fetcher_manager.ReplicaFetcherManager and fetcher.partition_fetch_state's
@@ -131,6 +138,8 @@ class ReplicaManager:
     def get_partition_or_error(self, tp: TopicPartition) -> Partition:
         partition = self.partitions.get(tp)
         if partition is None:
+            if tp in self.stopped_replicas:
+                raise NotLeaderOrFollowerError(f"the replica of {tp} on this broker was stopped")
             raise UnknownTopicOrPartitionError(f"this broker hosts no replica of {tp}")
         return partition
 
@@ -346,13 +355,19 @@ class ReplicaManager:
                 continue
             if partition is not None and state.leader_epoch == partition.leader_epoch:
                 if state.partition_epoch > partition.partition_epoch:
-                    partition.assignment = list(state.replicas)
+                    # A same-epoch change (ISR, or replicas being added or removed): a leader must also know
+                    # its new remote replicas, or it would refuse their fetches as UNKNOWN_LEADER_EPOCH.
+                    partition.update_assignment(state.replicas, now)
                     partition.apply_committed_isr(state.leader_epoch, state.isr, state.partition_epoch)
                     if partition.is_leader and partition.maybe_increment_leader_hw(now):
                         self._on_high_watermark_change(tp)
                 continue
             try:
-                partition = partition or self._create_partition(tp)
+                if partition is None:
+                    self._discard_log_of_another_topic(tp, state.topic_id)
+                    partition = self._create_partition(tp)
+                    if state.topic_id:
+                        self.log_manager.set_topic_id(tp, state.topic_id)
                 if partition.log.offline_reason is not None:
                     raise KafkaStorageError(partition.log.offline_reason)
                 if state.leader == self.broker_id:
@@ -388,6 +403,60 @@ class ReplicaManager:
                 self.fetcher_manager.add_fetcher_for_partitions(initial)
         return LeaderAndIsrResponse(partitions=results)
 
+    def _discard_log_of_another_topic(self, tp: TopicPartition, topic_id: str) -> None:
+        """KIP-516: a log left here by a deleted topic of the same name (this broker was down when it was
+        deleted, so it never got the STOP_REPLICA) is not the new topic's: delete it before use."""
+        if not topic_id:
+            return
+        held = self.log_manager.topic_id(tp)
+        if held is not None and held != topic_id:
+            log.warning("%s: the log here belongs to topic id %s, not %s: deleting it", tp, held, topic_id)
+            self.log_manager.delete_log(tp)
+
+    def stop_replicas(self, request: StopReplicaRequest) -> StopReplicaResponse:
+        """STOP_REPLICA: stop fetching and serving each replica (its parked FETCH and PRODUCE requests answer
+        NOT_LEADER_OR_FOLLOWER now) and, with `delete_partition`, delete its log. A replica at a newer leader
+        epoch than the request names is FENCED_LEADER_EPOCH (a stale request); EPOCH_DURING_DELETE and -1
+        stop whatever the epoch, as in Kafka."""
+        if request.controller_epoch < self.controller_epoch:
+            return StopReplicaResponse(
+                error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH),
+                error_message=f"controller epoch {request.controller_epoch} < {self.controller_epoch}",
+            )
+        self.controller_epoch = request.controller_epoch
+        results: list[StopReplicaPartitionError] = []
+        stopping: dict[TopicPartition, tuple[bool, StopReplicaPartitionError]] = {}
+        for item in request.partitions:
+            tp = TopicPartition(item.topic, item.partition)
+            result = StopReplicaPartitionError(item.topic, item.partition)
+            results.append(result)
+            partition = self.partitions.get(tp)
+            if (
+                partition is not None
+                and item.leader_epoch not in (EPOCH_DURING_DELETE, NO_LEADER_EPOCH)
+                and item.leader_epoch < partition.leader_epoch
+            ):
+                result.error_code = int(ErrorCode.FENCED_LEADER_EPOCH)
+                continue
+            stopping[tp] = (item.delete_partition, result)
+        if stopping and self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions(set(stopping))
+        for tp, (delete, result) in stopping.items():
+            self.partitions.pop(tp, None)
+            self.stopped_replicas.add(tp)
+            self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)
+            if self.on_role_change is not None:
+                self.on_role_change(tp)
+            if delete:
+                self.failed_replicas.pop(tp, None)
+                try:
+                    self.log_manager.delete_log(tp)
+                except OSError as exc:
+                    log.error("deleting the log of %s failed: %s", tp, exc)
+                    result.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        return StopReplicaResponse(partitions=results)
+
     def offline_replicas(self) -> list[TopicPartition]:
         """Replicas here that must not be served or led (corruption found, disk errors), in a fixed order:
         the broker's heartbeat reports them so the controller moves their leaderships away."""
@@ -417,6 +486,7 @@ class ReplicaManager:
             is_broker_eligible=lambda broker_id: self.is_broker_eligible(broker_id),
         )
         self.partitions[tp] = partition
+        self.stopped_replicas.discard(tp)
         return partition
 
     # -- periodic work ------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ from protocol.messages import (
     CreatableTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -194,6 +196,10 @@ class ClusterClient:
     ) -> CreateTopicsResponse:
         req = CreateTopicsRequest([CreatableTopic(name, partitions, replication_factor, configs or {})])
         response: CreateTopicsResponse = await self.send_any(req)
+        return response
+
+    async def delete_topics(self, names: list[str]) -> DeleteTopicsResponse:
+        response: DeleteTopicsResponse = await self.send_any(DeleteTopicsRequest(list(names)))
         return response
 
     # -- data ---------------------------------------------------------------------------------------

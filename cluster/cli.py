@@ -404,6 +404,36 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_topic_delete(args: argparse.Namespace) -> int:
+    from client.cluster_client import ClusterUnavailableError
+    from protocol.errors import ErrorCode
+
+    async def go() -> Any:
+        async with _client(args) as client:
+            try:
+                resp = await client.delete_topics(args.topics)
+            except ClusterUnavailableError as exc:
+                raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+            if resp.error_code != ErrorCode.NONE:
+                raise CliError(f"delete failed: {resp.error_message}", EXIT_CLUSTER_ERROR)
+            return resp
+
+    resp = _run(go())
+    results = [
+        {"topic": r.name, "error": ErrorCode(r.error_code).name if r.error_code else None, "message": r.error_message}
+        for r in resp.responses
+    ]
+    if args.json:
+        _emit(args, results, str)
+    else:
+        for r in results:
+            if r["error"] is None:
+                print(f"deleted topic {r['topic']}")
+            else:
+                print(f"minibroker: error: cannot delete {r['topic']}: {r['error']}: {r['message']}", file=sys.stderr)
+    return EXIT_OK if all(r["error"] is None for r in results) else EXIT_CLUSTER_ERROR
+
+
 def cmd_topic_list(args: argparse.Namespace) -> int:
     resp = _run(_metadata(args, None))
     names = [t.topic for t in resp.topics]
@@ -694,7 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cluster_status)
 
-    tp = sub.add_parser("topic", help="create, list and describe topics", description="Topic administration.")
+    tp = sub.add_parser("topic", help="create, delete, list and describe topics", description="Topic administration.")
     tsub = tp.add_subparsers(dest="topic_command", required=True, metavar="SUBCOMMAND")
     p = tsub.add_parser(
         "create", help="create a topic", description="Create a topic and wait until every partition has a leader."
@@ -708,6 +738,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _add_client(p)
     p.set_defaults(func=cmd_topic_create)
+    p = tsub.add_parser(
+        "delete",
+        help="delete topics",
+        description="Delete topics: their metadata goes at once and every broker deletes its logs "
+        "(STOP_REPLICA); the name can be created again and starts empty. Exit 4 if a topic does not exist.",
+    )
+    p.add_argument("topics", nargs="+", metavar="TOPIC")
+    p.add_argument("--json", action="store_true")
+    _add_client(p)
+    p.set_defaults(func=cmd_topic_delete)
     p = tsub.add_parser("list", help="list topics", description="List topics.")
     p.add_argument("--json", action="store_true")
     _add_client(p)

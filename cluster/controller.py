@@ -60,6 +60,7 @@ from cluster.metadata import (
     PartitionRecord,
     PartitionRegistration,
     RegisterBrokerRecord,
+    RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     in_replica_order,
@@ -79,6 +80,9 @@ from protocol.messages import (
     CreatableTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
     LeaderAndIsrPartition,
     MetadataResponse,
     PartitionMetadata,
@@ -156,6 +160,8 @@ class ControllerResult(Generic[R]):
     records: list[MetadataRecord]
     response: R
     changed_partitions: list[LeaderAndIsrPartition] = field(default_factory=list)
+    # Replicas to stop and delete (STOP_REPLICA with delete_partition), by broker: a deleted topic's.
+    deleted_replicas: dict[int, list[TopicPartition]] = field(default_factory=dict)
 
     def leader_and_isr_by_broker(self) -> dict[int, list[LeaderAndIsrPartition]]:
         """The changed partitions grouped by every broker that holds a replica of them."""
@@ -312,7 +318,11 @@ class Controller:
 
     def leader_and_isr_for_broker(self, broker_id: int) -> list[LeaderAndIsrPartition]:
         """Full state for a broker: every partition it holds a replica of."""
-        return [p.to_leader_and_isr() for p in self._image.partitions_with_replica(broker_id)]
+        return [self._leader_and_isr(p) for p in self._image.partitions_with_replica(broker_id)]
+
+    def _leader_and_isr(self, p: PartitionRegistration, is_new: bool = False) -> LeaderAndIsrPartition:
+        topic = self._image.topics.get(p.topic)
+        return p.to_leader_and_isr(is_new=is_new, topic_id=topic.topic_id if topic is not None else "")
 
     def metadata(self, topics: Sequence[str] | None = None) -> MetadataResponse:
         """Brokers that can serve (unfenced, or leading something) and the requested topics (None: all)."""
@@ -586,7 +596,10 @@ class Controller:
             replica_shift=seed // len(active),
         )
         configs = {"min.insync.replicas": str(self.config.min_insync_replicas), **topic.configs}
-        records: list[MetadataRecord] = [TopicRecord(name=topic.name, configs=configs)]
+        # The id is the metadata offset of the TopicRecord: unique for the life of the cluster, like broker
+        # epochs, and the same in every replay (the simulator needs runs to repeat exactly).
+        topic_id = f"{self._last_offset + 1:016x}"
+        records: list[MetadataRecord] = [TopicRecord(name=topic.name, configs=configs, topic_id=topic_id)]
         records += [
             PartitionRecord(topic=topic.name, partition=i, replicas=replicas, isr=replicas, leader=replicas[0])
             for i, replicas in enumerate(assignment)
@@ -595,6 +608,35 @@ class Controller:
         return CreatableTopicResult(
             name=topic.name, num_partitions=num_partitions, replication_factor=replication_factor
         )
+
+    # -- deleting topics ----------------------------------------------------------------------------
+
+    def delete_topics(self, request: DeleteTopicsRequest) -> ControllerResult[DeleteTopicsResponse]:
+        """DELETE_TOPICS: one RemoveTopicRecord per existing topic; every replica of its partitions is then
+        told to stop and delete its log (STOP_REPLICA, `deleted_replicas`). The name can be created again
+        at once: the new topic has a new id, so a broker still holding an old log discards it."""
+        committed: list[MetadataRecord] = []
+        results: list[DeletableTopicResult] = []
+        deleted: dict[int, list[TopicPartition]] = {}
+        for name in dict.fromkeys(request.topic_names):  # a name listed twice is deleted once
+            topic = self._image.topics.get(name)
+            if topic is None:
+                results.append(
+                    DeletableTopicResult(
+                        name=name,
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        error_message=f"topic {name} does not exist",
+                    )
+                )
+                continue
+            for p in self._image.partitions_of(name):
+                for broker_id in p.replicas:
+                    deleted.setdefault(broker_id, []).append(p.topic_partition)
+            self._commit([RemoveTopicRecord(name=name)], committed)
+            results.append(DeletableTopicResult(name=name))
+        result = self._result(committed, DeleteTopicsResponse(responses=results))
+        result.deleted_replicas = deleted
+        return result
 
     # -- ISR changes from leaders -----------------------------------------------------------------
 
@@ -712,7 +754,11 @@ class Controller:
                 created.add(TopicPartition(record.topic, record.partition))
             if isinstance(record, PartitionRecord | PartitionChangeRecord):
                 touched[TopicPartition(record.topic, record.partition)] = None
-        changed = [self._image.partitions[tp].to_leader_and_isr(is_new=tp in created) for tp in touched]
+        changed = [
+            self._leader_and_isr(self._image.partitions[tp], is_new=tp in created)
+            for tp in touched
+            if tp in self._image.partitions  # not deleted by a later record of the same command
+        ]
         return ControllerResult(records=list(committed), response=response, changed_partitions=changed)
 
     def _now(self, now_ms: int | None) -> int:

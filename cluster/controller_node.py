@@ -37,18 +37,22 @@ from cluster.metadata_store import MetadataStore
 from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages import (
+    EPOCH_DURING_DELETE,
     AlterPartitionRequest,
     ApiVersionsRequest,
     BrokerEndpoint,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreateTopicsRequest,
+    DeleteTopicsRequest,
     ErrorResponse,
     LeaderAndIsrPartition,
     LeaderAndIsrRequest,
     MetadataRequest,
     RequestHeader,
     SaslAuthenticateRequest,
+    StopReplicaPartition,
+    StopReplicaRequest,
     TopicPartition,
     UpdateMetadataRequest,
 )
@@ -68,6 +72,10 @@ class BrokerChannel:
         self.node = node
         self.broker_id = broker_id
         self.pending: dict[TopicPartition, LeaderAndIsrPartition] = {}
+        # Replicas of deleted topics to stop and delete, sent before any LEADER_AND_ISR (so a topic created
+        # again under the same name starts from an empty log); kept until the broker acknowledges them, also
+        # across a fenced spell, so a broker that was down when the topic went deletes its copy on return.
+        self.pending_deletes: dict[TopicPartition, None] = {}
         self.metadata_dirty = True
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -75,6 +83,12 @@ class BrokerChannel:
     def enqueue(self, states: list[LeaderAndIsrPartition]) -> None:
         for s in states:
             self.pending[TopicPartition(s.topic, s.partition)] = s
+        self.wakeup.set()
+
+    def enqueue_deletes(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            self.pending.pop(tp, None)  # the state of a partition that no longer exists
+            self.pending_deletes[tp] = None
         self.wakeup.set()
 
     def metadata_changed(self) -> None:
@@ -96,6 +110,21 @@ class BrokerChannel:
                 if self.metadata_dirty:
                     self.metadata_dirty = False
                     await send(self.broker_id, self.node.update_metadata_request(), 5000)
+                if self.pending_deletes:
+                    deletes = list(self.pending_deletes)
+                    stop = StopReplicaRequest(
+                        controller_id=self.node.node_id,
+                        controller_epoch=self.node.controller_epoch,
+                        partitions=[
+                            StopReplicaPartition(tp.topic, tp.partition, EPOCH_DURING_DELETE, delete_partition=True)
+                            for tp in deletes
+                        ],
+                    )
+                    stopped = await send(self.broker_id, stop, 5000)
+                    if stopped.error_code != ErrorCode.NONE:
+                        log.warning("broker %d refused STOP_REPLICA: %s", self.broker_id, stopped.error_message)
+                    for tp in deletes:
+                        self.pending_deletes.pop(tp, None)
                 if self.pending:
                     batch, self.pending = self.pending, {}
                     request = LeaderAndIsrRequest(
@@ -142,6 +171,7 @@ class ControllerNode:
             BrokerRegistrationRequest: self.controller.register_broker,
             BrokerHeartbeatRequest: self.controller.heartbeat,
             CreateTopicsRequest: lambda request, _now: self.controller.create_topics(request),
+            DeleteTopicsRequest: lambda request, _now: self.controller.delete_topics(request),
             AlterPartitionRequest: self.controller.alter_partition,
         }
         # Requests anyone may send.
@@ -195,6 +225,8 @@ class ControllerNode:
     def publish(self, result: ControllerResult[Any]) -> None:
         if not result.records:
             return
+        for broker_id, tps in result.deleted_replicas.items():
+            self._channel(broker_id).enqueue_deletes(tps)
         for broker_id in result.unfenced_brokers:
             self._channel(broker_id).enqueue(self.controller.leader_and_isr_for_broker(broker_id))
         for broker_id, states in result.leader_and_isr_by_broker().items():

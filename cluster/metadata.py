@@ -90,6 +90,14 @@ class BrokerShutdownRecord:
 class TopicRecord:
     name: str
     configs: Mapping[str, str] = field(default_factory=dict)
+    topic_id: str = ""  # KIP-516: a new id each time a topic of this name is created
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTopicRecord:
+    """The topic and its partitions are deleted (DELETE_TOPICS); the name is free again."""
+
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +127,7 @@ MetadataRecord = (
     | UnfenceBrokerRecord
     | BrokerShutdownRecord
     | TopicRecord
+    | RemoveTopicRecord
     | PartitionRecord
     | PartitionChangeRecord
 )
@@ -131,6 +140,7 @@ _RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         UnfenceBrokerRecord,
         BrokerShutdownRecord,
         TopicRecord,
+        RemoveTopicRecord,
         PartitionRecord,
         PartitionChangeRecord,
     )
@@ -208,7 +218,7 @@ class PartitionRegistration:
     def is_offline(self) -> bool:
         return self.leader == NO_LEADER
 
-    def to_leader_and_isr(self, is_new: bool = False) -> LeaderAndIsrPartition:
+    def to_leader_and_isr(self, is_new: bool = False, topic_id: str = "") -> LeaderAndIsrPartition:
         return LeaderAndIsrPartition(
             topic=self.topic,
             partition=self.partition,
@@ -218,6 +228,7 @@ class PartitionRegistration:
             partition_epoch=self.partition_epoch,
             replicas=list(self.replicas),
             is_new=is_new,
+            topic_id=topic_id,
         )
 
 
@@ -226,6 +237,7 @@ class TopicImage:
     name: str
     configs: Mapping[str, str]
     num_partitions: int
+    topic_id: str = ""
 
 
 class MetadataImage:
@@ -289,7 +301,7 @@ class MetadataImage:
                 in_controlled_shutdown=b.in_controlled_shutdown,
             )
         for t in self._topics.values():
-            yield TopicRecord(name=t.name, configs=dict(t.configs))
+            yield TopicRecord(name=t.name, configs=dict(t.configs), topic_id=t.topic_id)
             for p in self.partitions_of(t.name):
                 yield PartitionRecord(
                     topic=p.topic,
@@ -333,6 +345,8 @@ class MetadataImage:
                 self._brokers[broker.broker_id] = replace(broker, in_controlled_shutdown=True)
             case TopicRecord():
                 self._replay_topic(record)
+            case RemoveTopicRecord():
+                self._replay_remove_topic(record)
             case PartitionRecord():
                 self._replay_partition(record)
             case PartitionChangeRecord():
@@ -371,7 +385,16 @@ class MetadataImage:
     def _replay_topic(self, record: TopicRecord) -> None:
         if record.name in self._topics:
             raise MetadataReplayError(f"topic {record.name} already exists")
-        self._topics[record.name] = TopicImage(name=record.name, configs=dict(record.configs), num_partitions=0)
+        self._topics[record.name] = TopicImage(
+            name=record.name, configs=dict(record.configs), num_partitions=0, topic_id=record.topic_id
+        )
+
+    def _replay_remove_topic(self, record: RemoveTopicRecord) -> None:
+        topic = self._topics.pop(record.name, None)
+        if topic is None:
+            raise MetadataReplayError(f"removal of unknown topic {record.name}")
+        for partition in range(topic.num_partitions):
+            del self._partitions[TopicPartition(record.name, partition)]
 
     def _replay_partition(self, record: PartitionRecord) -> None:
         topic = self._topics.get(record.topic)

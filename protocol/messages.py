@@ -33,6 +33,7 @@ NO_LEADER_EPOCH = -1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 UNDEFINED_EPOCH = -1
+EPOCH_DURING_DELETE = -2  # STOP_REPLICA of a deleted topic: stop the replica whatever its leader epoch
 UNDEFINED_EPOCH_OFFSET = -1
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -282,6 +283,9 @@ class LeaderAndIsrPartition(Message):
     partition_epoch: int
     replicas: list[int]
     is_new: bool = False
+    # The topic's id (KIP-516): a topic deleted and created again under the same name gets a new one, so a
+    # broker holding a log of the old topic (it was down during the deletion) knows to discard it. "": unknown.
+    topic_id: str = ""
 
 
 @dataclass(slots=True)
@@ -381,6 +385,61 @@ class CreatableTopicResult(Message):
 @dataclass(slots=True)
 class CreateTopicsResponse(Message):
     topics: list[CreatableTopicResult] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- DELETE_TOPICS (20) ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DeleteTopicsRequest(Message):
+    topic_names: list[str]
+    timeout_ms: int = 30000
+
+
+@dataclass(slots=True)
+class DeletableTopicResult(Message):
+    name: str
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class DeleteTopicsResponse(Message):
+    responses: list[DeletableTopicResult] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- STOP_REPLICA (5) -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StopReplicaPartition(Message):
+    topic: str
+    partition: int
+    leader_epoch: int = -1  # EPOCH_DURING_DELETE when the topic is deleted: stop whatever the epoch
+    delete_partition: bool = False
+
+
+@dataclass(slots=True)
+class StopReplicaRequest(Message):
+    controller_id: int
+    controller_epoch: int
+    partitions: list[StopReplicaPartition]
+
+
+@dataclass(slots=True)
+class StopReplicaPartitionError(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class StopReplicaResponse(Message):
+    partitions: list[StopReplicaPartitionError] = field(default_factory=list)
     error_code: int = 0
     error_message: str | None = None
 
@@ -595,6 +654,8 @@ REQUEST_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.UPDATE_METADATA: UpdateMetadataRequest,
     ApiKey.API_VERSIONS: ApiVersionsRequest,
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
+    ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
+    ApiKey.STOP_REPLICA: StopReplicaRequest,
     ApiKey.DELETE_RECORDS: DeleteRecordsRequest,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
     ApiKey.DESCRIBE_LOG_DIRS: DescribeLogDirsRequest,
@@ -613,6 +674,8 @@ RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.UPDATE_METADATA: UpdateMetadataResponse,
     ApiKey.API_VERSIONS: ApiVersionsResponse,
     ApiKey.CREATE_TOPICS: CreateTopicsResponse,
+    ApiKey.DELETE_TOPICS: DeleteTopicsResponse,
+    ApiKey.STOP_REPLICA: StopReplicaResponse,
     ApiKey.DELETE_RECORDS: DeleteRecordsResponse,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochResponse,
     ApiKey.DESCRIBE_LOG_DIRS: DescribeLogDirsResponse,

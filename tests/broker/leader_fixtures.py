@@ -160,6 +160,7 @@ class LeaderBroker:
         isr: Sequence[int],
         replicas: Sequence[int] = (LOCAL_ID, FOLLOWER_ID),
         partition_epoch: int | None = None,
+        topic_id: str = "",
     ) -> LeaderAndIsrResponse:
         state = LeaderAndIsrPartition(
             tp.topic,
@@ -169,6 +170,7 @@ class LeaderBroker:
             isr=list(isr),
             partition_epoch=leader_epoch if partition_epoch is None else partition_epoch,
             replicas=list(replicas),
+            topic_id=topic_id,
         )
         request = LeaderAndIsrRequest(controller_id=3000, controller_epoch=self.controller_epoch, partitions=[state])
         return self.replica_manager.become_leader_or_follower(request)
@@ -181,6 +183,7 @@ class LeaderBroker:
         isr: Sequence[int] = (LOCAL_ID, FOLLOWER_ID),
         replicas: Sequence[int] = (LOCAL_ID, FOLLOWER_ID),
         partition_epoch: int | None = None,
+        topic_id: str = "",
     ) -> Partition:
         response = self.leader_and_isr(
             tp,
@@ -189,6 +192,7 @@ class LeaderBroker:
             isr=isr,
             replicas=replicas,
             partition_epoch=partition_epoch,
+            topic_id=topic_id,
         )
         assert [p.error_code for p in response.partitions] == [0], response
         return self.partition(tp)

@@ -9,7 +9,15 @@ import pytest
 
 from fetcher.partition_fetch_state import InitialFetchState
 from protocol.errors import ErrorCode
-from protocol.messages import CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID, TopicPartition
+from protocol.messages import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    EPOCH_DURING_DELETE,
+    StopReplicaPartition,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    TopicPartition,
+)
 from protocol.record_batch import build_batch
 from tests.broker.leader_fixtures import (
     FOLLOWER_ID,
@@ -415,3 +423,102 @@ async def test_list_offsets_answers_the_epoch_of_the_records_at_the_offset(broke
     # and after the log start moves into epoch 4, EARLIEST says so
     partition.log.delete_records(2)  # type: ignore[attr-defined]
     assert partition.fetch_offset_for_timestamp(EARLIEST_TIMESTAMP, 4, False, True) == (4, 2)
+
+
+# -- STOP_REPLICA, topic ids, assignment changes --------------------------------------------------------------
+
+
+def stop(broker: LeaderBroker, leader_epoch: int = EPOCH_DURING_DELETE, delete: bool = True) -> StopReplicaResponse:
+    request = StopReplicaRequest(
+        controller_id=3000,
+        controller_epoch=broker.controller_epoch,
+        partitions=[StopReplicaPartition(TP0.topic, TP0.partition, leader_epoch, delete_partition=delete)],
+    )
+    return broker.replica_manager.stop_replicas(request)
+
+
+async def test_stop_replica_with_delete_answers_what_waits_stops_the_fetcher_and_deletes_the_log(
+    broker: LeaderBroker,
+) -> None:
+    # given a leader with 2 records, an acks=all produce waiting for the follower and a consumer fetch parked
+    broker.make_leader(leader_epoch=1)
+    await broker.produce(TP0, b"a", b"b")
+    waiting_produce = await broker.start_produce({TP0: [b"c"]}, acks=-1)
+    parked_fetch = await broker.start_fetch(CONSUMER_REPLICA_ID, {TP0: 0}, max_wait_ms=60_000, min_bytes=1 << 20)
+    log_dir = broker.log_dir / f"{TP0.topic}-{TP0.partition}"
+    assert log_dir.is_dir()
+    broker.fetcher_manager.calls.clear()
+
+    # when the controller stops and deletes the replica
+    response = stop(broker)
+
+    # then both waiting requests answer NOT_LEADER_OR_FOLLOWER now, the fetcher lets go, the log is gone
+    assert [p.error_code for p in response.partitions] == [ErrorCode.NONE]
+    [produced] = await outcome(waiting_produce)
+    [fetched] = await outcome(parked_fetch)
+    assert produced.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert fetched.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert broker.fetcher_manager.calls == [("remove", frozenset({TP0}))]
+    assert not log_dir.exists()
+    assert TP0 not in broker.replica_manager.partitions
+    assert (await broker.produce(TP0, b"x")).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    # and a new LEADER_AND_ISR for the partition starts it again from an empty log
+    broker.make_leader(leader_epoch=0)
+    assert broker.partition().log_end_offset == 0
+    assert (await broker.produce(TP0, b"y")).base_offset == 0
+
+
+async def test_stop_replica_without_delete_keeps_the_log_and_a_stale_epoch_is_fenced(broker: LeaderBroker) -> None:
+    broker.make_leader(leader_epoch=5)
+    await broker.produce(TP0, b"a")
+    # a request naming an older leader epoch is stale: nothing stops
+    assert [p.error_code for p in stop(broker, leader_epoch=4).partitions] == [ErrorCode.FENCED_LEADER_EPOCH]
+    assert TP0 in broker.replica_manager.partitions
+    # at the current epoch, without delete: stopped, the log stays on disk
+    assert [p.error_code for p in stop(broker, leader_epoch=5, delete=False).partitions] == [ErrorCode.NONE]
+    assert TP0 not in broker.replica_manager.partitions
+    assert (broker.log_dir / f"{TP0.topic}-{TP0.partition}").is_dir()
+
+
+async def test_a_log_left_by_a_deleted_topic_of_the_same_name_is_discarded(tmp_path: Path) -> None:
+    # given a broker that holds 2 records of topic id "a" and was down while the topic was deleted
+    first = LeaderBroker(tmp_path / "b")
+    first.make_leader(leader_epoch=3, topic_id="a")
+    await first.produce(TP0, b"a", b"b")
+    first.close()
+    # when it restarts and is told about the partition of a new topic of that name (id "b")
+    second = LeaderBroker(tmp_path / "b")
+    try:
+        second.make_leader(leader_epoch=0, topic_id="b")
+        # then the old log is not served as the new topic's: it starts empty
+        assert second.partition().log_end_offset == 0
+        await second.produce(TP0, b"new")
+    finally:
+        second.close()
+    # and a restart told the same id keeps its log
+    third = LeaderBroker(tmp_path / "b")
+    try:
+        third.make_leader(leader_epoch=0, topic_id="b")
+        assert third.partition().log_end_offset == 1
+    finally:
+        third.close()
+
+
+async def test_replicas_added_at_the_same_leader_epoch_are_known_to_the_leader(broker: LeaderBroker) -> None:
+    # given a leader at epoch 1 of replicas {0, 1}
+    broker.make_leader(leader_epoch=1, isr=[LOCAL_ID, FOLLOWER_ID], partition_epoch=1)
+    await broker.produce(TP0, b"a")
+    # when the controller adds broker 2 without a leader change (a reassignment's first step)
+    broker.make_leader(
+        leader_epoch=1,
+        isr=[LOCAL_ID, FOLLOWER_ID],
+        replicas=[LOCAL_ID, FOLLOWER_ID, OTHER_FOLLOWER_ID],
+        partition_epoch=2,
+    )
+    # then broker 2's fetch at the current epoch is served, not refused as UNKNOWN_LEADER_EPOCH
+    fetched = await broker.follower_fetch(0, replica_id=OTHER_FOLLOWER_ID, current_leader_epoch=1)
+    assert (fetched.error_code, values_of(fetched.records)) == (ErrorCode.NONE, [(0, b"a")])
+    assert broker.partition().remote_replicas[OTHER_FOLLOWER_ID].log_end_offset == 0
+    # when broker 1 is removed, then the leader forgets it
+    broker.make_leader(leader_epoch=1, isr=[LOCAL_ID], replicas=[LOCAL_ID, OTHER_FOLLOWER_ID], partition_epoch=10)
+    assert set(broker.partition().remote_replicas) == {OTHER_FOLLOWER_ID}

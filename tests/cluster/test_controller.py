@@ -29,6 +29,7 @@ from protocol.messages import (
     CreatableTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteTopicsRequest,
 )
 from protocol.time import ManualTime
 
@@ -745,6 +746,42 @@ def test_an_isr_without_the_leader_is_an_invalid_request() -> None:
     result = cluster.alter(preferred, [second, third])
 
     assert result.response.partitions[0].error_code == ErrorCode.INVALID_REQUEST
+
+
+# -- deleting topics -----------------------------------------------------------------------------
+
+
+def test_deleting_a_topic_removes_it_and_names_every_replica_to_stop_and_delete(tmp_path: Path) -> None:
+    time = ManualTime()
+    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 3, 2)
+    cluster.create("keep", 1, 1)
+    old_id = cluster.controller.image.topics["t"].topic_id
+    assert old_id != ""
+    replicas = {p.topic_partition: p.replicas for p in cluster.controller.image.partitions_of("t")}
+
+    result = cluster.controller.delete_topics(DeleteTopicsRequest(["t", "nope", "t"]))
+
+    # one answer per name: t deleted (once), nope unknown
+    answers = {(r.name, r.error_code) for r in result.response.responses}
+    assert answers == {("t", ErrorCode.NONE), ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
+    assert "t" not in cluster.controller.image.topics
+    assert cluster.controller.image.partitions_of("t") == []
+    assert cluster.controller.metadata(["t"]).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # every replica of every partition of t is told to stop and delete, and only those
+    told = {(b, tp) for b, tps in result.deleted_replicas.items() for tp in tps}
+    assert told == {(b, tp) for tp, rs in replicas.items() for b in rs}
+    assert result.changed_partitions == []
+    # the name is free again, and the new topic has a new id that its LEADER_AND_ISR states carry
+    assert cluster.create("t", 1, 3).topics[0].error_code == ErrorCode.NONE
+    new_id = cluster.controller.image.topics["t"].topic_id
+    assert new_id not in ("", old_id)
+    assert {s.topic_id for s in cluster.controller.leader_and_isr_for_broker(1) if s.topic == "t"} == {new_id}
+    # and a restarted controller replays the deletion and the re-creation
+    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    assert restarted.controller.image.topics == cluster.controller.image.topics
+    assert dict(restarted.controller.image.partitions) == dict(cluster.controller.image.partitions)
 
 
 # -- durability -----------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ COMMANDS = [
     ["cluster", "status"],
     ["topic"],
     ["topic", "create"],
+    ["topic", "delete"],
     ["topic", "list"],
     ["topic", "describe"],
     ["produce"],
