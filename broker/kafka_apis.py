@@ -6,7 +6,8 @@ exception into UNKNOWN_SERVER_ERROR for that one request, as a last resort).
 
 Controller-only requests (LEADER_AND_ISR, UPDATE_METADATA) are refused with CLUSTER_AUTHORIZATION_FAILED
 from connections that have not presented `cluster.secret` via SASL_AUTHENTICATE, when one is configured.
-CREATE_TOPICS and DELETE_TOPICS sent to a broker are forwarded to the controller, as Kafka brokers do.
+CREATE_TOPICS, DELETE_TOPICS and the partition reassignment requests sent to a broker are forwarded to
+the controller, as Kafka brokers do.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from protocol.messages import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
     SUPPORTED_VERSIONS,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     ApiVersionRange,
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -49,6 +52,8 @@ from protocol.messages import (
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     MetadataRequest,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
@@ -157,6 +162,8 @@ class KafkaApis:
             CreateTopicsRequest: self.handle_create_topics,
             DeleteTopicsRequest: self.handle_delete_topics,
             StopReplicaRequest: self.handle_stop_replica,
+            AlterPartitionReassignmentsRequest: self.handle_alter_partition_reassignments,
+            ListPartitionReassignmentsRequest: self.handle_list_partition_reassignments,
             DeleteRecordsRequest: self.handle_delete_records,
             OffsetForLeaderEpochRequest: self.handle_offset_for_leader_epoch,
             SaslAuthenticateRequest: self.handle_sasl_authenticate,
@@ -323,12 +330,27 @@ class KafkaApis:
     async def handle_delete_topics(self, ctx: ConnectionContext, request: DeleteTopicsRequest) -> Message:
         return await self._forward(ctx, request, "DELETE_TOPICS", DeleteTopicsResponse)
 
+    async def handle_alter_partition_reassignments(
+        self, ctx: ConnectionContext, request: AlterPartitionReassignmentsRequest
+    ) -> Message:
+        return await self._forward(ctx, request, "ALTER_PARTITION_REASSIGNMENTS", AlterPartitionReassignmentsResponse)
+
+    async def handle_list_partition_reassignments(
+        self, ctx: ConnectionContext, request: ListPartitionReassignmentsRequest
+    ) -> Message:
+        return await self._forward(ctx, request, "LIST_PARTITION_REASSIGNMENTS", ListPartitionReassignmentsResponse)
+
     async def _forward(
         self,
         ctx: ConnectionContext,
         request: Message,
         name: str,
-        response_type: type[CreateTopicsResponse] | type[DeleteTopicsResponse],
+        response_type: type[
+            CreateTopicsResponse
+            | DeleteTopicsResponse
+            | AlterPartitionReassignmentsResponse
+            | ListPartitionReassignmentsResponse
+        ],
     ) -> Message:
         # The broker forwards with its own authenticated link: without this check any client could use it
         # to reach the controller with a secret it does not hold.

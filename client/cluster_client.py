@@ -21,6 +21,8 @@ from protocol.errors import ErrorCode
 from protocol.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     BrokerEndpoint,
     CreatableTopic,
     CreateTopicsRequest,
@@ -33,12 +35,15 @@ from protocol.messages import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     MetadataRequest,
     MetadataResponse,
     PartitionMetadata,
     ProducePartition,
     ProduceRequest,
     ProduceResponse,
+    ReassignablePartition,
     SaslAuthenticateRequest,
     TopicPartition,
 )
@@ -200,6 +205,19 @@ class ClusterClient:
 
     async def delete_topics(self, names: list[str]) -> DeleteTopicsResponse:
         response: DeleteTopicsResponse = await self.send_any(DeleteTopicsRequest(list(names)))
+        return response
+
+    async def alter_partition_reassignments(
+        self, targets: list[tuple[TopicPartition, list[int] | None]]
+    ) -> AlterPartitionReassignmentsResponse:
+        request = AlterPartitionReassignmentsRequest(
+            [ReassignablePartition(tp.topic, tp.partition, replicas) for tp, replicas in targets]
+        )
+        response: AlterPartitionReassignmentsResponse = await self.send_any(request)
+        return response
+
+    async def list_partition_reassignments(self, topics: list[str] | None = None) -> ListPartitionReassignmentsResponse:
+        response: ListPartitionReassignmentsResponse = await self.send_any(ListPartitionReassignmentsRequest(topics))
         return response
 
     # -- data ---------------------------------------------------------------------------------------

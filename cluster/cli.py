@@ -359,6 +359,16 @@ async def _metadata(args: argparse.Namespace, topics: list[str] | None) -> Any:
             raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
 
 
+async def _reassignments(args: argparse.Namespace, topics: list[str] | None) -> list[Any]:
+    from client.cluster_client import ClusterUnavailableError
+
+    async with _client(args) as client:
+        try:
+            return list((await client.list_partition_reassignments(topics)).reassignments)
+        except ClusterUnavailableError as exc:
+            raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+
+
 def cmd_topic_create(args: argparse.Namespace) -> int:
     from client.cluster_client import ClusterUnavailableError
     from protocol.errors import ErrorCode
@@ -434,6 +444,137 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
     return EXIT_OK if all(r["error"] is None for r in results) else EXIT_CLUSTER_ERROR
 
 
+def _reassignment_plan(args: argparse.Namespace) -> list[tuple[Any, list[int] | None]]:
+    """(partition, target replicas or None to cancel) from the flags or a kafka-reassign-partitions plan."""
+    from protocol.messages import TopicPartition
+
+    if args.plan is not None:
+        if args.topic or args.partition is not None or args.replicas:
+            raise CliError("--plan takes no TOPIC, --partition or --replicas", EXIT_USAGE)
+        try:
+            plan = json.loads(Path(args.plan).read_text())
+            entries = plan["partitions"]
+            return [
+                (
+                    TopicPartition(str(e["topic"]), int(e["partition"])),
+                    None if args.cancel else [int(r) for r in e["replicas"]],
+                )
+                for e in entries
+            ]
+        except OSError as exc:
+            raise CliError(f"cannot read {args.plan}: {exc.strerror or exc}", EXIT_USAGE) from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CliError(
+                f"{args.plan} is not a reassignment plan ({exc!r}); expected "
+                '{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [1, 2, 3]}]}',
+                EXIT_USAGE,
+            ) from None
+    if not args.topic or args.partition is None:
+        raise CliError("give TOPIC --partition P --replicas B1,B2,... (or --plan FILE)", EXIT_USAGE)
+    if args.cancel:
+        return [(TopicPartition(args.topic, args.partition), None)]
+    if not args.replicas:
+        raise CliError("--replicas B1,B2,... is required (or --cancel)", EXIT_USAGE)
+    try:
+        replicas = [int(r) for r in args.replicas.split(",")]
+    except ValueError:
+        raise CliError(f"--replicas expects broker ids like 4,2,1, got {args.replicas!r}", EXIT_USAGE) from None
+    return [(TopicPartition(args.topic, args.partition), replicas)]
+
+
+async def _reassignment_progress(client: Any, topics: list[str] | None) -> list[dict[str, Any]]:
+    """Reassignments in progress, with each adding replica's log end offset beside the leader's."""
+    from protocol.messages import DescribeLogDirsRequest, TopicPartition
+
+    ongoing = (await client.list_partition_reassignments(topics)).reassignments
+    if not ongoing:
+        return []
+    await client.refresh_metadata(sorted({r.topic for r in ongoing}))
+    ends: dict[tuple[int, str, int], int] = {}
+    for broker_id in sorted(client.brokers):
+        try:
+            dirs = await client.send_to(broker_id, DescribeLogDirsRequest())
+        except Exception:  # noqa: BLE001 - a broker that does not answer shows no progress
+            continue
+        for r in dirs.replicas:
+            ends[(broker_id, r.topic, r.partition)] = r.log_end_offset
+    out = []
+    for r in ongoing:
+        info = client.partitions.get(TopicPartition(r.topic, r.partition))
+        leader = info.leader_id if info is not None else -1
+        leader_end = ends.get((leader, r.topic, r.partition), -1)
+        out.append(
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "replicas": r.replicas,
+                "adding": r.adding_replicas,
+                "removing": r.removing_replicas,
+                "leader": leader,
+                "leader_log_end_offset": leader_end,
+                "adding_log_end_offsets": {str(b): ends.get((b, r.topic, r.partition), -1) for b in r.adding_replicas},
+            }
+        )
+    return out
+
+
+def cmd_topic_reassign(args: argparse.Namespace) -> int:
+    from client.cluster_client import ClusterUnavailableError
+    from protocol.errors import ErrorCode
+
+    targets = [] if args.verify else _reassignment_plan(args)
+    wanted: list[str] | None = None
+    if args.verify and (args.topic or args.plan):
+        wanted = [args.topic] if args.topic else sorted({tp.topic for tp, _ in _reassignment_plan(args)})
+
+    async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with _client(args) as client:
+            try:
+                answers: list[dict[str, Any]] = []
+                if targets:
+                    resp = await client.alter_partition_reassignments(targets)
+                    if resp.error_code != ErrorCode.NONE:
+                        raise CliError(f"reassign failed: {resp.error_message}", EXIT_CLUSTER_ERROR)
+                    answers = [
+                        {
+                            "topic": r.topic,
+                            "partition": r.partition,
+                            "error": ErrorCode(r.error_code).name if r.error_code else None,
+                            "message": r.error_message,
+                        }
+                        for r in resp.responses
+                    ]
+                progress = await _reassignment_progress(client, wanted)
+            except ClusterUnavailableError as exc:
+                raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+            return answers, progress
+
+    answers, progress = _run(go())
+    if args.json:
+        _emit(args, {"results": answers, "in_progress": progress}, str)
+    else:
+        for a in answers:
+            tp = f"{a['topic']}-{a['partition']}"
+            if a["error"] is None:
+                print(f"{'cancelled' if args.cancel else 'reassigning'} {tp}")
+            else:
+                print(f"minibroker: error: cannot reassign {tp}: {a['error']}: {a['message']}", file=sys.stderr)
+        for p in progress:
+            caught = ", ".join(f"{b} at {end}" for b, end in p["adding_log_end_offsets"].items())
+            print(
+                f"in progress: {p['topic']}-{p['partition']} replicas {p['replicas']} adding {p['adding']} "
+                f"removing {p['removing']}; leader {p['leader']} at {p['leader_log_end_offset']}"
+                + (f", adding replicas {caught}" if caught else "")
+            )
+        if args.verify and not progress:
+            print("no reassignment in progress" + (f" for {', '.join(wanted)}" if wanted else ""))
+    if any(a["error"] is not None for a in answers):
+        return EXIT_CLUSTER_ERROR
+    if args.verify and progress:
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
+
+
 def cmd_topic_list(args: argparse.Namespace) -> int:
     resp = _run(_metadata(args, None))
     names = [t.topic for t in resp.topics]
@@ -445,6 +586,7 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
     from protocol.errors import ErrorCode
 
     resp = _run(_metadata(args, [args.topic] if args.topic else None))
+    moving = {(r.topic, r.partition): r for r in _run(_reassignments(args, [args.topic] if args.topic else None))}
     filtered = args.under_replicated_partitions or args.under_min_isr_partitions or args.unavailable_partitions
     out = []
     for t in resp.topics:
@@ -459,6 +601,8 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
                 "replicas": p.replicas,
                 "isr": p.isr,
                 "offline_replicas": p.offline_replicas,
+                "adding_replicas": getattr(moving.get((t.topic, p.partition)), "adding_replicas", []),
+                "removing_replicas": getattr(moving.get((t.topic, p.partition)), "removing_replicas", []),
             }
             for p in t.partitions
             # kafka-topics.sh's filters: ISR smaller than the replica set, or than min.insync.replicas;
@@ -491,6 +635,9 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
                 )
             for p in t["partitions"]:
                 offline = f"\tOffline: {','.join(map(str, p['offline_replicas']))}" if p["offline_replicas"] else ""
+                if p["adding_replicas"] or p["removing_replicas"]:
+                    offline += f"\tAdding Replicas: {','.join(map(str, p['adding_replicas']))}"
+                    offline += f"\tRemoving Replicas: {','.join(map(str, p['removing_replicas']))}"
                 lines.append(
                     f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLeader: {p['leader']}"
                     f"\tEpoch: {p['leader_epoch']}\tReplicas: {','.join(map(str, p['replicas']))}"
@@ -724,7 +871,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cluster_status)
 
-    tp = sub.add_parser("topic", help="create, delete, list and describe topics", description="Topic administration.")
+    tp = sub.add_parser(
+        "topic", help="create, delete, reassign, list and describe topics", description="Topic administration."
+    )
     tsub = tp.add_subparsers(dest="topic_command", required=True, metavar="SUBCOMMAND")
     p = tsub.add_parser(
         "create", help="create a topic", description="Create a topic and wait until every partition has a leader."
@@ -748,6 +897,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _add_client(p)
     p.set_defaults(func=cmd_topic_delete)
+    p = tsub.add_parser(
+        "reassign",
+        help="move a partition's replicas (KIP-455)",
+        description="Move partitions to new replica sets, like kafka-reassign-partitions.sh: the added replicas "
+        "copy the log and join the ISR, then the removed ones are stopped and deleted (the leader moves if it "
+        "was removed). --verify lists what is still moving, with each added replica's log end offset beside "
+        "the leader's, and exits 1 until it is done.",
+    )
+    p.add_argument("topic", nargs="?")
+    p.add_argument("--partition", type=int)
+    p.add_argument("--replicas", metavar="B1,B2,...", help="the target replica set, preferred leader first")
+    p.add_argument("--plan", metavar="FILE", help='kafka-reassign-partitions JSON: {"version":1,"partitions":[...]}')
+    p.add_argument("--cancel", action="store_true", help="cancel the reassignment of these partitions")
+    p.add_argument("--verify", action="store_true", help="show what is still moving; exit 1 until done")
+    p.add_argument("--json", action="store_true")
+    _add_client(p)
+    p.set_defaults(func=cmd_topic_reassign)
     p = tsub.add_parser("list", help="list topics", description="List topics.")
     p.add_argument("--json", action="store_true")
     _add_client(p)

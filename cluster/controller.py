@@ -70,6 +70,8 @@ from protocol.errors import ErrorCode
 from protocol.messages import (
     AlterPartitionItem,
     AlterPartitionItemResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -84,8 +86,12 @@ from protocol.messages import (
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     LeaderAndIsrPartition,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     MetadataResponse,
+    OngoingPartitionReassignment,
     PartitionMetadata,
+    ReassignablePartitionResponse,
     TopicMetadata,
     TopicPartition,
 )
@@ -296,6 +302,9 @@ class Controller:
         self._offline_replicas: dict[int, frozenset[TopicPartition]] = {}
         # Brokers loaded from the store: their session starts with the first now_ms we are given.
         self._sessions_to_start: set[int] = set(self._image.brokers)
+        # Replicas the command being run made obsolete (a deleted topic's, a reassignment's removed ones):
+        # `_result` hands them to the caller to stop and delete on their brokers (STOP_REPLICA).
+        self._deleted_replicas: dict[int, list[TopicPartition]] = {}
         self._commit(
             [FenceBrokerRecord(b.broker_id, b.broker_epoch) for b in self._image.brokers.values() if not b.fenced],
             [],
@@ -617,7 +626,6 @@ class Controller:
         at once: the new topic has a new id, so a broker still holding an old log discards it."""
         committed: list[MetadataRecord] = []
         results: list[DeletableTopicResult] = []
-        deleted: dict[int, list[TopicPartition]] = {}
         for name in dict.fromkeys(request.topic_names):  # a name listed twice is deleted once
             topic = self._image.topics.get(name)
             if topic is None:
@@ -631,12 +639,110 @@ class Controller:
                 continue
             for p in self._image.partitions_of(name):
                 for broker_id in p.replicas:
-                    deleted.setdefault(broker_id, []).append(p.topic_partition)
+                    self._deleted_replicas.setdefault(broker_id, []).append(p.topic_partition)
             self._commit([RemoveTopicRecord(name=name)], committed)
             results.append(DeletableTopicResult(name=name))
-        result = self._result(committed, DeleteTopicsResponse(responses=results))
-        result.deleted_replicas = deleted
-        return result
+        return self._result(committed, DeleteTopicsResponse(responses=results))
+
+    # -- partition reassignment (KIP-455) ----------------------------------------------------------
+
+    def alter_partition_reassignments(
+        self, request: AlterPartitionReassignmentsRequest
+    ) -> ControllerResult[AlterPartitionReassignmentsResponse]:
+        """Start (or replace, or with `replicas` None cancel) a reassignment per partition. The partition's
+        replicas become target + removing, with adding = target - original and removing = original - target,
+        at the same leader epoch: the added replicas start following from an empty log. Once every target
+        replica is in the ISR (`_maybe_complete_reassignment`, also run after each ISR change) the replica
+        set becomes the target, the leader moves if it was removed, and the removed replicas are stopped
+        and deleted."""
+        committed: list[MetadataRecord] = []
+        answers: list[ReassignablePartitionResponse] = []
+        registered = set(self._image.brokers)
+        for item in request.partitions:
+            answer = ReassignablePartitionResponse(item.topic, item.partition)
+            answers.append(answer)
+            partition = self._image.partition(item.topic, item.partition)
+            if partition is None:
+                answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                answer.error_message = f"unknown partition {item.topic}-{item.partition}"
+                continue
+            original = partition.original_replicas
+            if item.replicas is None:
+                if not partition.is_reassigning:
+                    answer.error_code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+                    answer.error_message = f"no reassignment of {item.topic}-{item.partition} is in progress"
+                    continue
+                target = original  # cancel: back to where it started
+            else:
+                target = tuple(item.replicas)
+                problem = None
+                if not target or len(set(target)) != len(target) or any(r < 0 for r in target):
+                    problem = f"replicas {list(target)} must be distinct broker ids, at least one"
+                elif unknown := [r for r in target if r not in registered]:
+                    problem = f"brokers {unknown} are not registered"
+                if problem is not None:
+                    answer.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+                    answer.error_message = problem
+                    continue
+            adding = tuple(r for r in target if r not in original)
+            removing = tuple(r for r in original if r not in target)
+            full = target + removing
+            if (full, adding, removing) != (partition.replicas, partition.adding_replicas, partition.removing_replicas):
+                isr = in_replica_order(full, [r for r in partition.isr if r in full])
+                change = PartitionChangeRecord(
+                    topic=item.topic,
+                    partition=item.partition,
+                    replicas=full,
+                    isr=isr,
+                    adding_replicas=adding,
+                    removing_replicas=removing,
+                )
+                self._commit([change], committed)
+                # Replicas a replaced reassignment was adding and this one drops: stop and delete them.
+                for broker_id in partition.replicas:
+                    if broker_id not in full:
+                        self._deleted_replicas.setdefault(broker_id, []).append(partition.topic_partition)
+            self._maybe_complete_reassignment(partition.topic_partition, committed)
+        return self._result(committed, AlterPartitionReassignmentsResponse(responses=answers))
+
+    def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest
+    ) -> ControllerResult[ListPartitionReassignmentsResponse]:
+        wanted = None if request.topics is None else set(request.topics)
+        ongoing = [
+            OngoingPartitionReassignment(
+                p.topic, p.partition, list(p.replicas), list(p.adding_replicas), list(p.removing_replicas)
+            )
+            for p in self._image.partitions.values()
+            if p.is_reassigning and (wanted is None or p.topic in wanted)
+        ]
+        ongoing.sort(key=lambda r: (r.topic, r.partition))
+        return self._result([], ListPartitionReassignmentsResponse(reassignments=ongoing))
+
+    def _maybe_complete_reassignment(self, tp: TopicPartition, committed: list[MetadataRecord]) -> None:
+        partition = self._image.partitions.get(tp)
+        if partition is None or not partition.is_reassigning:
+            return
+        target = partition.target_replicas
+        if not set(target) <= set(partition.isr):
+            return  # an added replica is still catching up
+        isr = in_replica_order(target, [r for r in partition.isr if r in target])
+        leader: int | None = None
+        if partition.leader not in target:
+            active = self._image.active_broker_ids()
+            leader = next((r for r in isr if r in active), isr[0])
+        change = PartitionChangeRecord(
+            topic=tp.topic,
+            partition=tp.partition,
+            leader=leader,
+            isr=isr,
+            replicas=target,
+            adding_replicas=(),
+            removing_replicas=(),
+        )
+        self._commit([change], committed)
+        for broker_id in partition.removing_replicas:
+            self._deleted_replicas.setdefault(broker_id, []).append(tp)
 
     # -- ISR changes from leaders -----------------------------------------------------------------
 
@@ -682,6 +788,7 @@ class Controller:
         if new_isr != partition.isr:
             change = PartitionChangeRecord(topic=item.topic, partition=item.partition, isr=new_isr)
             self._commit([change], committed)
+            self._maybe_complete_reassignment(partition.topic_partition, committed)
         current = self._image.partitions[partition.topic_partition]
         return AlterPartitionItemResponse(
             topic=item.topic,
@@ -759,7 +866,10 @@ class Controller:
             for tp in touched
             if tp in self._image.partitions  # not deleted by a later record of the same command
         ]
-        return ControllerResult(records=list(committed), response=response, changed_partitions=changed)
+        deleted, self._deleted_replicas = self._deleted_replicas, {}
+        return ControllerResult(
+            records=list(committed), response=response, changed_partitions=changed, deleted_replicas=deleted
+        )
 
     def _now(self, now_ms: int | None) -> int:
         """The caller's clock, or ours; also starts the sessions of brokers loaded from the store."""

@@ -8,8 +8,9 @@ How this works
 --------------
 Requests arrive on the same framed protocol as the brokers'. Each controller command runs to completion
 on the event loop (single-threaded, like KRaft's controller thread): BROKER_REGISTRATION,
-BROKER_HEARTBEAT, CREATE_TOPICS, ALTER_PARTITION, and a `tick` every `controller.tick.ms` that fences
-brokers whose session expired and elects new leaders. Whatever a command changed is pushed out:
+BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, ALTER_PARTITION, ALTER/LIST_PARTITION_REASSIGNMENTS, and a
+`tick` every `controller.tick.ms` that fences brokers whose session expired and elects new leaders.
+Whatever a command changed is pushed out:
 
 * every active broker gets UPDATE_METADATA (the whole image: brokers, partitions, topic configs), so any
   broker answers METADATA for any topic and followers find their leaders;
@@ -38,6 +39,7 @@ from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages import (
     EPOCH_DURING_DELETE,
+    AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     ApiVersionsRequest,
     BrokerEndpoint,
@@ -48,6 +50,7 @@ from protocol.messages import (
     ErrorResponse,
     LeaderAndIsrPartition,
     LeaderAndIsrRequest,
+    ListPartitionReassignmentsRequest,
     MetadataRequest,
     RequestHeader,
     SaslAuthenticateRequest,
@@ -172,6 +175,12 @@ class ControllerNode:
             BrokerHeartbeatRequest: self.controller.heartbeat,
             CreateTopicsRequest: lambda request, _now: self.controller.create_topics(request),
             DeleteTopicsRequest: lambda request, _now: self.controller.delete_topics(request),
+            AlterPartitionReassignmentsRequest: lambda request, _now: self.controller.alter_partition_reassignments(
+                request
+            ),
+            ListPartitionReassignmentsRequest: lambda request, _now: self.controller.list_partition_reassignments(
+                request
+            ),
             AlterPartitionRequest: self.controller.alter_partition,
         }
         # Requests anyone may send.

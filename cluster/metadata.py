@@ -109,16 +109,25 @@ class PartitionRecord:
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionChangeRecord:
-    """A leader and/or ISR change. `None` means unchanged. See the module docstring for epochs."""
+    """A leader, ISR and/or replica-set change. `None` means unchanged. See the module docstring for epochs.
+
+    A reassignment (KIP-455) is two changes: the first sets `replicas` to target + removing with the
+    `adding_replicas` and `removing_replicas`; once every target replica is in the ISR the second sets
+    `replicas` to the target and empties both."""
 
     topic: str
     partition: int
     leader: int | None = None
     isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
 
 
 MetadataRecord = (
@@ -145,7 +154,7 @@ _RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         PartitionChangeRecord,
     )
 }
-_TUPLE_FIELDS = frozenset({"replicas", "isr"})
+_TUPLE_FIELDS = frozenset({"replicas", "isr", "adding_replicas", "removing_replicas"})
 
 
 def record_to_dict(record: MetadataRecord) -> dict[str, Any]:
@@ -209,6 +218,21 @@ class PartitionRegistration:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    adding_replicas: tuple[int, ...] = ()  # a reassignment in progress (KIP-455): replicas still catching up
+    removing_replicas: tuple[int, ...] = ()  # and those to drop once they have
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replica set the partition is moving to (its replicas when no reassignment is in progress)."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -311,6 +335,8 @@ class MetadataImage:
                     leader=p.leader,
                     leader_epoch=p.leader_epoch,
                     partition_epoch=p.partition_epoch,
+                    adding_replicas=p.adding_replicas,
+                    removing_replicas=p.removing_replicas,
                 )
 
     def __eq__(self, other: object) -> bool:
@@ -412,6 +438,8 @@ class MetadataImage:
             leader=record.leader,
             leader_epoch=record.leader_epoch,
             partition_epoch=record.partition_epoch,
+            adding_replicas=tuple(record.adding_replicas),
+            removing_replicas=tuple(record.removing_replicas),
         )
         _check_partition(registration)
         self._partitions[registration.topic_partition] = registration
@@ -427,6 +455,12 @@ class MetadataImage:
             changed = replace(changed, leader=record.leader, leader_epoch=current.leader_epoch + 1)
         if record.isr is not None:
             changed = replace(changed, isr=tuple(record.isr))
+        if record.replicas is not None:
+            changed = replace(changed, replicas=tuple(record.replicas))
+        if record.adding_replicas is not None:
+            changed = replace(changed, adding_replicas=tuple(record.adding_replicas))
+        if record.removing_replicas is not None:
+            changed = replace(changed, removing_replicas=tuple(record.removing_replicas))
         _check_partition(changed)
         self._partitions[tp] = changed
 
@@ -443,6 +477,12 @@ def _check_partition(p: PartitionRegistration) -> None:
         raise MetadataReplayError(f"{where}: leader {p.leader} is not in ISR {p.isr}")
     if p.leader_epoch < 0 or p.partition_epoch < 0:
         raise MetadataReplayError(f"{where}: negative epoch")
+    if not set(p.adding_replicas) | set(p.removing_replicas) <= set(p.replicas) or set(p.adding_replicas) & set(
+        p.removing_replicas
+    ):
+        raise MetadataReplayError(
+            f"{where}: adding {p.adding_replicas} and removing {p.removing_replicas} must be disjoint replicas"
+        )
 
 
 def in_replica_order(replicas: Sequence[int], members: Sequence[int] | frozenset[int]) -> tuple[int, ...]:

@@ -36,6 +36,7 @@ class ErrorCode(IntEnum):
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_CONFIG = 40
     NOT_CONTROLLER = 41
     KAFKA_STORAGE_ERROR = 56
@@ -46,6 +47,7 @@ class ErrorCode(IntEnum):
     STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78
     INVALID_RECORD = 87
+    NO_REASSIGNMENT_IN_PROGRESS = 85
     INVALID_UPDATE_VERSION = 95
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
@@ -110,6 +112,10 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.TOPIC_ALREADY_EXISTS: "CREATE_TOPICS: a topic of that name exists",
     ErrorCode.INVALID_PARTITIONS: "CREATE_TOPICS: the partition count is not valid",
     ErrorCode.INVALID_REPLICATION_FACTOR: "CREATE_TOPICS: the replication factor is larger than the live brokers",
+    ErrorCode.INVALID_REPLICA_ASSIGNMENT: (
+        "ALTER_PARTITION_REASSIGNMENTS: the target replicas are empty, repeated or not registered brokers"
+    ),
+    ErrorCode.NO_REASSIGNMENT_IN_PROGRESS: "ALTER_PARTITION_REASSIGNMENTS: a cancel for a partition that is not moving",
     ErrorCode.INVALID_CONFIG: "a config key is unknown or its value out of range; the message names it",
     ErrorCode.NOT_CONTROLLER: "the request needs the controller and this node is not it",
     ErrorCode.INVALID_REQUEST: "the request breaks the protocol's rules; the message names the field",

@@ -412,6 +412,59 @@ class DeleteTopicsResponse(Message):
     error_message: str | None = None
 
 
+# -- ALTER_PARTITION_REASSIGNMENTS (45), LIST_PARTITION_REASSIGNMENTS (46) ---------------------------
+
+
+@dataclass(slots=True)
+class ReassignablePartition(Message):
+    topic: str
+    partition: int
+    replicas: list[int] | None = None  # the target replica set, preferred leader first; None: cancel
+
+
+@dataclass(slots=True)
+class AlterPartitionReassignmentsRequest(Message):
+    partitions: list[ReassignablePartition]
+    timeout_ms: int = 30000
+
+
+@dataclass(slots=True)
+class ReassignablePartitionResponse(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class AlterPartitionReassignmentsResponse(Message):
+    responses: list[ReassignablePartitionResponse] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class ListPartitionReassignmentsRequest(Message):
+    topics: list[str] | None = None  # None: every topic
+    timeout_ms: int = 30000
+
+
+@dataclass(slots=True)
+class OngoingPartitionReassignment(Message):
+    topic: str
+    partition: int
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+
+
+@dataclass(slots=True)
+class ListPartitionReassignmentsResponse(Message):
+    reassignments: list[OngoingPartitionReassignment] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
 # -- STOP_REPLICA (5) -----------------------------------------------------------------------------
 
 
@@ -656,6 +709,8 @@ REQUEST_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
     ApiKey.STOP_REPLICA: StopReplicaRequest,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsRequest,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsRequest,
     ApiKey.DELETE_RECORDS: DeleteRecordsRequest,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
     ApiKey.DESCRIBE_LOG_DIRS: DescribeLogDirsRequest,
@@ -676,6 +731,8 @@ RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.CREATE_TOPICS: CreateTopicsResponse,
     ApiKey.DELETE_TOPICS: DeleteTopicsResponse,
     ApiKey.STOP_REPLICA: StopReplicaResponse,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsResponse,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsResponse,
     ApiKey.DELETE_RECORDS: DeleteRecordsResponse,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochResponse,
     ApiKey.DESCRIBE_LOG_DIRS: DescribeLogDirsResponse,

@@ -21,6 +21,8 @@ from cluster.metadata_store import MetadataStore
 from protocol.errors import ErrorCode
 from protocol.messages import (
     AlterPartitionItem,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -30,6 +32,9 @@ from protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
+    ListPartitionReassignmentsRequest,
+    ReassignablePartition,
+    TopicPartition,
 )
 from protocol.time import ManualTime
 
@@ -782,6 +787,105 @@ def test_deleting_a_topic_removes_it_and_names_every_replica_to_stop_and_delete(
     restarted = Cluster(store=MetadataStore(tmp_path), time=time)
     assert restarted.controller.image.topics == cluster.controller.image.topics
     assert dict(restarted.controller.image.partitions) == dict(cluster.controller.image.partitions)
+
+
+# -- partition reassignment (KIP-455) ------------------------------------------------------------
+
+
+def reassign(cluster: Cluster, replicas: list[int] | None) -> ControllerResult[AlterPartitionReassignmentsResponse]:
+    request = AlterPartitionReassignmentsRequest([ReassignablePartition("t", 0, replicas)])
+    return cluster.controller.alter_partition_reassignments(request)
+
+
+def outsider(p: PartitionRegistration) -> int:
+    """A broker of 1..4 that holds no replica of `p`."""
+    return next(b for b in (1, 2, 3, 4) if b not in p.replicas)
+
+
+def test_a_reassignment_adds_first_then_drops_the_removed_replicas_once_the_new_ones_are_in_sync() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1, 2, 3, 4)
+    cluster.create("t", 1, 3)
+    before = cluster.partition()
+    leader = before.leader
+    dropped = next(r for r in before.replicas if r != leader)
+    kept = [r for r in before.replicas if r != dropped]
+    new = outsider(before)
+    target = [new, *kept]
+
+    started = reassign(cluster, target)
+
+    # then: replicas = target + removing, the new one is told (LEADER_AND_ISR), same leader and epoch
+    assert [r.error_code for r in started.response.responses] == [ErrorCode.NONE]
+    moving = cluster.partition()
+    assert (moving.replicas, moving.adding_replicas, moving.removing_replicas) == (
+        (*target, dropped),
+        (new,),
+        (dropped,),
+    )
+    assert (moving.leader, moving.leader_epoch, set(moving.isr)) == (leader, before.leader_epoch, set(before.isr))
+    assert new in started.leader_and_isr_by_broker()
+    assert started.deleted_replicas == {}
+    listed = cluster.controller.list_partition_reassignments(ListPartitionReassignmentsRequest()).response
+    assert [(r.adding_replicas, r.removing_replicas) for r in listed.reassignments] == [([new], [dropped])]
+
+    # when the leader reports broker 4 in sync, then the move completes and the dropped replica is deleted
+    done = cluster.alter(leader, [*before.isr, new])
+    after = cluster.partition()
+    assert (after.replicas, after.adding_replicas, after.removing_replicas) == (tuple(target), (), ())
+    assert set(after.isr) == set(target) and after.leader == leader and after.leader_epoch == before.leader_epoch
+    assert done.deleted_replicas == {dropped: [TopicPartition("t", 0)]}
+    assert (
+        cluster.controller.list_partition_reassignments(ListPartitionReassignmentsRequest()).response.reassignments
+        == []
+    )
+
+
+def test_a_reassignment_away_from_the_leader_elects_a_target_replica_when_it_completes() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1, 2, 3, 4)
+    cluster.create("t", 1, 3)
+    before = cluster.partition()
+    new = outsider(before)
+    target = [new, *[r for r in before.replicas if r != before.leader]]
+    reassign(cluster, target)
+    cluster.alter(before.leader, [*before.isr, new])
+    after = cluster.partition()
+    assert after.leader in target and after.leader != before.leader
+    assert after.leader_epoch == before.leader_epoch + 1
+    assert after.replicas == tuple(target)
+
+
+def test_a_cancelled_reassignment_goes_back_and_deletes_what_it_added() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1, 2, 3, 4)
+    cluster.create("t", 1, 3)
+    before = cluster.partition()
+    new = outsider(before)
+    reassign(cluster, [new, *before.replicas[1:]])
+    cancelled = reassign(cluster, None)
+    after = cluster.partition()
+    # back to the original replicas (in the order of the moving set, as in Kafka), and the same leader
+    assert (set(after.replicas), after.adding_replicas, after.removing_replicas) == (set(before.replicas), (), ())
+    assert after.leader == before.leader
+    assert cancelled.deleted_replicas == {new: [TopicPartition("t", 0)]}
+
+
+@pytest.mark.parametrize(
+    ("replicas", "error"),
+    [
+        ([1, 1], ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        ([1, 9], ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        ([], ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        (None, ErrorCode.NO_REASSIGNMENT_IN_PROGRESS),
+    ],
+)
+def test_bad_reassignments_are_refused_and_change_nothing(replicas: list[int] | None, error: ErrorCode) -> None:
+    cluster = three_brokers_one_partition()
+    before = cluster.partition()
+    result = reassign(cluster, replicas)
+    assert [r.error_code for r in result.response.responses] == [error]
+    assert result.records == [] and cluster.partition() == before
 
 
 # -- durability -----------------------------------------------------------------------------------

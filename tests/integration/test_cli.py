@@ -54,6 +54,7 @@ COMMANDS = [
     ["topic"],
     ["topic", "create"],
     ["topic", "delete"],
+    ["topic", "reassign"],
     ["topic", "list"],
     ["topic", "describe"],
     ["produce"],

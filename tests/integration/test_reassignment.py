@@ -1,0 +1,112 @@
+"""Partition reassignment (KIP-455) on a real 4-broker cluster under load: `minibroker topic reassign`
+adds a replica that copies the log from empty and joins the ISR, then the removed replica (here the
+leader) is stopped and deleted; no acknowledged write is lost and the replicas end byte-identical."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.local_cluster import free_ports, random_base_address
+from tests.integration.processes import ROOT
+from tests.integration.test_cli import clean_env, cli
+
+pytestmark = [pytest.mark.slow]
+
+
+def log_bytes(cluster_dir: Path, broker_id: int, name: str) -> bytes:
+    """Every record batch of a replica, segment after segment (what a follower copied byte for byte)."""
+    segments = sorted((cluster_dir / f"broker-{broker_id}" / "data" / name).glob("*.log"))
+    return b"".join(p.read_bytes() for p in segments)
+
+
+def describe(d: tuple[str, str], topic: str) -> dict[str, object]:
+    out = cli("topic", "describe", topic, "--json", *d)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    topics = data if isinstance(data, list) else data["topics"]
+    return topics[0]["partitions"][0]  # type: ignore[no-any-return]
+
+
+def wait_for(predicate, timeout_s: float = 60.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.timeout(240)
+def test_moving_a_partition_off_its_leader_under_load_loses_nothing(tmp_path: Path) -> None:
+    cluster_dir = tmp_path / "c"
+    ports = free_ports(2)
+    up = cli(
+        *("cluster", "up", "--dir", str(cluster_dir), "--brokers", "4", "--base-port", str(ports[0])),
+        *("--base-address", random_base_address(), "--detach", "--json"),
+        timeout=90,
+    )
+    assert up.returncode == 0, up.stderr
+    d = ("--dir", str(cluster_dir))
+    try:
+        created = cli(
+            *("topic", "create", "moving", "--partitions", "1", "--replication-factor", "3"),
+            *("--config", "min.insync.replicas=2", "--config", "segment.bytes=65536", *d),
+        )
+        assert created.returncode == 0, created.stderr
+        before = describe(d, "moving")
+        leader, replicas = int(before["leader"]), [int(r) for r in before["replicas"]]  # type: ignore[call-overload]
+        newcomer = next(b for b in (1, 2, 3, 4) if b not in replicas)
+        target = [newcomer, *[r for r in replicas if r != leader]]
+
+        # a producer writing 6000 numbered records with acks=all, in small batches, all through the move
+        values = [f"r{i:05d}" for i in range(6000)]
+        producer = subprocess.Popen(
+            [sys.executable, "-m", "cluster", "produce", "moving", "--acks", "all", "--batch-size", "5", "--json", *d],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=clean_env(),
+        )
+        assert producer.stdin is not None
+        producer.stdin.write("\n".join(values[:3000]) + "\n")
+        producer.stdin.flush()
+
+        # the move starts while the first half is being written; the second half is written during it
+        moved = cli("topic", "reassign", "moving", "--partition", "0", "--replicas", ",".join(map(str, target)), *d)
+        assert moved.returncode == 0, moved.stderr
+        producer.stdin.write("\n".join(values[3000:]) + "\n")
+        producer.stdin.close()
+        producer.stdin = None  # closed: communicate() must not flush it
+        out, err = producer.communicate(timeout=120)
+        assert producer.returncode == 0, err
+        result = json.loads(out)
+        assert result["failed"] == 0, result
+
+        # --verify exits 1 while the newcomer catches up, then 0; the old leader's replica is deleted
+        wait_for(lambda: cli("topic", "reassign", "--verify", "moving", *d).returncode == 0, what="move done")
+        after = describe(d, "moving")
+        assert [int(r) for r in after["replicas"]] == target  # type: ignore[union-attr]
+        assert int(after["leader"]) in target and int(after["leader"]) != leader  # type: ignore[call-overload]
+        wait_for(lambda: not (cluster_dir / f"broker-{leader}" / "data" / "moving-0").exists(), what="deletion")
+
+        # every acknowledged record is there, once
+        consumed = cli("consume", "moving", "--from-beginning", "--max-messages", "7000", "--timeout-ms", "3000", *d)
+        assert consumed.returncode == 0, consumed.stderr
+        got = consumed.stdout.split()
+        assert set(got) == set(values)
+        # and the replicas are byte-identical, the newcomer's copy included
+        wait_for(
+            lambda: len({log_bytes(cluster_dir, b, "moving-0") for b in target}) == 1,
+            what="identical replicas",
+        )
+        assert len(log_bytes(cluster_dir, newcomer, "moving-0")) > 6000 * 6
+    finally:
+        cli("cluster", "down", *d, timeout=60)
