@@ -129,8 +129,8 @@ class CachedPartition:
     @classmethod
     def from_request_and_response(cls, request: FetchPartition, response: FetchPartitionResponse) -> CachedPartition:
         cached = cls.from_request(request)
-        cached.high_watermark = response.high_watermark
         cached.local_log_start_offset = response.log_start_offset
+        cached.maybe_update_response_data(response, update=True)  # the same rule as every later answer
         return cached
 
     @property

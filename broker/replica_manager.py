@@ -361,6 +361,11 @@ class ReplicaManager:
                     partition.apply_committed_isr(state.leader_epoch, state.isr, state.partition_epoch)
                     if partition.is_leader and partition.maybe_increment_leader_hw(now):
                         self._on_high_watermark_change(tp)
+                elif state.partition_epoch == partition.partition_epoch and state.replicas != partition.assignment:
+                    # The leader already holds this partition epoch from its ALTER_PARTITION answer, which
+                    # carries the ISR but not the replicas: the change that completed a reassignment with that
+                    # ISR change is only here.
+                    partition.update_assignment(state.replicas, now)
                 continue
             try:
                 if partition is None:

@@ -136,7 +136,10 @@ class ReplicaFetcherManager:
     async def shutdown_idle_fetchers(self) -> None:
         idle = [key for key, fetcher in self._fetchers.items() if fetcher.partition_count <= 0]
         for key in idle:
-            await self._shutdown_fetcher(key)
+            # Checked again: while an earlier one shut down, partitions may have been added to this one.
+            fetcher = self._fetchers.get(key)
+            if fetcher is not None and fetcher.partition_count <= 0:
+                await self._shutdown_fetcher(key)
 
     async def resize_thread_pool(self, new_size: int) -> None:
         """Change `num.replica.fetchers`: every partition is re-assigned by the new fetcher ids, keeping
@@ -193,8 +196,12 @@ class ReplicaFetcherManager:
         return fetcher
 
     async def _shutdown_fetcher(self, key: BrokerIdAndFetcherId) -> None:
-        fetcher = self._fetchers.pop(key)
-        task = self._tasks.pop(key)
+        # Shutdowns interleave (close() and an idle-fetcher shutdown each await the fetcher's task): the
+        # first one to get here shuts it down, a later one finds nothing left to do.
+        fetcher = self._fetchers.pop(key, None)
+        task = self._tasks.pop(key, None)
+        if fetcher is None or task is None:
+            return
         fetcher.stop()
         task.cancel()
         try:

@@ -13,9 +13,13 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from protocol.messages import AlterPartitionReassignmentsRequest, ReassignablePartition
+from protocol.transport import NETWORK_ERRORS
 from sim.cluster import CONTROLLER_ID, SimCluster
+from sim.network import SimTransport
 
-KINDS = ("kill", "restart", "pause", "partition", "delay", "drop", "slow-disk")
+KINDS = ("kill", "restart", "pause", "partition", "delay", "drop", "slow-disk", "reassign")
+REASSIGNER_ID = 4000  # the node an operator's ALTER_PARTITION_REASSIGNMENTS comes from
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,10 @@ def generate(
             target = (rng.choice(nodes),)
         elif kind == "partition":
             target = tuple(sorted(rng.sample(nodes, rng.randint(1, len(nodes) - 1))))
+        elif kind == "reassign":
+            # every broker in a random order: the move takes the first replication-factor of them, for the
+            # partition `amount` (a fraction) picks among the sorted partitions
+            target = tuple(rng.sample(brokers, len(brokers)))
         else:
             target = tuple(rng.sample(nodes, 2))
         amount = 0.0
@@ -83,6 +91,8 @@ def generate(
             amount = round(rng.uniform(0.05, 0.6), 2)
         elif kind == "slow-disk":
             amount = round(rng.uniform(10.0, 300.0), 1)
+        elif kind == "reassign":
+            amount = round(rng.random(), 3)
         one_way = kind == "partition" and rng.random() < 0.3
         faults.append(Fault(at_ms, kind, duration_ms, target, one_way, amount))
 
@@ -128,6 +138,8 @@ class FaultInjector:
                     await c.restart_broker(broker)
 
             return restart
+        if fault.kind == "reassign":
+            return await self._reassign(fault, details)
         if fault.kind == "restart":
             (broker,) = fault.nodes
             if broker not in c.brokers:
@@ -193,6 +205,31 @@ class FaultInjector:
 
             return fast
         raise ValueError(f"unknown fault kind {fault.kind!r}")
+
+    async def _reassign(self, fault: Fault, details: dict[str, Any]) -> Any:
+        """An operator moves one partition to other brokers (KIP-455) through the controller, as
+        `minibroker topic reassign` does; the move completes (or not) while the other faults go on."""
+        c = self.cluster
+        if c.controller is None:
+            return None
+        partitions = sorted(c.controller.controller.image.partitions.values(), key=lambda p: p.topic_partition)
+        if not partitions:
+            return None
+        partition = partitions[min(int(fault.amount * len(partitions)), len(partitions) - 1)]
+        target = list(fault.nodes[: len(partition.target_replicas)])
+        c.trace.event(REASSIGNER_ID, "fault", **details, tp=str(partition.topic_partition), target=target)
+        request = AlterPartitionReassignmentsRequest(
+            [ReassignablePartition(partition.topic, partition.partition, target)]
+        )
+        try:
+            await SimTransport(c.network, REASSIGNER_ID, timeout_ms=5000).send(CONTROLLER_ID, request)
+        except NETWORK_ERRORS:
+            return None  # the controller was unreachable: nothing moved
+
+        async def nothing() -> None:
+            return None
+
+        return nothing
 
 
 def restart_clean(cluster: SimCluster, broker: int) -> Any:

@@ -507,6 +507,17 @@ def test_a_divergence_is_sent_and_the_high_watermark_sent_again_after_it() -> No
     assert ctx.update_and_generate_response([answer("foo", 0, 11), answer("foo", 1, 20)]).partitions == []
 
 
+def test_a_divergence_in_the_answer_that_opens_a_session_does_not_count_its_high_watermark_as_sent() -> None:
+    # the follower's first fetch of a new leader diverges: it truncates and ignores that answer's HW
+    manager, _, _ = new_manager()
+    diverging = answer("foo", 0, 11)
+    diverging.diverging_epoch, diverging.diverging_end_offset = 2, 11
+    session_id = open_session(manager, [part("foo", 0, fetch_offset=12)], [diverging])
+    # so the next answer carries foo-0 although its HW did not change
+    ctx = manager.new_context(request(session_id, 1), FOLLOWER)
+    assert tps(ctx.update_and_generate_response([answer("foo", 0, 11)]).partitions) == [TopicPartition("foo", 0)]
+
+
 def test_sent_partitions_move_to_the_end_of_the_session_order() -> None:
     manager, _, _ = new_manager()
     session_id = open_session(

@@ -522,3 +522,17 @@ async def test_replicas_added_at_the_same_leader_epoch_are_known_to_the_leader(b
     # when broker 1 is removed, then the leader forgets it
     broker.make_leader(leader_epoch=1, isr=[LOCAL_ID], replicas=[LOCAL_ID, OTHER_FOLLOWER_ID], partition_epoch=10)
     assert set(broker.partition().remote_replicas) == {OTHER_FOLLOWER_ID}
+
+
+async def test_a_leader_that_learned_the_partition_epoch_from_its_isr_answer_still_takes_the_new_replicas(
+    broker: LeaderBroker,
+) -> None:
+    # given a leader of replicas {0, 1, 2} whose ISR change was answered at partition epoch 5, the commit
+    # that also completed a reassignment removing broker 2 (its ALTER_PARTITION answer has no replicas)
+    broker.make_leader(leader_epoch=1, replicas=[LOCAL_ID, FOLLOWER_ID, OTHER_FOLLOWER_ID], partition_epoch=1)
+    broker.partition().apply_committed_isr(1, [LOCAL_ID, FOLLOWER_ID], 5)
+    # when the LEADER_AND_ISR of that same partition epoch arrives with the new replicas
+    broker.make_leader(leader_epoch=1, isr=[LOCAL_ID, FOLLOWER_ID], replicas=[LOCAL_ID, FOLLOWER_ID], partition_epoch=5)
+    # then the leader stops tracking broker 2
+    assert broker.partition().assignment == [LOCAL_ID, FOLLOWER_ID]
+    assert set(broker.partition().remote_replicas) == {FOLLOWER_ID}

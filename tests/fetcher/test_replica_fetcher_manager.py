@@ -115,6 +115,35 @@ async def test_removing_partitions_returns_their_states_and_idle_fetchers_shut_d
     assert c.manager.fetchers == {} and all(leader.closed for leader in c.leaders)
 
 
+async def test_close_during_an_idle_shutdown_shuts_each_fetcher_down_once() -> None:
+    # A broker killed while its idle fetchers were shutting down: both paths await the same fetcher task.
+    c = Cluster(num_fetchers=1)
+    states = c.partitions(4)
+    c.manager.add_fetcher_for_partitions(states)
+    c.manager.remove_fetcher_for_partitions(list(states))
+    idle = asyncio.ensure_future(c.manager.shutdown_idle_fetchers())
+    await asyncio.sleep(0)  # the idle shutdown is now waiting for the first fetcher to stop
+    await c.manager.close()
+    await idle
+    assert c.manager.fetchers == {} and all(leader.closed for leader in c.leaders)
+
+
+async def test_an_idle_fetcher_given_partitions_meanwhile_is_not_shut_down() -> None:
+    c = Cluster(num_fetchers=1)
+    states = c.partitions(4)
+    c.manager.add_fetcher_for_partitions(states)
+    c.manager.remove_fetcher_for_partitions(list(states))
+    idle = asyncio.ensure_future(c.manager.shutdown_idle_fetchers())
+    await asyncio.sleep(0)  # shutting down the first idle fetcher
+    leader_two = {tp: s for tp, s in states.items() if s.leader_id == 2}
+    c.manager.add_fetcher_for_partitions(leader_two)  # the second one is busy again
+    await idle
+    try:
+        assert c.assignment() == sorted(leader_two)
+    finally:
+        await c.manager.close()
+
+
 async def test_resizing_the_pool_keeps_every_partition_assigned_once() -> None:
     c = Cluster(num_fetchers=1)
     states = c.partitions(10)
