@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,29 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
     """The one error line a user error prints; never a traceback."""
     assert "Traceback" not in result.stderr, result.stderr
     return result.stderr.strip().splitlines()[-1]
+
+
+def cluster_up(cluster_dir: Path, brokers: int, *extra: str) -> tuple[str, str]:
+    """`cluster up --detach` on free ports and a loopback base address of its own; the `--dir` flags."""
+    from cluster.local_cluster import random_base_address
+
+    up = cli(
+        *("cluster", "up", "--dir", str(cluster_dir), "--brokers", str(brokers), "--base-port", str(free_ports(1)[0])),
+        *("--base-address", random_base_address(), "--detach", "--json", *extra),
+        timeout=90,
+    )
+    assert up.returncode == 0, up.stderr
+    return ("--dir", str(cluster_dir))
+
+
+def eventually(predicate: Callable[[], object], timeout_s: float = 60.0, what: str = "condition") -> None:
+    """Poll a condition that no event announces (files on disk, another process's state)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 COMMANDS = [

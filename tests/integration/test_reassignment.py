@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from cluster.local_cluster import free_ports, random_base_address
 from tests.integration.processes import ROOT
-from tests.integration.test_cli import clean_env, cli
+from tests.integration.test_cli import clean_env, cli, cluster_up, eventually
 
 pytestmark = [pytest.mark.slow]
 
@@ -33,26 +31,10 @@ def describe(d: tuple[str, str], topic: str) -> dict[str, object]:
     return topics[0]["partitions"][0]  # type: ignore[no-any-return]
 
 
-def wait_for(predicate, timeout_s: float = 60.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.timeout(240)
 def test_moving_a_partition_off_its_leader_under_load_loses_nothing(tmp_path: Path) -> None:
     cluster_dir = tmp_path / "c"
-    ports = free_ports(2)
-    up = cli(
-        *("cluster", "up", "--dir", str(cluster_dir), "--brokers", "4", "--base-port", str(ports[0])),
-        *("--base-address", random_base_address(), "--detach", "--json"),
-        timeout=90,
-    )
-    assert up.returncode == 0, up.stderr
-    d = ("--dir", str(cluster_dir))
+    d = cluster_up(cluster_dir, 4)
     try:
         created = cli(
             *("topic", "create", "moving", "--partitions", "1", "--replication-factor", "3"),
@@ -91,11 +73,11 @@ def test_moving_a_partition_off_its_leader_under_load_loses_nothing(tmp_path: Pa
         assert result["failed"] == 0, result
 
         # --verify exits 1 while the newcomer catches up, then 0; the old leader's replica is deleted
-        wait_for(lambda: cli("topic", "reassign", "--verify", "moving", *d).returncode == 0, what="move done")
+        eventually(lambda: cli("topic", "reassign", "--verify", "moving", *d).returncode == 0, what="move done")
         after = describe(d, "moving")
         assert [int(r) for r in after["replicas"]] == target  # type: ignore[union-attr]
         assert int(after["leader"]) in target and int(after["leader"]) != leader  # type: ignore[call-overload]
-        wait_for(lambda: not (cluster_dir / f"broker-{leader}" / "data" / "moving-0").exists(), what="deletion")
+        eventually(lambda: not (cluster_dir / f"broker-{leader}" / "data" / "moving-0").exists(), what="deletion")
 
         # every acknowledged record is there, once
         consumed = cli("consume", "moving", "--from-beginning", "--max-messages", "7000", "--timeout-ms", "3000", *d)
@@ -103,7 +85,7 @@ def test_moving_a_partition_off_its_leader_under_load_loses_nothing(tmp_path: Pa
         got = consumed.stdout.split()
         assert set(got) == set(values)
         # and the replicas are byte-identical, the newcomer's copy included
-        wait_for(
+        eventually(
             lambda: len({log_bytes(cluster_dir, b, "moving-0") for b in target}) == 1,
             what="identical replicas",
         )

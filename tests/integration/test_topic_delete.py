@@ -5,14 +5,12 @@ was down while the topic was deleted (it discards its stale log by topic id when
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
-from cluster.local_cluster import free_ports, random_base_address
 from tests.integration.test_broker_lifecycle import broker
-from tests.integration.test_cli import cli, error_line
+from tests.integration.test_cli import cli, cluster_up, error_line, eventually
 
 pytestmark = [pytest.mark.slow]
 
@@ -34,27 +32,12 @@ def cluster_brokers(d: tuple[str, str]) -> set[int]:
     return {b["id"] for b in json.loads(status.stdout)["brokers"] if b["registered"]}  # as the controller lists them
 
 
-def eventually(predicate, timeout_s: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.timeout(180)
 def test_a_deleted_topic_leaves_no_log_and_comes_back_empty_even_on_a_broker_that_was_down(tmp_path: Path) -> None:
     cluster_dir = tmp_path / "c"
-    ports = free_ports(2)
-    up = cli(
-        *("cluster", "up", "--dir", str(cluster_dir), "--brokers", "3", "--base-port", str(ports[0])),
-        *("--base-address", random_base_address(), "--detach", "--json"),
-        *("--override", "broker.session.timeout.ms=3000", "--override", "broker.heartbeat.interval.ms=500"),
-        timeout=90,
+    d = cluster_up(
+        cluster_dir, 3, "--override", "broker.session.timeout.ms=3000", "--override", "broker.heartbeat.interval.ms=500"
     )
-    assert up.returncode == 0, up.stderr
-    d = ("--dir", str(cluster_dir))
     try:
         assert cli("topic", "create", "orders", "--partitions", "2", "--replication-factor", "3", *d).returncode == 0
         produced = cli("produce", "orders", "--count", "200", "--acks", "all", "--json", *d)
