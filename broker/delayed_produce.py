@@ -9,7 +9,7 @@ NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below `min.insync.replicas` m
 less durable than asked) or leadership moved (NOT_ENOUGH_REPLICAS_AFTER_APPEND as well, where Kafka
 answers NOT_LEADER_OR_FOLLOWER: see `Partition.check_enough_replicas_reached_offset` and docs/protocol.md,
 "PRODUCE errors": the records are in this broker's log and may survive, so the answer must not read as
-"not appended").
+"not appended"). A replica stopped while a produce waits (STOP_REPLICA) answers the same.
 When `timeout_ms` passes first, the partitions still waiting answer REQUEST_TIMED_OUT: the records are in
 the leader's log but not known to be replicated, so the producer must treat them as indeterminate.
 """
@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.delayed_operation import DelayedOperation
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from protocol.messages import ProducePartitionResponse, TopicPartition
+
+NOT_AFTER_APPEND = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 if TYPE_CHECKING:
     from broker.replica_manager import ReplicaManager
@@ -55,6 +57,11 @@ class DelayedProduce(DelayedOperation):
             try:
                 partition = self.replica_manager.get_partition_or_error(tp)
                 done, error = partition.check_enough_replicas_reached_offset(status.required_offset)
+            except (NotLeaderOrFollowerError, UnknownTopicOrPartitionError) as exc:
+                # The replica stopped here (STOP_REPLICA: a reassignment moved it away, or its topic was
+                # deleted) after the append: written, maybe replicated, so the "maybe" answer, as when
+                # leadership moves (NOT_LEADER_OR_FOLLOWER would read as "not appended" and invite a resend).
+                done, error = True, KafkaError(f"{exc}; the records were appended before", code=NOT_AFTER_APPEND)
             except KafkaError as exc:
                 done, error = True, exc
             if done:

@@ -419,10 +419,10 @@ class ReplicaManager:
             self.log_manager.delete_log(tp)
 
     def stop_replicas(self, request: StopReplicaRequest) -> StopReplicaResponse:
-        """STOP_REPLICA: stop fetching and serving each replica (its parked FETCH and PRODUCE requests answer
-        NOT_LEADER_OR_FOLLOWER now) and, with `delete_partition`, delete its log. A replica at a newer leader
-        epoch than the request names is FENCED_LEADER_EPOCH (a stale request); EPOCH_DURING_DELETE and -1
-        stop whatever the epoch, as in Kafka."""
+        """STOP_REPLICA: stop fetching and serving each replica (its parked FETCHes answer NOT_LEADER_OR_FOLLOWER
+        now, its acks=all PRODUCEs NOT_ENOUGH_REPLICAS_AFTER_APPEND) and, with `delete_partition`, delete its
+        log. A replica at a newer leader epoch than the request names is FENCED_LEADER_EPOCH (a stale request);
+        EPOCH_DURING_DELETE and -1 stop whatever the epoch, as in Kafka."""
         if request.controller_epoch < self.controller_epoch:
             return StopReplicaResponse(
                 error_code=int(ErrorCode.STALE_CONTROLLER_EPOCH),

@@ -452,11 +452,12 @@ async def test_stop_replica_with_delete_answers_what_waits_stops_the_fetcher_and
     # when the controller stops and deletes the replica
     response = stop(broker)
 
-    # then both waiting requests answer NOT_LEADER_OR_FOLLOWER now, the fetcher lets go, the log is gone
+    # then both waiting requests answer now: the produce with the "maybe appended" code (its records were
+    # written here before), the fetch NOT_LEADER_OR_FOLLOWER; the fetcher lets go, the log is gone
     assert [p.error_code for p in response.partitions] == [ErrorCode.NONE]
     [produced] = await outcome(waiting_produce)
     [fetched] = await outcome(parked_fetch)
-    assert produced.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert produced.error_code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
     assert fetched.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert broker.fetcher_manager.calls == [("remove", frozenset({TP0}))]
     assert not log_dir.exists()
