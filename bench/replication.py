@@ -607,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
         if profile_dir:  # the producer's CPU profile beside the brokers' (see docs/benchmarks.md)
             import cProfile
 
-            with cProfile.Profile() as profiler:
+            with cProfile.Profile(time.process_time) as profiler:
                 result = uvloop.run(producer_child(args))
             profiler.dump_stats(Path(profile_dir) / "producer.prof")
         else:

@@ -257,7 +257,7 @@ def spawn(role: str, config_file: Path, log_file: Path) -> subprocess.Popen[byte
     profile_dir = env.get("BENCH_PROFILE_DIR")
     if profile_dir:  # benchmarks' CPU profiles: the process writes its cProfile stats when it exits
         out = Path(profile_dir) / f"{role}-{config_file.parent.name}.prof"
-        argv[1:1] = ["-m", "cProfile", "-o", str(out)]
+        argv = [sys.executable, "-m", "bench.common", "profiled", "--out", str(out), "--", *argv[3:]]
     try:
         return subprocess.Popen(
             argv,
