@@ -32,7 +32,7 @@ from client.cluster_client import REFRESH_ERRORS, ClusterClient, ClusterUnavaila
 from client.console import InputLineError, ProducerRecord
 from client.errors import ClusterAnswerError, ClusterUnreachableError
 from client.partitioner import partition_for_key
-from client.record_accumulator import ProducerBatch, RecordAccumulator
+from client.record_accumulator import BATCH_OVERHEAD, ProducerBatch, RecordAccumulator
 from protocol.errors import ErrorCode
 from protocol.messages import TopicPartition
 from protocol.record_batch import Header, build_batch
@@ -141,7 +141,8 @@ class Producer:
         self.time = time_source
         self.batches_sent = 0
         self.bytes_sent = 0  # batch bytes handed to the sender (once per batch, retries not counted)
-        self._buffered = 0  # bytes of records not yet answered
+        self._in_flight_bytes = 0  # record bytes of batches handed to the sender and not answered yet
+        self._clock = time_source.hi_res_milliseconds
         self._space = asyncio.Event()
         self._space.set()
         self._linger_timer: asyncio.TimerHandle | None = None
@@ -155,13 +156,11 @@ class Producer:
         headers: Sequence[Header] = (),
         callback: DeliveryCallback | None = None,
     ) -> None:
-        while self._buffered >= self.buffer_memory:
+        while self.accumulator.bytes_held + self._in_flight_bytes >= self.buffer_memory:
             self._space.clear()
             await self._space.wait()
-        now_ms = int(self.time.hi_res_milliseconds())
-        batch, _ = self.accumulator.append(tp, key, value, headers, now_ms)
-        batch.callbacks.append(callback)
-        self._buffered += len(value or b"") + len(key or b"")
+        now_ms = int(self._clock())
+        batch = self.accumulator.append(tp, key, value, headers, now_ms, callback)
         if batch.closed:
             self._dispatch_ready(now_ms)
         elif self._linger_timer is None:
@@ -175,13 +174,14 @@ class Producer:
 
     def _on_linger(self) -> None:
         self._linger_timer = None
-        now_ms = int(self.time.hi_res_milliseconds())
+        now_ms = int(self._clock())
         self._dispatch_ready(now_ms)
         self._arm_linger(now_ms)
 
     def _dispatch_ready(self, now_ms: int) -> None:
         loop = asyncio.get_running_loop()
         for batch in self.accumulator.drain(now_ms):
+            self._in_flight_bytes += batch.size_bytes - BATCH_OVERHEAD
             task = loop.create_task(self._complete(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -198,8 +198,8 @@ class Producer:
             outcome, base, message = "failed", -1, "indeterminate: the producer was closed"
         except Exception as exc:  # e.g. PermissionError: the cluster refused the secret
             outcome, base, message = "failed", -1, f"{type(exc).__name__}: {exc}"
-        self._buffered -= sum(len(v or b"") + len(k or b"") for k, v, _ in batch.records)
-        if self._buffered < self.buffer_memory:
+        self._in_flight_bytes -= batch.size_bytes - BATCH_OVERHEAD
+        if self.accumulator.bytes_held + self._in_flight_bytes < self.buffer_memory:
             self._space.set()
         acked = outcome == "acked"
         for i, callback in enumerate(batch.callbacks):
@@ -212,7 +212,7 @@ class Producer:
     async def flush(self) -> None:
         """Send every record now (linger ends) and wait until each has its answer."""
         self.accumulator.begin_flush()
-        self._dispatch_ready(int(self.time.hi_res_milliseconds()))
+        self._dispatch_ready(int(self._clock()))
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 

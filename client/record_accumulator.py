@@ -36,7 +36,7 @@ from protocol.record_batch import HEADER_SIZE, Header, build_batch
 BATCH_OVERHEAD = HEADER_SIZE + 5
 
 
-def _bin_size(value: bytes | None) -> int:
+def _bin_size(value: bytes | None) -> int:  # msgpack nil or bin 8/16/32
     if value is None:
         return 1  # nil
     n = len(value)
@@ -75,6 +75,7 @@ class RecordAccumulator:
         self.linger_ms = linger_ms
         self._batches: dict[TopicPartition, list[ProducerBatch]] = {}
         self._flushing = False
+        self.bytes_held = 0  # record bytes in batches not drained yet
 
     def append(
         self,
@@ -83,26 +84,35 @@ class RecordAccumulator:
         value: bytes | None,
         headers: Sequence[Header],
         now_ms: int,
-    ) -> tuple[ProducerBatch, int]:
-        """Add a record to `tp`'s open batch (opening one if needed); (the batch, the record's index)."""
+        callback: Any = None,
+    ) -> ProducerBatch:
+        """Add a record to `tp`'s open batch (opening one if needed) and return that batch; `callback`
+        goes beside the record in `batch.callbacks`."""
         queue = self._batches.get(tp)
         if queue is None:
             queue = self._batches[tp] = []
         batch = queue[-1] if queue and not queue[-1].closed else None
-        if batch is not None:
-            size = record_size(len(batch.records), key, value, headers)
-            if batch.size_bytes + size > self.batch_size:
-                batch.closed = True
-                batch = None
+        delta = len(batch.records) if batch is not None else 0
+        if key is None and not headers and value is not None:
+            n = len(value)  # the common case, inline: record_size without the calls
+            size = 3 + (1 if delta < 128 else 3 if delta < 65536 else 5) + n + (2 if n < 256 else 3 if n < 65536 else 5)
+        else:
+            size = record_size(delta, key, value, headers)
+        if batch is not None and batch.size_bytes + size > self.batch_size:
+            batch.closed = True
+            batch = None
+            if delta >= 128:
+                size = record_size(0, key, value, headers)
         if batch is None:
             batch = ProducerBatch(tp, now_ms)
             queue.append(batch)
-            size = record_size(0, key, value, headers)
         batch.records.append((key, value, headers))
+        batch.callbacks.append(callback)
         batch.size_bytes += size
+        self.bytes_held += size
         if batch.size_bytes >= self.batch_size:
             batch.closed = True  # full: nothing more fits, so it need not linger
-        return batch, len(batch.records) - 1
+        return batch
 
     def _is_ready(self, batch: ProducerBatch, now_ms: int) -> bool:
         return batch.closed or self._flushing or now_ms - batch.created_ms >= self.linger_ms
@@ -117,6 +127,7 @@ class RecordAccumulator:
                     break
                 batch.closed = True
                 out.append(batch)
+                self.bytes_held -= batch.size_bytes - BATCH_OVERHEAD
                 taken += 1
             if taken == len(queue):
                 del self._batches[tp]

@@ -12,10 +12,10 @@ TP1 = TopicPartition("t", 1)
 
 def test_sixteen_records_of_1013_bytes_fill_a_16384_byte_batch_and_the_next_record_opens_another() -> None:
     acc = RecordAccumulator(batch_size=16384, linger_ms=5)
-    batches = {id(acc.append(TP0, None, bytes(1013), (), now_ms=0)[0]) for _ in range(16)}
+    batches = {id(acc.append(TP0, None, bytes(1013), (), now_ms=0)) for _ in range(16)}
     assert len(batches) == 1 and acc.drain(now_ms=0) == []  # not full yet: it may linger
-    batch, index = acc.append(TP0, None, bytes(1013), (), now_ms=0)
-    assert index == 0
+    batch = acc.append(TP0, None, bytes(1013), (), now_ms=0)
+    assert len(batch.records) == 1
     (full,) = acc.drain(now_ms=0)  # closed by the record that did not fit: ready before linger.ms passed
     assert len(full.records) == 16 and len(full.build()) <= 16384
     assert acc.drain(now_ms=4) == [] and acc.drain(now_ms=5) == [batch]
@@ -26,15 +26,15 @@ def test_the_size_estimate_never_undercounts_what_build_batch_writes() -> None:
         for key in (None, b"k", b"k" * 300):
             acc = RecordAccumulator(batch_size=1 << 30, linger_ms=0)
             for _ in range(200):
-                batch, _ = acc.append(TP0, key, bytes(value_size), [("h", b"v")] if value_size == 1 else (), 0)
+                batch = acc.append(TP0, key, bytes(value_size), [("h", b"v")] if value_size == 1 else (), 0)
             assert len(batch.build()) <= batch.size_bytes
 
 
 def test_a_record_larger_than_batch_size_travels_alone() -> None:
     acc = RecordAccumulator(batch_size=1000, linger_ms=100)
     acc.append(TP0, None, b"small", (), now_ms=0)
-    big, index = acc.append(TP0, None, bytes(5000), (), now_ms=0)
-    assert index == 0 and big.closed
+    big = acc.append(TP0, None, bytes(5000), (), now_ms=0)
+    assert len(big.records) == 1 and big.closed
     drained = acc.drain(now_ms=1)
     assert [len(b.records) for b in drained] == [1, 1]  # the small one closed when the big one arrived
 
