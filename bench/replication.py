@@ -62,6 +62,7 @@ from array import array
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -138,18 +139,16 @@ class ProducerStats:
     latencies_ms: list[float] = field(default_factory=list)
 
     def callback(self, tp: TopicPartition, index: int) -> Callable[[int, str | None], None]:
-        acks = self.acked[tp]
+        return partial(self._on_done, self.acked[tp], index)
 
-        def on_done(offset: int, error: str | None) -> None:
-            if error is None:
-                acks.offsets.append(offset)
-                acks.indices.append(index)
-                self.acked_records += 1
-            else:
-                self.failed += 1
-                self.errors[error.split(":", 1)[0]] += 1
-
-        return on_done
+    def _on_done(self, acks: PartitionAcks, index: int, offset: int, error: str | None) -> None:
+        if error is None:
+            acks.offsets.append(offset)
+            acks.indices.append(index)
+            self.acked_records += 1
+        else:
+            self.failed += 1
+            self.errors[error.split(":", 1)[0]] += 1
 
     def timed_callback(self, tp: TopicPartition, index: int) -> Callable[[int, str | None], None]:
         inner = self.callback(tp, index)
@@ -331,25 +330,29 @@ class Sample:
     follower_bytes: int  # sum of size_bytes over follower replicas
     leader_leo: dict[int, int]  # partition -> the leader's log end offset
     follower_leo: list[tuple[int, int]]  # (partition, log end offset) of every follower replica
-    cpu_s: float = 0.0  # user + system CPU so far of every cluster process and the producer process
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU so far: controller, brokers, producer
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time the processes have used so far (/proc/PID/stat; gone processes count 0)."""
-    total = 0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
-    return total / _CLOCK_TICKS
+def cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
+    """User + system CPU time each group of processes has used so far (/proc/PID/stat; a gone process
+    counts 0)."""
+    out = {}
+    for group, members in pids.items():
+        total = 0
+        for pid in members:
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+        out[group] = total / _CLOCK_TICKS
+    return out
 
 
 async def sample_log_dirs(
-    state: LocalClusterState, samples: list[Sample], stop: asyncio.Event, cpu_pids: list[int]
+    state: LocalClusterState, samples: list[Sample], stop: asyncio.Event, cpu_pids: dict[str, list[int]]
 ) -> None:
     conns: dict[int, BrokerConnection] = {}
     try:
@@ -383,10 +386,12 @@ def follower_rate(samples: list[Sample], start: float, end: float) -> float:
     return (last.follower_bytes - first.follower_bytes) / (last.at - first.at)
 
 
-def cpu_between(samples: list[Sample], start: float, end: float) -> float:
-    """CPU seconds all measured processes used between the samples closest inside [start, end]."""
+def cpu_between(samples: list[Sample], start: float, end: float) -> dict[str, float]:
+    """CPU seconds each group of processes used between the samples closest inside [start, end]."""
     inside = [s for s in samples if start <= s.at <= end]
-    return inside[-1].cpu_s - inside[0].cpu_s if len(inside) >= 2 else 0.0
+    if len(inside) < 2:
+        return {}
+    return {group: inside[-1].cpu_s[group] - inside[0].cpu_s[group] for group in inside[0].cpu_s}
 
 
 def time_behind_ms(samples: list[Sample], start: float, end: float) -> tuple[list[float], list[int]]:
@@ -521,7 +526,11 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_partition: int) ->
         )
         samples: list[Sample] = []
         stop = asyncio.Event()
-        cpu_pids = [state.controller.pid, *(b.pid for b in state.brokers), child.pid]
+        cpu_pids = {
+            "controller": [state.controller.pid],
+            "brokers": [b.pid for b in state.brokers],
+            "producer": [child.pid],
+        }
         sampler = asyncio.create_task(sample_log_dirs(state, samples, stop, cpu_pids))
         try:
             code = await asyncio.to_thread(child.wait)
@@ -540,7 +549,8 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_partition: int) ->
         batch_bytes_mean = result["produced_bytes"] / max(result["produced_batches"], 1)
         inside = [s for s in samples if result["phase1_start"] <= s.at <= result["phase1_end"]]
         window_s = inside[-1].at - inside[0].at if len(inside) >= 2 else 0.0
-        cpu_s = cpu_between(samples, result["phase1_start"], result["phase1_end"])
+        cpu_by_group = cpu_between(samples, result["phase1_start"], result["phase1_end"])
+        cpu_s = sum(cpu_by_group.values())
         replicated_batches = replicated_mb_s * MIB * window_s / batch_bytes_mean
         cpu_us_per_batch = cpu_s * 1e6 / replicated_batches if replicated_batches else None
         metrics_dir = Path(state.metrics_dir)
@@ -560,6 +570,10 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_partition: int) ->
             "raw_mb_s": round(raw_mb_s, 1),
             "ratio": rounded(replicated_mb_s / raw_mb_s if raw_mb_s else None, 4),
             "cpu_us_per_batch": rounded(cpu_us_per_batch, 1),
+            "cpu_us_per_batch_by_process": {
+                group: rounded(used * 1e6 / replicated_batches if replicated_batches else None, 1)
+                for group, used in cpu_by_group.items()
+            },
             "cpu_cores_busy": rounded(cpu_s / window_s if window_s else None),
             "batch_bytes_mean": round(batch_bytes_mean),
             "ack_p50_ms": rounded(result["ack_p50_ms"]),
