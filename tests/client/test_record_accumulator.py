@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from client.record_accumulator import RecordAccumulator
+from client.record_accumulator import BATCH_OVERHEAD, RecordAccumulator
 from protocol.messages import TopicPartition
 from protocol.record_batch import build_batch
 
@@ -69,3 +69,16 @@ def test_batches_hold_their_records_in_append_order_as_build_batch_would() -> No
         acc.append(TP0, b"k%d" % i, b"v%d" % i, (), now_ms=0)
     (batch,) = acc.drain(now_ms=0)
     assert batch.build()[47:] == build_batch([(b"k%d" % i, b"v%d" % i) for i in range(5)], timestamp_ms=0)[47:]
+
+
+def test_bytes_held_counts_the_records_appended_and_not_yet_drained() -> None:
+    acc = RecordAccumulator(batch_size=16384, linger_ms=5)
+    for _ in range(20):  # 16 fill the first batch, 4 open a second
+        acc.append(TP0, None, bytes(1013), (), now_ms=0)
+    acc.append(TP1, b"key", b"v", [("h", b"x")], now_ms=0)
+    assert acc.bytes_held == sum(b.size_bytes - BATCH_OVERHEAD for q in acc._batches.values() for b in q)
+    (full,) = acc.drain(now_ms=0)
+    assert len(full.records) == 16
+    assert acc.bytes_held == sum(b.size_bytes - BATCH_OVERHEAD for q in acc._batches.values() for b in q) > 0
+    acc.drain(now_ms=5)
+    assert acc.bytes_held == 0 and acc.pending_batches == 0
