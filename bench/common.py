@@ -22,7 +22,9 @@ How this works
   asyncio's BufferedProtocol (the same receive path the client and broker use), so no bytes object is
   allocated per read.
 * Profiling: `profiled_broker_argv` wraps a broker command line so the broker runs under cProfile and
-  writes its stats when it exits (used only when `BENCH_PROFILE_DIR` is set).
+  writes its stats when it exits (used only when `BENCH_PROFILE_DIR` is set); `profiled` runs any
+  `minibroker` command that way (local_cluster starts its processes so when the variable is set). The
+  profiles count CPU time, not wall time (see `profiled_cli`).
 """
 
 from __future__ import annotations
@@ -458,14 +460,21 @@ def stop_peer(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _profiled_broker(out_file: str, broker_args: list[str]) -> int:
+    return profiled_cli(out_file, ["broker", *broker_args])
+
+
+def profiled_cli(out_file: str, cli_args: list[str]) -> int:
+    """`minibroker CLI_ARGS` under cProfile, stats dumped to `out_file` on exit. The profiler's clock is
+    the process's CPU time, not the wall clock: on a busy machine a process that wakes another with a
+    socket write is often descheduled inside that write, and wall time would charge the wait to it."""
     import cProfile
 
     from cluster.cli import main as cli_main
 
-    profiler = cProfile.Profile()
+    profiler = cProfile.Profile(time.process_time)
     profiler.enable()
     try:
-        return cli_main(["broker", *broker_args])
+        return cli_main(cli_args)
     finally:
         profiler.disable()
         profiler.dump_stats(out_file)
@@ -484,7 +493,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("profiled-broker")
     p.add_argument("--out", required=True)
     p.add_argument("broker_args", nargs=argparse.REMAINDER)
+    p = sub.add_parser("profiled")
+    p.add_argument("--out", required=True)
+    p.add_argument("cli_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.role == "profiled":
+        rest = args.cli_args[1:] if args.cli_args[:1] == ["--"] else args.cli_args
+        return profiled_cli(args.out, rest)
     if args.role == "profiled-broker":
         rest = args.broker_args[1:] if args.broker_args[:1] == ["--"] else args.broker_args
         return _profiled_broker(args.out, rest)

@@ -5,18 +5,22 @@
 Setup: `start_cluster` (controller + 3 broker processes on free loopback ports, metrics every 200 ms),
 one topic with 6 partitions, RF 3, min.insync.replicas=2.
 
-Load, from a separate client process (`--producer-child`): 2 producer tasks, each with its own
-ClusterClient (its own connections), each owning 3 of the partitions; records of ~1 KiB, 16 per batch
-(~16 KiB batches), one batch per PRODUCE (`--batches-per-request N` puts N batches of one partition in
-each), acks=all, up to `IN_FLIGHT` requests in flight per task.
-Every record value starts with a unique id, so every acked batch can be checked afterwards.
+Load, from a separate client process (`--producer-child`): one `client.producer.Producer` with Kafka's
+defaults (`PRODUCER_CONFIG`: batch.size 16384, linger.ms 5, max.in.flight.requests.per.connection 5,
+buffer.memory 32 MiB, acks=all), so each PRODUCE carries one batch for every partition its broker leads
+(two here); `--batches-per-partition N` lets a request carry up to N queued batches of a partition
+(client/sender.py). Records of 1013 bytes, a batch's worth (16, one full 16 KiB batch) to each
+partition in turn. The values are built before the run (`ValuePool`), each starting with its pool
+index, and every acked record's offset comes back through the producer's callback, so every acked
+record can be checked afterwards.
 
-* phase 1 (30 s, 10 s with --quick): as fast as acks come back. `produced_mb_s` = acked batch bytes /
-  phase time.
-* phase 2 (10 s, 5 s with --quick): open-loop at half the phase-1 request rate; `ack_p50_ms` /
-  `ack_p99_ms` are PRODUCE send to acks=all response.
+* phase 1 (30 s, 10 s with --quick): as fast as the producer takes records (it blocks while
+  buffer.memory is full), then a flush. `produced_mb_s` = batch bytes acked / phase time.
+* phase 2 (10 s, 5 s with --quick): open loop, a batch's worth of records at half the phase-1 batch
+  rate; `ack_p50_ms` / `ack_p99_ms` run from the send of a group's first record to its acks=all
+  acknowledgement (so they include linger.ms).
 * verification: every partition is read back from its leader (consumer fetches up to the HW) and each
-  acked batch must sit at its acked base offset with its records: `acked_lost` counts those that do not.
+  acked record must sit at its acked offset with its value: `acked_lost` counts those that do not.
 
 Measured by this process meanwhile:
 
@@ -35,6 +39,13 @@ Baseline, same run: one `source` process streams the same 16 KiB messages to two
 processes over loopback (BufferedProtocol readers); `raw_mb_s` is the mean per-reader rate, the
 ceiling for one follower copy moving bytes between processes. `ratio` = replicated_mb_s / raw_mb_s.
 Targets: ratio >= 0.10, ack_p99_ms <= 20.
+
+`cpu_us_per_batch`: the user + system CPU of every process of the run (controller, brokers, producer;
+/proc/PID/stat, read with each sample) over the same window as `replicated_mb_s`, divided by the
+batches one follower copy appended in it (`batch_bytes_mean` each): what a replicated batch costs the
+machine, which a shared, noisy machine changes far less than the throughput. `cpu_cores_busy` is the
+same CPU over the window's length. With BENCH_PROFILE_DIR=D every process runs under cProfile and
+leaves its stats in D (`broker-broker-N.prof`, `controller-controller.prof`, `producer.prof`).
 """
 
 from __future__ import annotations
@@ -47,12 +58,16 @@ import os
 import subprocess
 import sys
 import time
+from array import array
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    PROFILE_ENV,
     ProcessReaper,
     free_port,
     free_port_block,
@@ -66,18 +81,27 @@ from bench.common import (
 )
 from client.cluster_client import ClusterClient
 from client.connection import BrokerConnection
+from client.producer import Producer
 from cluster.local_cluster import LocalClusterState, start_cluster
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeLogDirsRequest, FetchPartition, FetchRequest, TopicPartition
-from protocol.record_batch import build_batch, iter_headers
+from protocol.record_batch import build_batch
 
 TOPIC = "bench-repl"
 PARTITIONS = 6
 REPLICATION_FACTOR = 3
-PRODUCERS = 2
 RECORDS_PER_BATCH = 16
-RECORD_BYTES = 1014  # 16 records of this size make a 16 KiB batch (16386 bytes with the header)
-IN_FLIGHT = 12  # per producer task
+RECORD_BYTES = 1013  # 16 records of this size fill a 16384-byte batch (batch.size), 16370 bytes with the header
+POOL_RECORDS = 32768  # distinct values built before the run (32 MiB)
+# Kafka's producer defaults, as the bench uses them (reported in the result).
+PRODUCER_CONFIG: dict[str, Any] = {
+    "acks": "all",
+    "batch.size": 16384,
+    "linger.ms": 5,
+    "max.in.flight.requests.per.connection": 5,
+    "buffer.memory": 32 * 1024 * 1024,
+    "max.request.size": 1024 * 1024,
+}
 SAMPLE_INTERVAL_S = 0.05
 MIB = 1024 * 1024
 OVERRIDES = {
@@ -89,126 +113,110 @@ OVERRIDES = {
 # -- the producer child process -----------------------------------------------------------------------
 
 
+class ValuePool:
+    """RECORD_BYTES-byte values built before the run, each starting with its own index, so producing
+    costs the bench no byte building and every acked record can be checked against what was sent."""
+
+    def __init__(self, size: int = POOL_RECORDS) -> None:
+        padding = os.urandom(RECORD_BYTES)
+        self.values = [b"%012d|" % i + padding[13:] for i in range(size)]
+
+
 @dataclass
-class Acked:
-    tp: TopicPartition
-    base_offset: int
-    first_value: bytes
-    count: int
+class PartitionAcks:
+    """Acked records of one partition: offsets and the pool index of the value sent, side by side."""
+
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    indices: array[int] = field(default_factory=lambda: array("l"))
 
 
 @dataclass
 class ProducerStats:
-    acked: list[Acked] = field(default_factory=list)
-    acked_bytes: int = 0
-    requests: int = 0
+    acked: dict[TopicPartition, PartitionAcks] = field(default_factory=lambda: defaultdict(PartitionAcks))
+    acked_records: int = 0
     failed: int = 0
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     latencies_ms: list[float] = field(default_factory=list)
 
+    def callback(self, tp: TopicPartition, index: int) -> Callable[[int, str | None], None]:
+        return partial(self._on_done, self.acked[tp], index)
 
-class BatchMaker:
-    """Batches of RECORDS_PER_BATCH ~1 KiB values, each value starting with a unique id."""
+    def _on_done(self, acks: PartitionAcks, index: int, offset: int, error: str | None) -> None:
+        if error is None:
+            acks.offsets.append(offset)
+            acks.indices.append(index)
+            self.acked_records += 1
+        else:
+            self.failed += 1
+            self.errors[error.split(":", 1)[0]] += 1
 
-    def __init__(self, producer: int, batches_per_request: int = 1) -> None:
-        self.producer = producer
-        self.batches_per_request = batches_per_request
-        self.seq = 0
-        self.padding = os.urandom(RECORD_BYTES)
+    def timed_callback(self, tp: TopicPartition, index: int) -> Callable[[int, str | None], None]:
+        inner = self.callback(tp, index)
+        started = time.perf_counter()
 
-    def next(self) -> tuple[bytes, bytes]:
-        values = []
-        for _ in range(RECORDS_PER_BATCH):
-            key = f"p{self.producer}-{self.seq:012d}|".encode()
-            self.seq += 1
-            values.append(key + self.padding[len(key) :])
-        return build_batch(values), values[0]
+        def on_done(offset: int, error: str | None) -> None:
+            inner(offset, error)
+            if error is None:
+                self.latencies_ms.append((time.perf_counter() - started) * 1000.0)
 
-    def record_set(self, batches: int) -> tuple[bytes, list[tuple[bytes, int]]]:
-        """`batches` batches end to end, with each batch's (first value, byte position)."""
-        parts = []
-        firsts = []
-        position = 0
-        for _ in range(batches):
-            batch, first = self.next()
-            parts.append(batch)
-            firsts.append((first, position))
-            position += len(batch)
-        return b"".join(parts), firsts
-
-
-async def produce_one(
-    client: ClusterClient, tp: TopicPartition, maker: BatchMaker, stats: ProducerStats, record_latency: bool
-) -> None:
-    batch, firsts = maker.record_set(maker.batches_per_request)
-    started = time.perf_counter()
-    try:
-        resp = await client.produce(tp, batch, acks=-1, timeout_ms=30000)
-    except (TimeoutError, ConnectionError, OSError) as exc:
-        stats.failed += 1
-        stats.errors[type(exc).__name__] += 1
-        return
-    assert resp is not None
-    p = resp.partitions[0] if resp.partitions else None
-    code = resp.error_code or (p.error_code if p else ErrorCode.UNKNOWN_SERVER_ERROR)
-    if code != ErrorCode.NONE or p is None:
-        stats.failed += 1
-        stats.errors[ErrorCode(code).name] += 1
-        return
-    if record_latency:
-        stats.latencies_ms.append((time.perf_counter() - started) * 1000.0)
-    for i, (first, _) in enumerate(firsts):
-        # Offsets are assigned batch after batch: batch i starts RECORDS_PER_BATCH * i after the base.
-        stats.acked.append(Acked(tp, p.base_offset + i * RECORDS_PER_BATCH, first, RECORDS_PER_BATCH))
-    stats.acked_bytes += len(batch)
-    stats.requests += 1
+        return on_done
 
 
 async def max_rate_phase(
-    client: ClusterClient, tps: list[TopicPartition], maker: BatchMaker, stats: ProducerStats, deadline: float
+    producer: Producer, tps: list[TopicPartition], pool: ValuePool, stats: ProducerStats, deadline: float
 ) -> None:
-    """Keep IN_FLIGHT produces outstanding, round robin over `tps`, until the deadline."""
+    """Send as fast as the producer takes records (it blocks on buffer.memory), a batch's worth to each
+    partition in turn, until the deadline; then wait for every answer."""
+    values = pool.values
+    n = len(values)
     i = 0
-    async with asyncio.TaskGroup() as tg:
-        pending: set[asyncio.Task[None]] = set()
-        while time.monotonic() < deadline:
-            while len(pending) < IN_FLIGHT:
-                task = tg.create_task(produce_one(client, tps[i % len(tps)], maker, stats, False))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
+    while time.monotonic() < deadline:
+        for tp in tps:
+            for _ in range(RECORDS_PER_BATCH):
+                index = i % n
+                await producer.send(tp, values[index], callback=stats.callback(tp, index))
                 i += 1
-            await asyncio.wait(set(pending), return_when=asyncio.FIRST_COMPLETED)
+    await producer.flush()
 
 
 async def paced_phase(
-    client: ClusterClient,
+    producer: Producer,
     tps: list[TopicPartition],
-    maker: BatchMaker,
+    pool: ValuePool,
     stats: ProducerStats,
     batches_per_s: float,
     duration_s: float,
+    first: int,
 ) -> None:
-    """Open loop: one produce every 1/batches_per_s seconds regardless of outstanding ones."""
+    """Open loop: a batch's worth of records every 1/batches_per_s seconds, partitions in turn; the ack
+    latency is measured from the send of a group's first record to its acknowledgement."""
+    values = pool.values
     interval = 1.0 / batches_per_s
     started = time.monotonic()
     n = 0
-    async with asyncio.TaskGroup() as tg:
-        while True:
-            due = started + n * interval
-            if due - started >= duration_s:
-                break
-            delay = due - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tg.create_task(produce_one(client, tps[n % len(tps)], maker, stats, True))
-            n += 1
+    i = first
+    while True:
+        due = started + n * interval
+        if due - started >= duration_s:
+            break
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tp = tps[n % len(tps)]
+        for k in range(RECORDS_PER_BATCH):
+            index = i % len(values)
+            callback = stats.timed_callback(tp, index) if k == 0 else stats.callback(tp, index)
+            await producer.send(tp, values[index], callback=callback)
+            i += 1
+        n += 1
+    await producer.flush()
 
 
-async def read_partition(conn: BrokerConnection, tp: TopicPartition) -> dict[int, tuple[bytes, int]]:
-    """base offset -> (first record value, record count) of every batch below the HW."""
+async def read_partition(conn: BrokerConnection, tp: TopicPartition) -> dict[int, bytes]:
+    """offset -> value prefix (the pool index) of every record below the HW."""
     from protocol.record_batch import iter_records
 
-    out: dict[int, tuple[bytes, int]] = {}
+    out: dict[int, bytes] = {}
     offset = 0
     while True:
         req = FetchRequest(-1, 0, 1, 8 * MIB, [FetchPartition(tp.topic, tp.partition, offset, 8 * MIB)])
@@ -218,68 +226,77 @@ async def read_partition(conn: BrokerConnection, tp: TopicPartition) -> dict[int
             raise RuntimeError(f"read-back of {tp} at {offset}: {ErrorCode(p.error_code).name} {p.error_message}")
         if not p.records:
             return out
-        view = memoryview(p.records)
-        for header in iter_headers(p.records):
-            one = view[header.position : header.position + header.size_in_bytes]
-            first = next(iter_records(one))
-            out[header.base_offset] = (first.value or b"", header.record_count)
-            offset = header.next_offset
+        for record in iter_records(p.records):
+            out[record.offset] = (record.value or b"")[:13]
+            offset = record.offset + 1
 
 
-async def verify(bootstrap: str, acked: list[Acked]) -> tuple[int, int]:
-    """(acked batches checked, acked batches missing or different at their base offset)."""
+async def verify(bootstrap: str, pool: ValuePool, stats: list[ProducerStats]) -> tuple[int, int]:
+    """(acked records checked, acked records missing or different at their offset)."""
+    checked = lost = 0
     async with ClusterClient(bootstrap, client_id="bench-verify") as client:
         await client.refresh_metadata([TOPIC])
-        found: dict[TopicPartition, dict[int, tuple[bytes, int]]] = {}
         for tp in client.partitions_of(TOPIC):
             ep = client.brokers[client.leader_of(tp).leader_id]
             conn = await client.connection(ep.host, ep.port)
-            found[tp] = await read_partition(conn, tp)
-    lost = sum(1 for a in acked if found.get(a.tp, {}).get(a.base_offset) != (a.first_value, a.count))
-    return len(acked), lost
+            found = await read_partition(conn, tp)
+            for s in stats:
+                acks = s.acked.get(tp)
+                if acks is None:
+                    continue
+                for offset, index in zip(acks.offsets, acks.indices, strict=True):
+                    checked += 1
+                    if found.get(offset) != pool.values[index][:13]:
+                        lost += 1
+    return checked, lost
 
 
 async def producer_child(args: argparse.Namespace) -> dict[str, Any]:
-    clients = [ClusterClient(args.bootstrap, client_id=f"bench-producer-{i}") for i in range(PRODUCERS)]
-    makers = [BatchMaker(i, args.batches_per_request) for i in range(PRODUCERS)]
+    pool = ValuePool()
+    client = ClusterClient(
+        args.bootstrap,
+        client_id="bench-producer",
+        max_in_flight=PRODUCER_CONFIG["max.in.flight.requests.per.connection"],
+        max_request_bytes=PRODUCER_CONFIG["max.request.size"],
+        batches_per_partition=args.batches_per_partition,
+    )
+    producer = Producer(
+        client,
+        acks=-1,
+        batch_size=PRODUCER_CONFIG["batch.size"],
+        linger_ms=PRODUCER_CONFIG["linger.ms"],
+        buffer_memory=PRODUCER_CONFIG["buffer.memory"],
+    )
     try:
-        for c in clients:
-            await c.refresh_metadata([TOPIC])
-        tps = clients[0].partitions_of(TOPIC)
-        owned = [tps[i::PRODUCERS] for i in range(PRODUCERS)]
-        # phase 1: as fast as acks come back
-        max_stats = [ProducerStats() for _ in range(PRODUCERS)]
+        await client.refresh_metadata([TOPIC])
+        tps = client.partitions_of(TOPIC)
+        # phase 1: as fast as the producer takes records
+        max_stats = ProducerStats()
         t_start = time.time()
-        deadline = time.monotonic() + args.max_seconds
-        async with asyncio.TaskGroup() as tg:
-            for i in range(PRODUCERS):
-                tg.create_task(max_rate_phase(clients[i], owned[i], makers[i], max_stats[i], deadline))
+        await max_rate_phase(producer, tps, pool, max_stats, time.monotonic() + args.max_seconds)
         t_end = time.time()
         phase1_s = t_end - t_start
-        acked_batches = sum(len(s.acked) for s in max_stats)
-        acked_requests = sum(s.requests for s in max_stats)
-        produced_bytes = sum(s.acked_bytes for s in max_stats)
+        requests_1, batches_1 = client.sender.requests_sent, producer.batches_sent
+        produced_bytes = producer.bytes_sent if not max_stats.failed else max_stats.acked_records * RECORD_BYTES
         rate_mb_s = produced_bytes / MIB / phase1_s
-        progress(f"phase 1: {acked_batches} batches acked, {rate_mb_s:.1f} MiB/s")
-        # phase 2: open loop at half the phase-1 request rate
-        rate = max(acked_requests / phase1_s / 2.0, 1.0)
-        paced_stats = [ProducerStats() for _ in range(PRODUCERS)]
+        progress(
+            f"phase 1: {max_stats.acked_records} records acked in {batches_1} batches and {requests_1} "
+            f"requests, {rate_mb_s:.1f} MiB/s of values"
+        )
+        # phase 2: open loop at half the phase-1 batch rate
+        rate = max(batches_1 / phase1_s / 2.0, 1.0)
+        paced_stats = ProducerStats()
         t2_start = time.time()
-        async with asyncio.TaskGroup() as tg:
-            for i in range(PRODUCERS):
-                tg.create_task(
-                    paced_phase(clients[i], owned[i], makers[i], paced_stats[i], rate / PRODUCERS, args.paced_seconds)
-                )
+        await paced_phase(producer, tps, pool, paced_stats, rate, args.paced_seconds, max_stats.acked_records)
         t2_end = time.time()
-        latencies = [x for s in paced_stats for x in s.latencies_ms]
-        progress(f"phase 2: {len(latencies)} requests acked, paced at {rate:.0f} requests/s")
+        latencies = paced_stats.latencies_ms
+        progress(f"phase 2: {len(latencies)} batches' worth acked, paced at {rate:.0f} per second")
     finally:
-        for c in clients:
-            await c.close()
-    acked = [a for s in max_stats + paced_stats for a in s.acked]
-    checked, lost = await verify(args.bootstrap, acked)
+        await producer.close()
+        await client.close()
+    checked, lost = await verify(args.bootstrap, pool, [max_stats, paced_stats])
     errors: dict[str, int] = defaultdict(int)
-    for s in max_stats + paced_stats:
+    for s in (max_stats, paced_stats):
         for k, v in s.errors.items():
             errors[k] += v
     return {
@@ -288,13 +305,14 @@ async def producer_child(args: argparse.Namespace) -> dict[str, Any]:
         "phase2_start": t2_start,
         "phase2_end": t2_end,
         "produced_bytes": produced_bytes,
-        "produced_batches": acked_batches,
-        "paced_rate_requests_s": rate,
+        "produced_batches": batches_1,
+        "produce_requests": requests_1,
+        "paced_rate_batches_s": rate,
         "paced_acked": len(latencies),
         "ack_p50_ms": percentile(latencies, 50),
         "ack_p99_ms": percentile(latencies, 99),
         "ack_max_ms": max(latencies) if latencies else None,
-        "failed": sum(s.failed for s in max_stats + paced_stats),
+        "failed": max_stats.failed + paced_stats.failed,
         "errors": dict(errors),
         "checked": checked,
         "acked_lost": lost,
@@ -312,14 +330,35 @@ class Sample:
     follower_bytes: int  # sum of size_bytes over follower replicas
     leader_leo: dict[int, int]  # partition -> the leader's log end offset
     follower_leo: list[tuple[int, int]]  # (partition, log end offset) of every follower replica
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU so far: controller, brokers, producer
 
 
-async def sample_log_dirs(state: LocalClusterState, samples: list[Sample], stop: asyncio.Event) -> None:
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
+    """User + system CPU time each group of processes has used so far (/proc/PID/stat; a gone process
+    counts 0)."""
+    out = {}
+    for group, members in pids.items():
+        total = 0
+        for pid in members:
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+        out[group] = total / _CLOCK_TICKS
+    return out
+
+
+async def sample_log_dirs(
+    state: LocalClusterState, samples: list[Sample], stop: asyncio.Event, cpu_pids: dict[str, list[int]]
+) -> None:
     conns: dict[int, BrokerConnection] = {}
     try:
         while not stop.is_set():
             with contextlib.suppress(ConnectionError, OSError, asyncio.TimeoutError):
-                sample = Sample(time.time(), 0, {}, [])
+                sample = Sample(time.time(), 0, {}, [], cpu_seconds(cpu_pids))
                 for b in state.brokers:
                     if b.node_id not in conns or not conns[b.node_id].is_open:
                         conns[b.node_id] = await BrokerConnection.connect(b.host, b.port, "bench-sampler")
@@ -345,6 +384,14 @@ def follower_rate(samples: list[Sample], start: float, end: float) -> float:
         return 0.0
     first, last = inside[0], inside[-1]
     return (last.follower_bytes - first.follower_bytes) / (last.at - first.at)
+
+
+def cpu_between(samples: list[Sample], start: float, end: float) -> dict[str, float]:
+    """CPU seconds each group of processes used between the samples closest inside [start, end]."""
+    inside = [s for s in samples if start <= s.at <= end]
+    if len(inside) < 2:
+        return {}
+    return {group: inside[-1].cpu_s[group] - inside[0].cpu_s[group] for group in inside[0].cpu_s}
 
 
 def time_behind_ms(samples: list[Sample], start: float, end: float) -> tuple[list[float], list[int]]:
@@ -396,7 +443,7 @@ def lag_values(metrics_dir: Path, start: float, end: float) -> list[float]:
 
 async def raw_baseline(reaper: ProcessReaper, work: Path, bytes_per_reader: int) -> float:
     """One source process streaming 16 KiB messages to two sink processes; mean MiB/s per reader."""
-    message = len(BatchMaker(0).next()[0])
+    message = len(build_batch(ValuePool(RECORDS_PER_BATCH).values))
     source, port = start_peer(reaper, "source", work / "source.log", message_bytes=message)
     try:
         sinks = [
@@ -433,7 +480,7 @@ async def create_topic(state: LocalClusterState) -> None:
         raise RuntimeError("ISRs did not fill within 30 s")
 
 
-async def run(reaper: ProcessReaper, quick: bool, batches_per_request: int) -> dict[str, Any]:
+async def run(reaper: ProcessReaper, quick: bool, batches_per_partition: int) -> dict[str, Any]:
     max_seconds = 10.0 if quick else 30.0
     paced_seconds = 5.0 if quick else 10.0
     work = reaper.temp_dir("minibroker-bench-repl-")
@@ -472,14 +519,19 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_request: int) -> d
                 str(paced_seconds),
                 "--out",
                 str(out_file),
-                "--batches-per-request",
-                str(batches_per_request),
+                "--batches-per-partition",
+                str(batches_per_partition),
             ],
             stdout=None,
         )
         samples: list[Sample] = []
         stop = asyncio.Event()
-        sampler = asyncio.create_task(sample_log_dirs(state, samples, stop))
+        cpu_pids = {
+            "controller": [state.controller.pid],
+            "brokers": [b.pid for b in state.brokers],
+            "producer": [child.pid],
+        }
+        sampler = asyncio.create_task(sample_log_dirs(state, samples, stop, cpu_pids))
         try:
             code = await asyncio.to_thread(child.wait)
         finally:
@@ -492,14 +544,23 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_request: int) -> d
         produced_mb_s = result["produced_bytes"] / MIB / phase1_s
         follower_mb_s = follower_rate(samples, result["phase1_start"], result["phase1_end"]) / MIB
         replicated_mb_s = follower_mb_s / (REPLICATION_FACTOR - 1)
+        # CPU per replicated batch: every process's CPU (controller, brokers, producer) over the same
+        # sampled window as replicated_mb_s, divided by the batches one follower copy appended in it.
+        batch_bytes_mean = result["produced_bytes"] / max(result["produced_batches"], 1)
+        inside = [s for s in samples if result["phase1_start"] <= s.at <= result["phase1_end"]]
+        window_s = inside[-1].at - inside[0].at if len(inside) >= 2 else 0.0
+        cpu_by_group = cpu_between(samples, result["phase1_start"], result["phase1_end"])
+        cpu_s = sum(cpu_by_group.values())
+        replicated_batches = replicated_mb_s * MIB * window_s / batch_bytes_mean
+        cpu_us_per_batch = cpu_s * 1e6 / replicated_batches if replicated_batches else None
         metrics_dir = Path(state.metrics_dir)
-        batch_bytes = len(BatchMaker(0).next()[0])
         metrics_lag = lag_values(metrics_dir, result["phase1_start"], result["phase1_end"])
         lag1, behind1 = time_behind_ms(samples, result["phase1_start"], result["phase1_end"])
         lag2, _ = time_behind_ms(samples, result["phase2_start"], result["phase2_end"])
         progress(
             f"produced {produced_mb_s:.1f} MiB/s; followers appended {follower_mb_s:.1f} MiB/s in all "
-            f"({replicated_mb_s:.1f} MiB/s per follower copy); ack p99 at half rate {result['ack_p99_ms']} ms"
+            f"({replicated_mb_s:.1f} MiB/s per follower copy); ack p99 at half rate {result['ack_p99_ms']} ms; "
+            f"{cpu_s / window_s if window_s else 0:.2f} cores busy, {cpu_us_per_batch or 0:.0f} µs CPU per batch"
         )
         return {
             "bench": "replication",
@@ -508,6 +569,13 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_request: int) -> d
             "replicated_mb_s": round(replicated_mb_s, 2),
             "raw_mb_s": round(raw_mb_s, 1),
             "ratio": rounded(replicated_mb_s / raw_mb_s if raw_mb_s else None, 4),
+            "cpu_us_per_batch": rounded(cpu_us_per_batch, 1),
+            "cpu_us_per_batch_by_process": {
+                group: rounded(used * 1e6 / replicated_batches if replicated_batches else None, 1)
+                for group, used in cpu_by_group.items()
+            },
+            "cpu_cores_busy": rounded(cpu_s / window_s if window_s else None),
+            "batch_bytes_mean": round(batch_bytes_mean),
             "ack_p50_ms": rounded(result["ack_p50_ms"]),
             "ack_p99_ms": rounded(result["ack_p99_ms"]),
             "lag_p99_ms": rounded(percentile(lag1, 99), 1),
@@ -519,8 +587,9 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_request: int) -> d
             "acked_batches_checked": result["checked"],
             "failed_produces": result["failed"],
             "errors": result["errors"],
-            "paced_rate_mb_s": round(result["paced_rate_requests_s"] * batches_per_request * batch_bytes / MIB, 2),
-            "batches_per_request": batches_per_request,
+            "paced_rate_mb_s": round(result["paced_rate_batches_s"] * batch_bytes_mean / MIB, 2),
+            "batches_per_request": round(result["produced_batches"] / max(result["produce_requests"], 1), 2),
+            "producer_config": {**PRODUCER_CONFIG, "batches_per_partition": batches_per_partition},
             "lag_samples": len(lag1),
             "metrics_lag_samples": len(metrics_lag),
             "targets": {"ratio": 0.10, "ack_p99_ms": 20},
@@ -534,10 +603,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.replication", description="replication benchmark")
     parser.add_argument("--quick", action="store_true", help="10 s at full rate, 5 s at half rate")
     parser.add_argument(
-        "--batches-per-request",
+        "--batches-per-partition",
         type=int,
         default=1,
-        help="16 KiB batches per PRODUCE (default 1: one batch per partition per request)",
+        help="queued batches of one partition a PRODUCE may carry (default 1, as Kafka's PRODUCE v3+)",
     )
     parser.add_argument("--producer-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -548,12 +617,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.producer_child:
         import uvloop
 
-        result = uvloop.run(producer_child(args))
+        profile_dir = os.environ.get(PROFILE_ENV)
+        if profile_dir:  # the producer's CPU profile beside the brokers' (see docs/benchmarks.md)
+            import cProfile
+
+            with cProfile.Profile(time.process_time) as profiler:
+                result = uvloop.run(producer_child(args))
+            profiler.dump_stats(Path(profile_dir) / "producer.prof")
+        else:
+            result = uvloop.run(producer_child(args))
         Path(args.out).write_text(json.dumps(result))
         return 0
-    if args.batches_per_request < 1:
-        parser.error("--batches-per-request must be >= 1")
-    return main_guard(lambda reaper: run(reaper, args.quick, args.batches_per_request))
+    if args.batches_per_partition < 1:
+        parser.error("--batches-per-partition must be >= 1")
+    return main_guard(lambda reaper: run(reaper, args.quick, args.batches_per_partition))
 
 
 if __name__ == "__main__":

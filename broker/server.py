@@ -81,6 +81,38 @@ class ServerStats:
 INT_MAX = 2**31 - 1
 
 
+class _Wakeup:
+    """asyncio.Event for one waiter, bound to its loop when made (no running-loop lookup per wait)."""
+
+    __slots__ = ("_loop", "_flag", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._flag = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._flag = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._flag = False
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    async def wait(self) -> None:
+        if self._flag:
+            return
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+
 class _ServerConnection(FrameProtocol):
     def __init__(self, server: SocketServer, connection_id: int) -> None:
         super().__init__(FrameDecoder(max_frame_bytes=server.max_frame_bytes))
@@ -88,7 +120,7 @@ class _ServerConnection(FrameProtocol):
         self.queue: collections.deque[tuple[RequestHeader, Message | None, RequestDecodeError | None]] = (
             collections.deque()
         )
-        self.wakeup = asyncio.Event()
+        self.wakeup = _Wakeup(self.loop)
         self.context = ConnectionContext(connection_id, "?")
         self.reading_paused = False
         self.peer_gone = False  # the connection is closed: nothing more to read or write
@@ -106,7 +138,7 @@ class _ServerConnection(FrameProtocol):
         peer = transport.get_extra_info("peername")
         self.context.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.host = peer[0] if peer else "?"
-        self.last_active_s = asyncio.get_running_loop().time()
+        self.last_active_s = self.loop.time()
         self.server.stats.active_connections += 1
         refusal = self.server._admit(self)
         if refusal is not None:
@@ -116,12 +148,12 @@ class _ServerConnection(FrameProtocol):
             transport.abort()  # type: ignore[attr-defined]
             return
         super().connection_made(transport)
-        self.worker = asyncio.get_running_loop().create_task(self._work(), name=f"conn-{self.context.peer}")
+        self.worker = self.loop.create_task(self._work(), name=f"conn-{self.context.peer}")
         self.server._workers.add(self.worker)
         self.worker.add_done_callback(self.server._workers.discard)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active_s = asyncio.get_running_loop().time()
+        self.last_active_s = self.loop.time()
         super().buffer_updated(nbytes)
 
     def on_bad_frame(self, exc: ProtocolError) -> None:
@@ -193,7 +225,7 @@ class _ServerConnection(FrameProtocol):
         time and gets its throughput from batching instead; overlapping the waits lets a pipelining
         client reach the same without changing what it observes.
         """
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         in_flight: collections.deque[tuple[RequestHeader, asyncio.Task[Message | None]]] = collections.deque()
         limit = self.server.max_in_flight
         try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from client.connection import BrokerConnection
+from client.sender import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_REQUEST_BYTES, Sender
 from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages import (
@@ -40,8 +41,6 @@ from protocol.messages import (
     MetadataRequest,
     MetadataResponse,
     PartitionMetadata,
-    ProducePartition,
-    ProduceRequest,
     ProduceResponse,
     ReassignablePartition,
     SaslAuthenticateRequest,
@@ -89,6 +88,9 @@ class ClusterClient:
         client_id: str = "minibroker-cli",
         request_timeout_s: float = 30.0,
         secret: str | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        batches_per_partition: int = 1,
     ):
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
@@ -101,6 +103,7 @@ class ClusterClient:
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.controller_id = -1
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self.sender = Sender(self, max_in_flight, max_request_bytes, batches_per_partition)
 
     async def __aenter__(self) -> ClusterClient:
         return self
@@ -109,6 +112,7 @@ class ClusterClient:
         await self.close()
 
     async def close(self) -> None:
+        await self.sender.close()
         conns, self._connections = list(self._connections.values()), {}
         for c in conns:
             try:
@@ -225,15 +229,15 @@ class ClusterClient:
     async def produce(
         self, tp: TopicPartition, records: bytes, acks: int = -1, timeout_ms: int = 30000
     ) -> ProduceResponse | None:
+        """`tp`'s answer to `records`, sent to its leader in a PRODUCE it may share with record sets for
+        the leader's other partitions (client/sender.py); None for acks=0."""
         info = self.leader_of(tp)
-        req = ProduceRequest(acks, timeout_ms, [ProducePartition(tp.topic, tp.partition, records)])
-        if acks == 0:
-            await self._send_no_response(info.leader_id, req)
-            return None
-        response: ProduceResponse = await self.send_to(info.leader_id, req, timeout_s=timeout_ms / 1000.0 + 5.0)
+        if info.leader_id not in self.brokers:
+            raise ClusterUnavailableError(f"broker {info.leader_id} is not in the cluster metadata")
+        response: ProduceResponse | None = await self.sender.produce(info.leader_id, tp, records, acks, timeout_ms)
         return response
 
-    async def _send_no_response(self, broker_id: int, req: Message) -> None:
+    async def send_to_no_response(self, broker_id: int, req: Message) -> None:
         ep = self.brokers[broker_id]
         conn = await self.connection(ep.host, ep.port)
         await conn.send(req, expect_response=False)

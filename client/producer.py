@@ -1,4 +1,8 @@
-"""Producing records: batches routed to partition leaders, used by `minibroker produce` and the benches.
+"""Producing records: Kafka's producer in small, used by `minibroker produce` and the benches.
+
+`Producer` gathers records per partition into batches (client/record_accumulator.py) and hands ready
+batches to the client's sender (client/sender.py), which sends one PRODUCE per broker for all the
+partitions it leads. `send_batch` sends one batch of records through the same sender and waits for it.
 
 A batch is retried only when the broker said it was *not* written: NOT_LEADER_OR_FOLLOWER,
 UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS (checked before the append),
@@ -8,8 +12,9 @@ cannot introduce duplicates. NOT_ENOUGH_REPLICAS is not retried when the topic's
 larger than its replication factor: no ISR change can ever satisfy it.
 
 `produce_command` picks each record's partition as Kafka's producer does (`--partition`, else the
-key's murmur2 hash, else one partition per batch in turn), reports the first error of each kind with
-its reason as it happens, and prints progress to stderr while a long produce runs.
+key's murmur2 hash, else a sticky partition that changes every batch.size bytes), reports the first
+error of each kind with its reason as it happens, and prints progress to stderr while a long produce
+runs.
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from client.cluster_client import REFRESH_ERRORS, ClusterClient, ClusterUnavaila
 from client.console import InputLineError, ProducerRecord
 from client.errors import ClusterAnswerError, ClusterUnreachableError
 from client.partitioner import partition_for_key
+from client.record_accumulator import BATCH_OVERHEAD, ProducerBatch, RecordAccumulator
 from protocol.errors import ErrorCode
 from protocol.messages import TopicPartition
 from protocol.record_batch import Header, build_batch
+from protocol.time import SYSTEM_TIME, Time
 
 NOT_WRITTEN = REFRESH_ERRORS | {ErrorCode.NOT_ENOUGH_REPLICAS}
 ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
@@ -51,7 +58,19 @@ async def send_batch(
 
     A failure's message starts with the error's name (`NOT_ENOUGH_REPLICAS: ...`); `on_retry` hears
     each reason before the batch is sent again."""
-    records = build_batch(values)
+    return await send_record_set(client, tp, build_batch(values), acks, retries, timeout_ms, on_retry)
+
+
+async def send_record_set(
+    client: ClusterClient,
+    tp: TopicPartition,
+    records: bytes,
+    acks: int,
+    retries: int = 20,
+    timeout_ms: int = 30000,
+    on_retry: Callable[[str], None] | None = None,
+) -> tuple[str, int, str]:
+    """`send_batch` for a record set that is already built."""
     last = ""
     for attempt in range(retries + 1):
         try:
@@ -82,6 +101,133 @@ async def send_batch(
         except ClusterUnavailableError as exc:
             last = str(exc)
     return "failed", -1, f"{last} (gave up after {retries} retries)"
+
+
+DeliveryCallback = Callable[[int, str | None], None]
+
+
+class Producer:
+    """Kafka's producer in small: `send` adds a record to its partition's batch in the record accumulator
+    (`batch.size`, `linger.ms`); ready batches go to the client's sender, which puts a batch for every
+    partition a broker leads in one PRODUCE with `max.in.flight.requests.per.connection` outstanding
+    (client/sender.py). Each batch is retried as `send_batch` retries (only answers that mean "not
+    written"), so with more than one request in flight a retried batch can land after a later one, as in
+    Kafka without idempotence.
+
+    `callback(offset, None)` hears each acked record's offset (-1 for acks=0), `callback(-1, message)` a
+    record that failed (the message starts with the error's name, `indeterminate:` when it may have been
+    written). `send` waits while `buffer.memory` bytes are unacknowledged; `flush` sends everything now
+    and waits for every answer."""
+
+    def __init__(
+        self,
+        client: ClusterClient,
+        acks: int = -1,
+        batch_size: int = 16384,
+        linger_ms: int = 5,
+        buffer_memory: int = 32 * 1024 * 1024,
+        request_timeout_ms: int = 30000,
+        retries: int = 20,
+        on_retry: Callable[[str], None] | None = None,
+        time_source: Time = SYSTEM_TIME,
+    ) -> None:
+        self.client = client
+        self.acks = acks
+        self.accumulator = RecordAccumulator(batch_size, linger_ms)
+        self.buffer_memory = buffer_memory
+        self.request_timeout_ms = request_timeout_ms
+        self.retries = retries
+        self.on_retry = on_retry
+        self.time = time_source
+        self.batches_sent = 0
+        self.bytes_sent = 0  # batch bytes handed to the sender (once per batch, retries not counted)
+        self._in_flight_bytes = 0  # record bytes of batches handed to the sender and not answered yet
+        self._clock = time_source.hi_res_milliseconds
+        self._space = asyncio.Event()
+        self._space.set()
+        self._linger_timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def send(
+        self,
+        tp: TopicPartition,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[Header] = (),
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        while self.accumulator.bytes_held + self._in_flight_bytes >= self.buffer_memory:
+            self._space.clear()
+            await self._space.wait()
+        now_ms = int(self._clock())
+        batch = self.accumulator.append(tp, key, value, headers, now_ms, callback)
+        if batch.closed:
+            self._dispatch_ready(now_ms)
+        elif self._linger_timer is None:
+            self._arm_linger(now_ms)
+
+    def _arm_linger(self, now_ms: int) -> None:
+        delay_ms = self.accumulator.next_ready_in_ms(now_ms)
+        if delay_ms is not None:
+            loop = asyncio.get_running_loop()
+            self._linger_timer = loop.call_later(delay_ms / 1000.0, self._on_linger)
+
+    def _on_linger(self) -> None:
+        self._linger_timer = None
+        now_ms = int(self._clock())
+        self._dispatch_ready(now_ms)
+        self._arm_linger(now_ms)
+
+    def _dispatch_ready(self, now_ms: int) -> None:
+        loop = asyncio.get_running_loop()
+        for batch in self.accumulator.drain(now_ms):
+            self._in_flight_bytes += batch.size_bytes - BATCH_OVERHEAD
+            task = loop.create_task(self._complete(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            self.batches_sent += 1
+
+    async def _complete(self, batch: ProducerBatch) -> None:
+        try:
+            records = batch.build()
+            self.bytes_sent += len(records)
+            outcome, base, message = await send_record_set(
+                self.client, batch.tp, records, self.acks, self.retries, self.request_timeout_ms, self.on_retry
+            )
+        except asyncio.CancelledError:
+            outcome, base, message = "failed", -1, "indeterminate: the producer was closed"
+        except Exception as exc:  # e.g. PermissionError: the cluster refused the secret
+            outcome, base, message = "failed", -1, f"{type(exc).__name__}: {exc}"
+        self._in_flight_bytes -= batch.size_bytes - BATCH_OVERHEAD
+        if self.accumulator.bytes_held + self._in_flight_bytes < self.buffer_memory:
+            self._space.set()
+        acked = outcome == "acked"
+        for i, callback in enumerate(batch.callbacks):
+            if callback is not None:
+                if acked:
+                    callback(base + i if base >= 0 else -1, None)
+                else:
+                    callback(-1, message)
+
+    async def flush(self) -> None:
+        """Send every record now (linger ends) and wait until each has its answer."""
+        self.accumulator.begin_flush()
+        self._dispatch_ready(int(self._clock()))
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Flush, then stop the linger timer. The client's connections stay the caller's."""
+        try:
+            await self.flush()
+        finally:
+            if self._linger_timer is not None:
+                self._linger_timer.cancel()
+                self._linger_timer = None
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
 async def produce_command(
@@ -127,12 +273,11 @@ async def _produce(
     partitions: list[TopicPartition],
     acks: int,
 ) -> dict[str, Any]:
-    batch_size = max(args.batch_size, 1)
     acked = failed = 0
     errors: dict[str, dict[str, Any]] = {}  # first message and count per error name
-    buffers: dict[TopicPartition, list[ProducerRecord]] = {}
     turn = itertools.cycle(partitions)
     sticky = next(turn)
+    sticky_bytes = 0
     started = last_progress = time.monotonic()
     retrying: set[str] = set()
 
@@ -142,49 +287,50 @@ async def _produce(
             retrying.add(kind)
             print(f"minibroker: produce: {message} (retrying)", file=sys.stderr, flush=True)
 
-    async def flush(tp: TopicPartition) -> None:
-        nonlocal acked, failed, last_progress
-        batch = buffers.pop(tp, [])
-        if not batch:
-            return
-        outcome, _, message = await send_batch(client, tp, batch, acks, on_retry=on_retry)
-        if outcome == "acked":
-            acked += len(batch)
-        else:
-            failed += len(batch)
-            kind = message.split(":", 1)[0].split(" ", 1)[0]
-            if kind not in errors:
-                errors[kind] = {"error": kind, "first": f"{tp}: {message}", "records": 0}
-                print(f"minibroker: produce: {tp}: {message}", file=sys.stderr, flush=True)
-            errors[kind]["records"] += len(batch)
-        now = time.monotonic()
-        if now - last_progress >= PROGRESS_INTERVAL_S:
-            last_progress = now
-            print(
-                f"minibroker: produce: {acked} acked, {failed} failed after {now - started:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
+    def delivered(tp: TopicPartition) -> DeliveryCallback:
+        def callback(offset: int, error: str | None) -> None:
+            nonlocal acked, failed, last_progress
+            if error is None:
+                acked += 1
+            else:
+                failed += 1
+                kind = error.split(":", 1)[0].split(" ", 1)[0]
+                if kind not in errors:
+                    errors[kind] = {"error": kind, "first": f"{tp}: {error}", "records": 0}
+                    print(f"minibroker: produce: {tp}: {error}", file=sys.stderr, flush=True)
+                errors[kind]["records"] += 1
+            now = time.monotonic()
+            if now - last_progress >= PROGRESS_INTERVAL_S:
+                last_progress = now
+                print(
+                    f"minibroker: produce: {acked} acked, {failed} failed after {now - started:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
+        return callback
+
+    batch_size = max(args.batch_size, 1)
+    producer = Producer(client, acks, batch_size=batch_size, linger_ms=max(args.linger_ms, 0), on_retry=on_retry)
+    callbacks = {tp: delivered(tp) for tp in partitions}
     input_error = None
     try:
-        for record in records:
+        for key, value, headers in records:
             if args.partition is not None:
                 tp = TopicPartition(args.topic, args.partition)
-            elif record[0] is not None:
-                tp = partitions[partition_for_key(record[0], len(partitions))]
+            elif key is not None:
+                tp = partitions[partition_for_key(key, len(partitions))]
             else:
+                # Keyless records stick to one partition for batch.size bytes, then move on (KIP-794).
                 tp = sticky
-            buffer = buffers.setdefault(tp, [])
-            buffer.append(record)
-            if len(buffer) >= batch_size:
-                await flush(tp)
-                if tp == sticky:
-                    sticky = next(turn)  # keyless records move on to the next partition per batch
+                sticky_bytes += len(value or b"")
+                if sticky_bytes >= batch_size:
+                    sticky, sticky_bytes = next(turn), 0
+            await producer.send(tp, value, key, headers, callbacks.get(tp) or delivered(tp))
     except InputLineError as exc:
         input_error = str(exc)
-    for tp in list(buffers):
-        await flush(tp)
+    finally:
+        await producer.close()
     result: dict[str, Any] = {
         "topic": args.topic,
         "acked": acked,

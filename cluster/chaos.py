@@ -5,8 +5,9 @@ How this works
 1. A cluster: the local one in `--dir`, or a fresh 3-broker cluster in a temporary dir (heartbeats every
    250 ms, session timeout 1000 ms) that is stopped afterwards. A topic with RF 3 and
    `min.insync.replicas=2`.
-2. Load: `--producers` tasks write unique values (`p<producer>-<seq>`) with acks=all, one small batch at
-   a time, round robin over partitions, and never resend a value. Each value ends as
+2. Load: `--producers` tasks write unique values (`p<producer>-<seq>`) with acks=all through
+   `client.producer.Producer` (batch.size, linger.ms, one PRODUCE per broker), round robin over
+   partitions; a batch is resent only when the broker answered that it was not written. Each value ends as
    * acked: the leader answered NONE, so it must be in the final log at `base_offset + i`;
    * failed: the broker said it was *not* written (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, ...);
    * indeterminate: a timeout, REQUEST_TIMED_OUT or a broken connection — it may or may not be there.
@@ -39,7 +40,7 @@ from typing import Any
 
 from client.cluster_client import ClusterClient, ClusterUnavailableError
 from client.consumer import Consumer, read_replica
-from client.producer import NOT_WRITTEN
+from client.producer import NOT_WRITTEN, DeliveryCallback, Producer
 from cluster.local_cluster import (
     LocalClusterState,
     free_ports,
@@ -51,7 +52,13 @@ from cluster.local_cluster import (
 )
 from protocol.errors import ErrorCode
 from protocol.messages import TopicPartition
-from protocol.record_batch import build_batch, iter_records
+from protocol.record_batch import iter_records
+
+NOT_WRITTEN_NAMES = {code.name for code in NOT_WRITTEN}
+# Each chaos producer keeps this many records unanswered at most, and retries a batch the broker did not
+# write this many times (Producer's backoff: about 0.75 s in all) before reporting it failed.
+MAX_OUTSTANDING_RECORDS = 16
+PRODUCER_RETRIES = 5
 
 CHAOS_OVERRIDES = {
     "broker.session.timeout.ms": "1000",
@@ -124,66 +131,67 @@ class ChaosRun:
     # -- load -----------------------------------------------------------------------------------------
 
     async def producer(self, index: int, partitions: list[TopicPartition]) -> None:
+        """One `client.producer.Producer` (acks=all, Kafka's batch.size and linger.ms) writing unique values
+        round robin over the partitions, with at most `MAX_OUTSTANDING_RECORDS` unanswered at a time so the
+        load stays a steady trickle instead of filling buffer.memory."""
         client = self._client(f"chaos-producer-{index}")
+        producer = Producer(client, acks=-1, request_timeout_ms=5000, retries=PRODUCER_RETRIES)
+        outstanding = 0
+        room = asyncio.Event()
+        room.set()
         seq = 0
         order = partitions[index % len(partitions) :] + partitions[: index % len(partitions)]
+
+        def delivered(tp: TopicPartition, key: str, t0: float) -> DeliveryCallback:
+            def callback(offset: int, error: str | None) -> None:
+                nonlocal outstanding
+                outstanding -= 1
+                if outstanding < MAX_OUTSTANDING_RECORDS:
+                    room.set()
+                self._record_outcome(client, tp, key, t0, offset, error)
+
+            return callback
+
         try:
             await client.refresh_metadata([self.args.topic])
             while not self.stop_load.is_set():
                 for tp in order:
                     if self.stop_load.is_set():
                         break
-                    values = [f"p{index}-{seq + i}".encode() for i in range(self.rng.randint(1, 5))]
-                    seq += len(values)
-                    await self._send(client, tp, values)
+                    for _ in range(self.rng.randint(1, 5)):
+                        key = f"p{index}-{seq}"
+                        seq += 1
+                        outstanding += 1
+                        await producer.send(tp, key.encode(), callback=delivered(tp, key, time.monotonic()))
+                    if outstanding >= MAX_OUTSTANDING_RECORDS:
+                        room.clear()
+                        await room.wait()
         finally:
-            await client.close()
+            try:
+                await producer.close()
+            finally:
+                await client.close()
 
-    async def _send(self, client: ClusterClient, tp: TopicPartition, values: list[bytes]) -> None:
-        keys = [v.decode() for v in values]
-        t0 = time.monotonic()
-        info = client.partitions.get(tp)
-        leader = info.leader_id if info else -1
-        try:
-            if leader < 0:
-                raise ClusterUnavailableError("no leader")
-            resp = await client.produce(tp, build_batch(values), acks=-1, timeout_ms=5000)
-        except ClusterUnavailableError:
-            self.outcomes.failed.update(keys)  # never sent
-            self.outcomes.errors["NO_LEADER"] += 1
-            await self._refresh(client)
-            return
-        except ConnectionRefusedError:
-            self.outcomes.failed.update(keys)
-            self.outcomes.errors["CONNECTION_REFUSED"] += 1
-            await self._refresh(client)
-            return
-        except (TimeoutError, ConnectionError, OSError) as exc:
-            self.outcomes.indeterminate.update(keys)
-            self.outcomes.errors[type(exc).__name__] += 1
-            await self._refresh(client)
-            return
-        assert resp is not None
-        p = resp.partitions[0] if resp.partitions else None
-        code = ErrorCode(resp.error_code or (p.error_code if p else -1))
-        if code == ErrorCode.NONE and p is not None:
+    def _record_outcome(
+        self, client: ClusterClient, tp: TopicPartition, key: str, t0: float, offset: int, error: str | None
+    ) -> None:
+        """Sort one record's answer into acked, failed (the broker said not written, every attempt) or
+        indeterminate (a timeout or broken connection: it may be there)."""
+        if error is None:
             now = time.monotonic()
-            for i, key in enumerate(keys):
-                self.outcomes.acked[key] = (tp, p.base_offset + i)
+            info = client.partitions.get(tp)
+            self.outcomes.acked[key] = (tp, offset)
             self.outcomes.ack_latencies_ms.append((now - t0) * 1000.0)
-            self.outcomes.ack_events.append((now, tp, leader))
+            # The leader the producer's metadata names now: the one a retried batch was last sent to.
+            self.outcomes.ack_events.append((now, tp, info.leader_id if info else -1))
             return
-        self.outcomes.errors[code.name] += 1
-        if code in NOT_WRITTEN:
-            self.outcomes.failed.update(keys)
+        kind = error.split(":", 1)[0].split(" ", 1)[0]
+        self.outcomes.errors[kind] += 1
+        not_written = kind in NOT_WRITTEN_NAMES or "(gave up after" in error
+        if not_written and not error.startswith("indeterminate"):
+            self.outcomes.failed.add(key)
         else:
-            self.outcomes.indeterminate.update(keys)
-        await self._refresh(client)
-
-    async def _refresh(self, client: ClusterClient) -> None:
-        await asyncio.sleep(0.02)
-        with contextlib.suppress(ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError):
-            await client.refresh_metadata([self.args.topic])
+            self.outcomes.indeterminate.add(key)
 
     async def consumer(self, partitions: list[TopicPartition]) -> None:
         client = self._client("chaos-consumer")
@@ -418,7 +426,7 @@ def find_problems(
     * divergent: a replica whose bytes differ from the leader's;
     * inconsistent: two different values at one offset on two replicas, or an acked value found at
       another offset than the one it was acked at;
-    * duplicates: one value at two offsets (producers never send a value twice);
+    * duplicates: one value at two offsets (a producer never resends a value that may have been written);
     * lost: an acked value found nowhere.
     """
     lost: list[dict[str, Any]] = []

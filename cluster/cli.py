@@ -952,7 +952,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--property", action="append", metavar="NAME=VALUE", help="line reader property, e.g. parse.key=true"
     )
-    p.add_argument("--batch-size", type=int, default=100, help="records per batch")
+    p.add_argument(
+        "--batch-size", type=int, default=16384, help="batch.size: bytes of records per partition batch (16384)"
+    )
+    p.add_argument("--linger-ms", type=int, default=5, help="linger.ms: how long a batch waits to fill (5)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     _add_client(p)
     p.set_defaults(func=cmd_produce)

@@ -244,18 +244,23 @@ def spawn(role: str, config_file: Path, log_file: Path) -> subprocess.Popen[byte
     log = open(log_file, "ab")  # noqa: SIM115 - handed to the child
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    argv = [
+        sys.executable,
+        "-m",
+        "cluster",
+        role,
+        "--config",
+        str(config_file),
+        "--pid-file",
+        str(config_file.parent / f"{role}.pid"),
+    ]
+    profile_dir = env.get("BENCH_PROFILE_DIR")
+    if profile_dir:  # benchmarks' CPU profiles: the process writes its cProfile stats when it exits
+        out = Path(profile_dir) / f"{role}-{config_file.parent.name}.prof"
+        argv = [sys.executable, "-m", "bench.common", "profiled", "--out", str(out), "--", *argv[3:]]
     try:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cluster",
-                role,
-                "--config",
-                str(config_file),
-                "--pid-file",
-                str(config_file.parent / f"{role}.pid"),
-            ],
+            argv,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

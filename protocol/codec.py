@@ -10,6 +10,14 @@ defaults for absent optional fields, ignores unknown keys (forward compatibility
 class's `validate()` for value rules (no negative sizes, ...). Any failure raises `ProtocolError` with
 the path of the offending field, e.g. `FetchRequest.partitions[2].fetch_offset: expected int, got str`.
 
+Hot path: the first time a class is used its field list is also turned into two straight-line Python
+functions, generated as source (as `dataclasses` builds `__init__`): a decoder that checks each field's
+type inline and calls the class with positional arguments, and an encoder that builds the map in one
+dict display. They hold no loops over field descriptions and build no path strings, so a message costs
+a few dict lookups and type checks per field. The decoder does not say what was wrong: on any failure
+`from_wire` decodes again with the field-by-field decoders above, which name the field; the accepted
+values and the error messages are those of the field-by-field path.
+
 A frame body is one msgpack value: `[header, body]` for requests, `[header, body]` for responses
 (docs/protocol.md has the details and example bytes). Trailing bytes after that value are an error.
 """
@@ -159,6 +167,107 @@ class _Compiled:
 _compiled: dict[type, _Compiled] = {}
 
 
+class _Rejected(Exception):
+    """The generated decoder's only failure signal: decode again the slow way to say why."""
+
+
+_SCALARS = {int: "int", str: "str", bytes: "bytes", bool: "bool"}
+
+
+def _fast_check(tp: Any, var: str, ns: dict[str, Any], lines: list[str], indent: str) -> None:
+    """Append lines that check (and convert, for nested messages) `var` of type `tp` in place."""
+    origin = typing.get_origin(tp)
+    if tp in _SCALARS:
+        lines.append(f"{indent}if type({var}) is not {_SCALARS[tp]}: raise _Rejected")
+    elif tp is float:
+        lines.append(f"{indent}if type({var}) is int: {var} = float({var})")
+        lines.append(f"{indent}elif type({var}) is not float: raise _Rejected")
+    elif origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        lines.append(f"{indent}if {var} is not None:")
+        _fast_check(inner, var, ns, lines, indent + "    ")
+    elif origin is list:
+        (item_tp,) = typing.get_args(tp)
+        lines.append(f"{indent}if type({var}) is not list: raise _Rejected")
+        if item_tp in _SCALARS:
+            name = _SCALARS[item_tp]
+            lines.append(f"{indent}for _x in {var}:")
+            lines.append(f"{indent}    if type(_x) is not {name}: raise _Rejected")
+        elif isinstance(item_tp, type) and dataclasses.is_dataclass(item_tp):
+            dec = f"_dec_{item_tp.__name__}"
+            ns[dec] = _fast_decoder(item_tp)
+            lines.append(f"{indent}{var} = [{dec}(_x) for _x in {var}]")
+        else:
+            slow = f"_slow_{len(ns)}"
+            ns[slow] = _decoder_for(tp)
+            lines.append(f"{indent}{var} = {slow}({var}, None)")
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        dec = f"_dec_{tp.__name__}"
+        ns[dec] = _fast_decoder(tp)
+        lines.append(f"{indent}{var} = {dec}({var})")
+    else:  # maps and anything rarer: the field-by-field decoder, which raises ProtocolError itself
+        slow = f"_slow_{len(ns)}"
+        ns[slow] = _decoder_for(tp)
+        lines.append(f"{indent}{var} = {slow}({var}, None)")
+
+
+_fast_decoders: dict[type, Callable[[Any], Any]] = {}
+_fast_encoders: dict[type, Callable[[Any], dict[str, Any]]] = {}
+
+
+def _fast_decoder(cls: type) -> Callable[[Any], Any]:
+    fn = _fast_decoders.get(cls)
+    if fn is not None:
+        return fn
+    hints = typing.get_type_hints(cls)
+    ns: dict[str, Any] = {"_Rejected": _Rejected, "_cls": cls, "_MISSING": _MISSING}
+    lines = ["def decode(value):", "    if type(value) is not dict: raise _Rejected", "    get = value.get"]
+    args = []
+    for i, f in enumerate(dataclasses.fields(cls)):
+        var = f"v{i}"
+        args.append(var)
+        lines.append(f"    {var} = get({f.name!r}, _MISSING)")
+        if f.default is not _MISSING:
+            ns[f"_default{i}"] = f.default
+            missing = f"{var} = _default{i}"
+        elif f.default_factory is not _MISSING:
+            ns[f"_factory{i}"] = f.default_factory
+            missing = f"{var} = _factory{i}()"
+        else:
+            missing = "raise _Rejected"
+        lines.append(f"    if {var} is _MISSING: {missing}")
+        lines.append("    else:")
+        _fast_check(hints[f.name], var, ns, lines, "        ")
+    lines.append(f"    obj = _cls({', '.join(args)})")
+    if issubclass(cls, Message) and cls.validate is not Message.validate:
+        lines.append("    obj.validate()")
+    lines.append("    return obj")
+    exec("\n".join(lines), ns)  # noqa: S102 - source built above from the class's own field list
+    fn = _fast_decoders[cls] = ns["decode"]
+    return fn  # type: ignore[no-any-return]
+
+
+def _fast_encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
+    fn = _fast_encoders.get(cls)
+    if fn is not None:
+        return fn
+    ns: dict[str, Any] = {}
+    items = []
+    for i, (name, enc) in enumerate(_compile(cls).encoders):
+        if enc is None:
+            items.append(f"{name!r}: obj.{name}")
+        elif enc is to_wire:
+            sub = typing.get_type_hints(cls)[name]
+            ns[f"_enc{i}"] = _fast_encoder(sub) if isinstance(sub, type) else enc
+            items.append(f"{name!r}: _enc{i}(obj.{name})")
+        else:
+            ns[f"_enc{i}"] = enc
+            items.append(f"{name!r}: _enc{i}(obj.{name})")
+    exec(f"def encode(obj):\n    return {{{', '.join(items)}}}", ns)  # noqa: S102
+    fn = _fast_encoders[cls] = ns["encode"]
+    return fn  # type: ignore[no-any-return]
+
+
 def _compile(cls: type) -> _Compiled:
     c = _compiled.get(cls)
     if c is None:
@@ -187,19 +296,18 @@ def _decode_struct(cls: type[T], value: Any, path: str | None) -> T:
 
 def from_wire(cls: type[T], value: Any) -> T:
     """Build and validate a message from a decoded msgpack value."""
+    decode = _fast_decoders.get(cls) or _fast_decoder(cls)
     try:
-        return _decode_struct(cls, value, None)
-    except ProtocolError:
+        return decode(value)  # type: ignore[no-any-return]
+    except (_Rejected, ProtocolError):
         return _decode_struct(cls, value, cls.__name__)  # raises again, now naming the field
 
 
 def to_wire(obj: Any) -> dict[str, Any]:
     """The msgpack-ready map of a message (nested messages become maps too)."""
-    out: dict[str, Any] = {}
-    for name, enc in _compile(type(obj)).encoders:
-        v = getattr(obj, name)
-        out[name] = v if enc is None else enc(v)
-    return out
+    cls = type(obj)
+    encode = _fast_encoders.get(cls) or _fast_encoder(cls)
+    return encode(obj)
 
 
 def packb(value: Any) -> bytes:

@@ -19,6 +19,9 @@ from protocol.framing import FrameDecoder
 class FrameProtocol(asyncio.BufferedProtocol):
     def __init__(self, decoder: FrameDecoder) -> None:
         self.decoder = decoder
+        # The loop, looked up once: asyncio's running-loop lookup costs a getpid() system call, and the
+        # connections would do one per request (timers, futures, asyncio.Event waits).
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.can_write = asyncio.Event()
         self.can_write.set()

@@ -21,7 +21,14 @@ from client.producer import send_batch
 from cluster.chaos import CHAOS_OVERRIDES
 from cluster.local_cluster import LocalClusterState, free_ports, pid_alive, restart_broker, start_cluster, stop_cluster
 from protocol.errors import ErrorCode
-from protocol.messages import DEBUGGING_REPLICA_ID, FetchPartition, FetchRequest, MetadataRequest, TopicPartition
+from protocol.messages import (
+    DEBUGGING_REPLICA_ID,
+    FetchPartition,
+    FetchRequest,
+    MetadataRequest,
+    PartitionMetadata,
+    TopicPartition,
+)
 from protocol.record_batch import iter_headers
 from tests.integration.processes import wait_until
 
@@ -44,8 +51,14 @@ async def cluster(tmp_path: Path) -> AsyncIterator[LocalClusterState]:
 
 
 async def isr_and_leader(client: ClusterClient) -> tuple[list[int], int]:
-    md = await client.send_any(MetadataRequest([TOPIC]))
-    [p] = md.topics[0].partitions
+    """The ISR and leader of TP as a broker that knows the topic tells them: a broker that has just
+    restarted answers UNKNOWN_TOPIC_OR_PARTITION until the controller's metadata reaches it."""
+
+    async def partition() -> PartitionMetadata | None:
+        md = await client.send_any(MetadataRequest([TOPIC]))
+        return md.topics[0].partitions[0] if md.topics[0].partitions else None
+
+    p = await wait_until(partition, what=f"a broker that knows {TOPIC}")
     return sorted(p.isr), p.leader_id
 
 

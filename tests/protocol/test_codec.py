@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from typing import Any
 
@@ -182,3 +183,44 @@ def test_produce_acks_must_be_a_kafka_value() -> None:
     with pytest.raises(RequestDecodeError, match="acks"):
         decode_request_value(_request(ApiKey.PRODUCE, body))
     assert ProduceRequest(acks=-1, timeout_ms=0, partitions=[]).acks == -1
+
+
+def _mutations(value: Any) -> st.SearchStrategy[Any]:
+    """A wire value with one field somewhere replaced by a value of another type, or removed."""
+    odd = st.sampled_from([None, True, 1, 1.5, "s", b"b", [], {}, [1], ["s"], [{}]])
+    if isinstance(value, dict) and value:
+        key = st.sampled_from(sorted(value))
+        return st.one_of(
+            st.builds(lambda k, v: {**value, k: v}, key, odd),
+            st.builds(lambda k: {n: v for n, v in value.items() if n != k}, key),
+            key.flatmap(lambda k: _mutations(value[k]).map(lambda v: {**value, k: v})),
+        )
+    if isinstance(value, list) and value:
+        return st.builds(lambda v: [v, *value[1:]], _mutations(value[0]))
+    return odd
+
+
+@pytest.mark.parametrize("cls", ALL_MESSAGES, ids=lambda c: c.__name__)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_the_generated_decoder_accepts_exactly_what_the_field_by_field_decoder_accepts(
+    cls: type[Message], data: st.DataObject
+) -> None:
+    from protocol.codec import _decode_struct, _fast_decoder, _Rejected
+
+    wire = to_wire(data.draw(_message_strategy(cls).filter(_valid)))
+    value = data.draw(st.just(wire) | _mutations(wire))
+    try:
+        slow: Any = _decode_struct(cls, value, cls.__name__)
+    except ProtocolError as exc:
+        slow = exc
+    try:
+        fast: Any = _fast_decoder(cls)(value)
+    except (_Rejected, ProtocolError) as exc:
+        fast = exc
+    if isinstance(slow, ProtocolError):
+        assert isinstance(fast, Exception), f"accepted what the field-by-field decoder refuses: {slow}"
+        with pytest.raises(ProtocolError, match=re.escape(str(slow))):
+            from_wire(cls, value)
+    else:
+        assert fast == slow

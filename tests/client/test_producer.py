@@ -1,0 +1,84 @@
+"""The producer against a real broker: one PRODUCE per broker for all its partitions, offsets per record."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from client.cluster_client import ClusterClient
+from client.producer import Producer
+from cluster.local_cluster import free_ports
+from protocol.errors import ErrorCode
+from protocol.messages import FetchPartition, TopicPartition
+from protocol.record_batch import build_batch, iter_records
+from tests.integration.processes import BrokerProcess, assign, standalone_broker
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
+
+P0 = TopicPartition("p", 0)
+P1 = TopicPartition("p", 1)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    (port,) = free_ports(1)
+    b = standalone_broker(tmp_path, 1, port)
+    b.start()
+    asyncio.run(assign([b], "p", 2, {0: 1, 1: 1}, replicas=[1]))
+    yield b
+    b.stop()
+
+
+async def values_of(client: ClusterClient, tp: TopicPartition) -> list[bytes | None]:
+    resp = await client.fetch(1, [FetchPartition(tp.topic, tp.partition, 0, 1 << 20)], max_wait_ms=0)
+    (part,) = resp.partitions
+    assert part.error_code == ErrorCode.NONE
+    return [r.value for r in iter_records(part.records)]
+
+
+async def test_one_produce_carries_a_batch_for_every_partition_the_leader_leads(broker: BrokerProcess) -> None:
+    async with ClusterClient(f"127.0.0.1:{broker.port}") as client:
+        await client.refresh_metadata(["p"])
+        producer = Producer(client, acks=1, linger_ms=60_000)
+        acked: list[tuple[TopicPartition, int, str | None]] = []
+        for i in range(3):
+            for tp in (P0, P1):
+                callback = lambda o, e, tp=tp: acked.append((tp, o, e))  # noqa: E731
+                await producer.send(tp, f"{tp.partition}-{i}".encode(), callback=callback)
+        assert acked == []  # lingering: nothing sent before the flush
+        await producer.flush()
+        assert client.sender.requests_sent == 1
+        assert sorted(acked) == sorted((tp, i, None) for tp in (P0, P1) for i in range(3))
+        assert await values_of(client, P0) == [b"0-0", b"0-1", b"0-2"]
+        assert await values_of(client, P1) == [b"1-0", b"1-1", b"1-2"]
+
+
+async def test_a_lingering_batch_is_sent_after_linger_ms_without_a_flush(broker: BrokerProcess) -> None:
+    async with ClusterClient(f"127.0.0.1:{broker.port}") as client:
+        await client.refresh_metadata(["p"])
+        producer = Producer(client, acks=1, linger_ms=20)
+        done = asyncio.get_running_loop().create_future()
+        await producer.send(P0, b"alone", callback=lambda o, e: done.set_result((o, e)))
+        assert await asyncio.wait_for(done, 10) == (0, None)
+        await producer.close()
+
+
+async def test_queued_record_sets_of_one_partition_share_a_request_only_when_allowed(broker: BrokerProcess) -> None:
+    async def produce_ten(client: ClusterClient, first: int) -> list[int]:
+        sets = [build_batch([b"%d" % (first + 2 * i), b"%d" % (first + 2 * i + 1)]) for i in range(10)]
+        answers = await asyncio.gather(*(client.produce(P0, s, acks=1) for s in sets))
+        assert all(a is not None and a.partitions[0].error_code == ErrorCode.NONE for a in answers)
+        return [a.partitions[0].base_offset for a in answers if a is not None]
+
+    async with ClusterClient(f"127.0.0.1:{broker.port}", max_in_flight=1) as kafka_like:
+        await kafka_like.refresh_metadata(["p"])
+        assert await produce_ten(kafka_like, 0) == list(range(0, 20, 2))
+        assert kafka_like.sender.requests_sent == 10  # one batch per partition per request, as Kafka
+    async with ClusterClient(f"127.0.0.1:{broker.port}", max_in_flight=1, batches_per_partition=8) as joined:
+        await joined.refresh_metadata(["p"])
+        assert await produce_ten(joined, 20) == list(range(20, 40, 2))
+        assert joined.sender.requests_sent == 2  # eight sets end to end, then the other two
+        assert await values_of(joined, P0) == [b"%d" % i for i in range(40)]
