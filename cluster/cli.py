@@ -514,6 +514,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
     props = _properties(args.property, CONSUMER_PROPERTIES)
     start = _start_offset(args)
+    if args.max_messages is not None and args.max_messages < 0:
+        args.max_messages = None  # Kafka's -1: no limit
     try:
         formatter = make_formatter(props, args.format, args.json, args.print_offsets)
     except ValueError as exc:
@@ -768,8 +770,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--offset", help="where to start in each partition: earliest, latest (default), N, or -N (N before the end)"
     )
     p.add_argument("--partition", type=int)
-    p.add_argument("--max-messages", type=int)
-    p.add_argument("--timeout-ms", type=int, default=10000, help="exit after this long without a new record")
+    p.add_argument("--max-messages", type=int, help="exit after this many records (default, or -1: no limit)")
+    p.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=10000,
+        help="exit after this long without a new record (default 10000; -1: never, Kafka's default)",
+    )
     p.add_argument(
         "--fail-on-timeout",
         action="store_true",

@@ -463,6 +463,23 @@ def test_consume_starts_at_the_offset_asked_for(running_cluster: tuple[Path, str
     assert values("--offset", "500") == []  # clamped to the end: waits for new records
 
 
+@pytest.mark.timeout(120)
+def test_consume_takes_kafkas_minus_one_for_no_limit_and_no_timeout(running_cluster: tuple[Path, str]) -> None:
+    cluster_dir, _ = running_cluster
+    d = ["--dir", str(cluster_dir)]
+    assert cli("topic", "create", "unbounded", "--partitions", "1", *d).returncode == 0
+    assert cli("produce", "unbounded", *d, stdin="a\nb\nc\n").returncode == 0
+    # --max-messages -1 is no limit: everything there is, then the timeout ends it with exit 0
+    everything = cli("consume", "unbounded", "--from-beginning", "--max-messages", "-1", "--timeout-ms", "500", *d)
+    assert (everything.returncode, everything.stdout.splitlines()) == (0, ["a", "b", "c"]), everything.stderr
+    # --timeout-ms -1 never times out: only --max-messages ends it (the test's own timeout guards a hang)
+    waiting = cli("consume", "unbounded", "--from-beginning", "--max-messages", "2", "--timeout-ms", "-1", *d)
+    assert (waiting.returncode, waiting.stdout.splitlines()) == (0, ["a", "b"]), waiting.stderr
+    # and with nothing left to read it keeps waiting past any --timeout-ms default
+    with pytest.raises(subprocess.TimeoutExpired):
+        cli("consume", "unbounded", "--offset", "latest", "--timeout-ms", "-1", *d, timeout=12)
+
+
 @pytest.mark.timeout(60)
 def test_acks_all_that_can_never_succeed_fails_at_once_with_the_reason(running_cluster: tuple[Path, str]) -> None:
     cluster_dir, _ = running_cluster
