@@ -520,7 +520,26 @@ def cmd_consume(args: argparse.Namespace) -> int:
         formatter = make_formatter(props, args.format, args.json, args.print_offsets)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    result = _run(consume_command(args, formatter, start))
+    seen = {"count": 0}
+
+    def counted(topic: str, partition: int, rec: Any) -> bytes:
+        seen["count"] += 1
+        return formatter(topic, partition, rec)
+
+    import signal
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # Ctrl-C or SIGTERM (the usual end with --timeout-ms -1) still says how many records were printed,
+    # as Kafka's console consumer does on shutdown.
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        result = _run(consume_command(args, counted, start))
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        print(f"Processed a total of {seen['count']} messages", file=sys.stderr)
+        return 130
     print(f"Processed a total of {result['count']} messages", file=sys.stderr)
     if result["corrupt"]:
         # What was readable was printed; the partitions that stopped at a corrupt batch make it an error.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -478,6 +479,40 @@ def test_consume_takes_kafkas_minus_one_for_no_limit_and_no_timeout(running_clus
     # and with nothing left to read it keeps waiting past any --timeout-ms default
     with pytest.raises(subprocess.TimeoutExpired):
         cli("consume", "unbounded", "--offset", "latest", "--timeout-ms", "-1", *d, timeout=12)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_consumer_stopped_by_a_signal_says_how_many_records_it_printed(
+    running_cluster: tuple[Path, str], signum: int
+) -> None:
+    cluster_dir, _ = running_cluster
+    d = ["--dir", str(cluster_dir)]
+    topic = f"stopped-{signum}"
+    assert cli("topic", "create", topic, "--partitions", "1", *d).returncode == 0
+    assert cli("produce", topic, *d, stdin="a\nb\nc\n").returncode == 0
+    # given a consumer without a timeout that has printed every record there is
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster", "consume", topic, "--from-beginning", "--timeout-ms", "-1", *d],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=clean_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        assert [proc.stdout.readline() for _ in range(3)] == ["a\n", "b\n", "c\n"]
+        # when it is stopped the way a user stops it
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    # then it ends without a traceback, with Kafka's summary line and the exit code of an interrupt
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "Processed a total of 3 messages"
+    assert proc.returncode == 130
 
 
 @pytest.mark.timeout(60)
