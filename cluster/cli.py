@@ -200,7 +200,11 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise CliError("--brokers must be at least 1", EXIT_USAGE)
     cluster_dir = Path(args.dir)
-    say = (lambda m: print(m, file=sys.stderr, flush=True)) if not args.json else None
+
+    # Progress goes to stderr in both modes: with --json, stdout carries only the one document.
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
     try:
         state: LocalClusterState = _run(
             start_cluster(
@@ -397,7 +401,8 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
         args,
         data,
         lambda: (
-            f"created topic {result.name} ({result.num_partitions} partitions, "
+            f"created topic {result.name} ({result.num_partitions} "
+            f"partition{'' if result.num_partitions == 1 else 's'}, "
             f"replication factor {result.replication_factor})"
         ),
     )

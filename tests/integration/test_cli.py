@@ -238,8 +238,9 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     base = free_base_port()
     up = cli("cluster", "up", "--dir", str(cluster_dir), "--base-port", str(base), "--detach", "--json", timeout=90)
     assert up.returncode == 0, up.stderr
-    info = json.loads(up.stdout)
+    info = json.loads(up.stdout)  # with --json stdout is the one document; progress went to stderr
     assert len(info["brokers"]) == 3
+    assert "all 3 brokers registered with the controller" in up.stderr
     try:
         yield cluster_dir, info["bootstrap_server"].split(",")[0]
     finally:
@@ -448,7 +449,9 @@ def test_keys_and_headers_round_trip_through_produce_and_consume(running_cluster
 def test_consume_starts_at_the_offset_asked_for(running_cluster: tuple[Path, str]) -> None:
     cluster_dir, _ = running_cluster
     d = ["--dir", str(cluster_dir)]
-    assert cli("topic", "create", "offsets", "--partitions", "1", *d).returncode == 0
+    created = cli("topic", "create", "offsets", "--partitions", "1", *d)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.startswith("created topic offsets (1 partition, replication factor ")
     assert cli("produce", "offsets", *d, stdin="".join(f"m{i}\n" for i in range(10))).returncode == 0
 
     def values(*args: str) -> list[str]:
