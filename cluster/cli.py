@@ -385,8 +385,17 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
                 resp = await client.create_topic(args.topic, args.partitions, args.replication_factor, configs)
             except ClusterUnavailableError as exc:
                 raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+            if resp.error_code == ErrorCode.NOT_CONTROLLER:
+                # The broker answered but could not reach the controller: nothing in the cluster can create.
+                raise CliError(
+                    f"create failed: the brokers cannot reach the controller ({resp.error_message}); "
+                    "is it running? (`minibroker cluster status`)",
+                    EXIT_UNREACHABLE,
+                )
             if resp.error_code != ErrorCode.NONE:
-                raise CliError(f"create failed: {resp.error_message}", EXIT_CLUSTER_ERROR)
+                raise CliError(
+                    f"create failed: {ErrorCode(resp.error_code).name}: {resp.error_message}", EXIT_CLUSTER_ERROR
+                )
             result = resp.topics[0]
             if result.error_code != ErrorCode.NONE:
                 raise CliError(

@@ -657,3 +657,26 @@ def test_a_path_that_cannot_be_used_is_named_without_a_traceback(tmp_path: Path)
     (port,) = free_ports(1)
     broker = cli("broker", "--broker-id", "1", "--log-dirs", str(bad), "--listeners", f"127.0.0.1:{port}")
     assert (broker.returncode, error_line(broker)) == (2, f"minibroker: error: cannot use {bad}: Not a directory")
+
+
+@pytest.mark.timeout(120)
+def test_topic_create_without_a_controller_says_so_and_exits_3(tmp_path: Path) -> None:
+    # given a one-broker cluster whose controller has died
+    cluster_dir = tmp_path / "c"
+    base = free_base_port()
+    up = cli("cluster", "up", "--dir", str(cluster_dir), "--brokers", "1", "--base-port", str(base), "--detach")
+    assert up.returncode == 0, up.stderr
+    try:
+        controller_pid = json.loads((cluster_dir / "cluster.json").read_text())["controller"]["pid"]
+        os.kill(controller_pid, signal.SIGKILL)
+        # when a topic is created through its broker
+        created = cli("topic", "create", "nowhere", "--partitions", "1", "--dir", str(cluster_dir))
+        # then the error names the controller, not a bare wire message, and the exit code is "not reachable"
+        assert created.returncode == 3, created.stderr
+        assert error_line(created).startswith(
+            "minibroker: error: create failed: the brokers cannot reach the controller ("
+        )
+        assert error_line(created).endswith("); is it running? (`minibroker cluster status`)")
+    finally:
+        down = cli("cluster", "down", "--dir", str(cluster_dir), timeout=60)
+        assert down.returncode == 0, down.stderr
