@@ -540,17 +540,35 @@ def cmd_consume(args: argparse.Namespace) -> int:
         seen["count"] += 1
         return formatter(topic, partition, rec)
 
-    import signal
+    async def until_signalled() -> dict[str, Any] | None:
+        # SIGTERM cancels the consumer the way the event loop's runner does on Ctrl-C, so its connections
+        # close before it returns; None says it was stopped.
+        import asyncio
+        import signal
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        task = asyncio.current_task()
+        assert task is not None
+        stopped: list[int] = []
+
+        def on_term() -> None:
+            stopped.append(signal.SIGTERM)
+            task.cancel()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
+        try:
+            return dict(await consume_command(args, counted, start))
+        except asyncio.CancelledError:
+            if stopped:
+                return None
+            raise
 
     # Ctrl-C or SIGTERM (the usual end with --timeout-ms -1) still says how many records were printed,
     # as Kafka's console consumer does on shutdown.
-    signal.signal(signal.SIGTERM, on_term)
     try:
-        result = _run(consume_command(args, counted, start))
+        result = _run(until_signalled())
     except KeyboardInterrupt:
+        result = None
+    if result is None:
         sys.stdout.flush()
         print(f"Processed a total of {seen['count']} messages", file=sys.stderr)
         return 130
