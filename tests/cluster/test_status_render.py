@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cluster.status import render_status
 
 
-def _partition(topic: str, partition: int, leader: int) -> dict:
+def _partition(topic: str, partition: int, leader: int) -> dict[str, Any]:
     return {
         "topic": topic,
         "partition": partition,
@@ -21,7 +23,7 @@ def _partition(topic: str, partition: int, leader: int) -> dict:
 @pytest.mark.timeout(5)
 def test_partition_rows_line_up_across_topic_names_of_different_lengths() -> None:
     # given a remote cluster's status with a short and a long topic name
-    status = {
+    status: dict[str, Any] = {
         "bootstrap_server": "127.0.0.1:9092",
         "controller": {"id": 3000, "pid": None, "address": None, "alive": True},
         "brokers": [],
