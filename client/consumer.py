@@ -150,7 +150,8 @@ async def consume_all(
     on_record: Callable[[TopicPartition, Record], None] | None = None,
     on_corrupt: Callable[[TopicPartition, str], None] | None = None,
 ) -> Consumer:
-    """Read until `max_messages` or `timeout_ms` without a new record. `from_beginning` is True/False
+    """Read until `max_messages` or `timeout_ms` without a new record (a negative `timeout_ms`: no
+    timeout, as Kafka's console consumer by default). `from_beginning` is True/False
     (earliest/latest) or a `Consumer.seek` start. A partition that serves a batch that cannot be read stops
     there (`on_corrupt` hears where and why); the others are read on."""
     consumer = Consumer(client, partitions, on_corrupt=on_corrupt)
@@ -172,7 +173,7 @@ async def consume_all(
             count += 1
             if on_record is not None:
                 on_record(tp, rec)
-        if (time.monotonic() - last_new) * 1000 >= timeout_ms:
+        if timeout_ms >= 0 and (time.monotonic() - last_new) * 1000 >= timeout_ms:
             break
     return consumer
 

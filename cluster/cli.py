@@ -200,7 +200,11 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise CliError("--brokers must be at least 1", EXIT_USAGE)
     cluster_dir = Path(args.dir)
-    say = (lambda m: print(m, file=sys.stderr, flush=True)) if not args.json else None
+
+    # Progress goes to stderr in both modes: with --json, stdout carries only the one document.
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
     try:
         state: LocalClusterState = _run(
             start_cluster(
@@ -391,8 +395,17 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
                 resp = await client.create_topic(args.topic, args.partitions, args.replication_factor, configs)
             except ClusterUnavailableError as exc:
                 raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+            if resp.error_code == ErrorCode.NOT_CONTROLLER:
+                # The broker answered but could not reach the controller: nothing in the cluster can create.
+                raise CliError(
+                    f"create failed: the brokers cannot reach the controller ({resp.error_message}); "
+                    "is it running? (`minibroker cluster status`)",
+                    EXIT_UNREACHABLE,
+                )
             if resp.error_code != ErrorCode.NONE:
-                raise CliError(f"create failed: {resp.error_message}", EXIT_CLUSTER_ERROR)
+                raise CliError(
+                    f"create failed: {ErrorCode(resp.error_code).name}: {resp.error_message}", EXIT_CLUSTER_ERROR
+                )
             result = resp.topics[0]
             if result.error_code != ErrorCode.NONE:
                 raise CliError(
@@ -407,7 +420,8 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
         args,
         data,
         lambda: (
-            f"created topic {result.name} ({result.num_partitions} partitions, "
+            f"created topic {result.name} ({result.num_partitions} "
+            f"partition{'' if result.num_partitions == 1 else 's'}, "
             f"replication factor {result.replication_factor})"
         ),
     )
@@ -691,11 +705,50 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
     props = _properties(args.property, CONSUMER_PROPERTIES)
     start = _start_offset(args)
+    if args.max_messages is not None and args.max_messages < 0:
+        args.max_messages = None  # Kafka's -1: no limit
     try:
         formatter = make_formatter(props, args.format, args.json, args.print_offsets)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    result = _run(consume_command(args, formatter, start))
+    seen = {"count": 0}
+
+    def counted(topic: str, partition: int, rec: Any) -> bytes:
+        seen["count"] += 1
+        return formatter(topic, partition, rec)
+
+    async def until_signalled() -> dict[str, Any] | None:
+        # SIGTERM cancels the consumer the way the event loop's runner does on Ctrl-C, so its connections
+        # close before it returns; None says it was stopped.
+        import asyncio
+        import signal
+
+        task = asyncio.current_task()
+        assert task is not None
+        stopped: list[int] = []
+
+        def on_term() -> None:
+            stopped.append(signal.SIGTERM)
+            task.cancel()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
+        try:
+            return dict(await consume_command(args, counted, start))
+        except asyncio.CancelledError:
+            if stopped:
+                return None
+            raise
+
+    # Ctrl-C or SIGTERM (the usual end with --timeout-ms -1) still says how many records were printed,
+    # as Kafka's console consumer does on shutdown.
+    try:
+        result = _run(until_signalled())
+    except KeyboardInterrupt:
+        result = None
+    if result is None:
+        sys.stdout.flush()
+        print(f"Processed a total of {seen['count']} messages", file=sys.stderr)
+        return 130
     print(f"Processed a total of {result['count']} messages", file=sys.stderr)
     if result["corrupt"]:
         # What was readable was printed; the partitions that stopped at a corrupt batch make it an error.
@@ -977,8 +1030,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--offset", help="where to start in each partition: earliest, latest (default), N, or -N (N before the end)"
     )
     p.add_argument("--partition", type=int)
-    p.add_argument("--max-messages", type=int)
-    p.add_argument("--timeout-ms", type=int, default=10000, help="exit after this long without a new record")
+    p.add_argument("--max-messages", type=int, help="exit after this many records (default, or -1: no limit)")
+    p.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=10000,
+        help="exit after this long without a new record (default 10000; -1: never, Kafka's default)",
+    )
     p.add_argument(
         "--fail-on-timeout",
         action="store_true",

@@ -166,13 +166,16 @@ def render_status(status: dict[str, Any]) -> str:
     lines.append("")
     if not status["partitions"]:
         lines.append("(no topics)")
+    # One column for topic-partition, as wide as the longest name, so the leader column lines up.
+    width = max((len(f"{p['topic']}-{p['partition']}") for p in status["partitions"]), default=0)
     for p in status["partitions"]:
         reps = "  ".join(
             f"{r['broker_id']}:LEO={_v(r['log_end_offset'])},HW={_v(r['high_watermark'])},lag={_v(r['lag'])}"
             for r in p["replicas"]
         )
         lines.append(
-            f"{p['topic']}-{p['partition']:<3} leader {p['leader']:>2}  epoch {p['leader_epoch']:>3}  "
+            f"{p['topic'] + '-' + str(p['partition']):<{width}}  leader {p['leader']:>2}  "
+            f"epoch {p['leader_epoch']:>3}  "
             f"isr {','.join(map(str, p['isr'])):<8} {reps}"
         )
     return "\n".join(lines)

@@ -295,7 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="do not run: exit 0 if the sink writing to --out is subscribed to MQTT now, else 1 (a healthcheck)",
     )
-    parser.add_argument("--json", action="store_true", help="print the final counts as one JSON object")
+    parser.add_argument(
+        "--json", action="store_true", help="print the final counts (with --check: the verdict) as one JSON object"
+    )
     parser.add_argument("--qos", type=int, choices=(0, 1, 2), default=1, help="subscription QoS (default 1)")
     parser.add_argument("--client-id", default=DEFAULT_SINK_CLIENT_ID, help="MQTT client identifier")
     parser.add_argument("--roll-ms", type=int, default=DEFAULT_ROLL_MS, help="metrics.file.roll.ms")
@@ -303,6 +305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.check:
         problem = check_status(Path(args.out), SYSTEM_TIME.milliseconds())
+        if args.json:
+            # With --json the verdict is one document on stdout whichever way it goes.
+            print(json.dumps({"healthy": problem is None, "problem": problem, "out": args.out}))
         if problem:
             print(f"minibroker metrics sink: unhealthy: {problem}", file=sys.stderr)
             return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -263,8 +264,9 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     base = free_base_port()
     up = cli("cluster", "up", "--dir", str(cluster_dir), "--base-port", str(base), "--detach", "--json", timeout=90)
     assert up.returncode == 0, up.stderr
-    info = json.loads(up.stdout)
+    info = json.loads(up.stdout)  # with --json stdout is the one document; progress went to stderr
     assert len(info["brokers"]) == 3
+    assert "all 3 brokers registered with the controller" in up.stderr
     try:
         yield cluster_dir, info["bootstrap_server"].split(",")[0]
     finally:
@@ -473,7 +475,9 @@ def test_keys_and_headers_round_trip_through_produce_and_consume(running_cluster
 def test_consume_starts_at_the_offset_asked_for(running_cluster: tuple[Path, str]) -> None:
     cluster_dir, _ = running_cluster
     d = ["--dir", str(cluster_dir)]
-    assert cli("topic", "create", "offsets", "--partitions", "1", *d).returncode == 0
+    created = cli("topic", "create", "offsets", "--partitions", "1", *d)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.startswith("created topic offsets (1 partition, replication factor ")
     assert cli("produce", "offsets", *d, stdin="".join(f"m{i}\n" for i in range(10))).returncode == 0
 
     def values(*args: str) -> list[str]:
@@ -487,6 +491,57 @@ def test_consume_starts_at_the_offset_asked_for(running_cluster: tuple[Path, str
     assert values("--offset", "-100", "--max-messages", "1") == ["m0"]  # clamped to the log start
     assert values("--offset", "latest") == []
     assert values("--offset", "500") == []  # clamped to the end: waits for new records
+
+
+@pytest.mark.timeout(120)
+def test_consume_takes_kafkas_minus_one_for_no_limit_and_no_timeout(running_cluster: tuple[Path, str]) -> None:
+    cluster_dir, _ = running_cluster
+    d = ["--dir", str(cluster_dir)]
+    assert cli("topic", "create", "unbounded", "--partitions", "1", *d).returncode == 0
+    assert cli("produce", "unbounded", *d, stdin="a\nb\nc\n").returncode == 0
+    # --max-messages -1 is no limit: everything there is, then the timeout ends it with exit 0
+    everything = cli("consume", "unbounded", "--from-beginning", "--max-messages", "-1", "--timeout-ms", "500", *d)
+    assert (everything.returncode, everything.stdout.splitlines()) == (0, ["a", "b", "c"]), everything.stderr
+    # --timeout-ms -1 never times out: only --max-messages ends it (the test's own timeout guards a hang)
+    waiting = cli("consume", "unbounded", "--from-beginning", "--max-messages", "2", "--timeout-ms", "-1", *d)
+    assert (waiting.returncode, waiting.stdout.splitlines()) == (0, ["a", "b"]), waiting.stderr
+    # and with nothing left to read it keeps waiting past any --timeout-ms default
+    with pytest.raises(subprocess.TimeoutExpired):
+        cli("consume", "unbounded", "--offset", "latest", "--timeout-ms", "-1", *d, timeout=12)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_consumer_stopped_by_a_signal_says_how_many_records_it_printed(
+    running_cluster: tuple[Path, str], signum: int
+) -> None:
+    cluster_dir, _ = running_cluster
+    d = ["--dir", str(cluster_dir)]
+    topic = f"stopped-{signum}"
+    assert cli("topic", "create", topic, "--partitions", "1", *d).returncode == 0
+    assert cli("produce", topic, *d, stdin="a\nb\nc\n").returncode == 0
+    # given a consumer without a timeout that has printed every record there is
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster", "consume", topic, "--from-beginning", "--timeout-ms", "-1", *d],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=clean_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        assert [proc.stdout.readline() for _ in range(3)] == ["a\n", "b\n", "c\n"]
+        # when it is stopped the way a user stops it
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    # then it ends without a traceback, with Kafka's summary line and the exit code of an interrupt
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "Processed a total of 3 messages"
+    assert proc.returncode == 130
 
 
 @pytest.mark.timeout(60)
@@ -628,3 +683,26 @@ def test_a_path_that_cannot_be_used_is_named_without_a_traceback(tmp_path: Path)
     (port,) = free_ports(1)
     broker = cli("broker", "--broker-id", "1", "--log-dirs", str(bad), "--listeners", f"127.0.0.1:{port}")
     assert (broker.returncode, error_line(broker)) == (2, f"minibroker: error: cannot use {bad}: Not a directory")
+
+
+@pytest.mark.timeout(120)
+def test_topic_create_without_a_controller_says_so_and_exits_3(tmp_path: Path) -> None:
+    # given a one-broker cluster whose controller has died
+    cluster_dir = tmp_path / "c"
+    base = free_base_port()
+    up = cli("cluster", "up", "--dir", str(cluster_dir), "--brokers", "1", "--base-port", str(base), "--detach")
+    assert up.returncode == 0, up.stderr
+    try:
+        controller_pid = json.loads((cluster_dir / "cluster.json").read_text())["controller"]["pid"]
+        os.kill(controller_pid, signal.SIGKILL)
+        # when a topic is created through its broker
+        created = cli("topic", "create", "nowhere", "--partitions", "1", "--dir", str(cluster_dir))
+        # then the error names the controller, not a bare wire message, and the exit code is "not reachable"
+        assert created.returncode == 3, created.stderr
+        assert error_line(created).startswith(
+            "minibroker: error: create failed: the brokers cannot reach the controller ("
+        )
+        assert error_line(created).endswith("); is it running? (`minibroker cluster status`)")
+    finally:
+        down = cli("cluster", "down", "--dir", str(cluster_dir), timeout=60)
+        assert down.returncode == 0, down.stderr

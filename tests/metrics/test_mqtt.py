@@ -289,6 +289,22 @@ def test_the_sink_command_explains_itself_and_rejects_a_bad_url(capsys: pytest.C
     assert "expected mqtt://host:port" in capsys.readouterr().err
 
 
+@pytest.mark.timeout(10)
+def test_the_sink_check_with_json_prints_its_verdict_as_one_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given no sink has ever written to the dir: unhealthy, and --json says so on stdout
+    assert main(["--check", "--json", "--out", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    verdict = json.loads(captured.out)
+    assert verdict["healthy"] is False and "no sink status" in verdict["problem"]
+    assert "unhealthy" in captured.err
+    # when a fresh status says subscribed: healthy, and stdout is still one document
+    write_status(tmp_path, True, "mqtt://127.0.0.1:1883", int(wall.time() * 1000))
+    assert main(["--check", "--json", "--out", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"healthy": True, "problem": None, "out": str(tmp_path)}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_the_sink_healthcheck_follows_its_subscription(mosquitto: Mosquitto, tmp_path: Path) -> None:
