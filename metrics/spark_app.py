@@ -6,7 +6,7 @@ How this works:
   with the fixed schema, projected to the fields the tables use (lines cut by a crash are dropped).
   ``publish`` then runs the one window pass (``lag_job.replica_samples``: one shuffle, one sort) and
   keeps its result in memory; a first small job collects the broker runs (records, time span, restarts)
-  and fills that cache; the seven tables are aggregations over it, written as Parquet by concurrent
+  and fills that cache; the nine tables are aggregations over it, written as Parquet by concurrent
   jobs (the small aggregated tables cached as they are written); row counts come from the Parquet
   footers; the page's aggregates read the small cached tables, never the records.
 - Follow (``--follow``): Structured Streaming over the rolled files only (an active file is still being
@@ -196,7 +196,9 @@ def publish(
         progress(f"{n} records from {len(runs)} broker runs; writing {len(tables)} tables")
         paths = write_tables(tables, out_dir)
         progress("building the page")
-        data = dashboard.collect_dashboard_data(title, tables, config.window_ms, runs, faults=faults)
+        data = dashboard.collect_dashboard_data(
+            title, tables, config.window_ms, runs, faults=faults, health_bucket_ms=config.health_bucket_ms
+        )
     finally:
         for df in cached:
             df.unpersist()
