@@ -172,6 +172,7 @@ class DashboardData:
     restarts: list[Restart] = field(default_factory=list)
     health: HealthSeries | None = None
     charted_eager: int = CHART_PARTITIONS_MAX  # lag entries after this many are drawn on demand
+    refresh_s: int | None = None  # while following, the page reloads itself this often
 
 
 # ---- collect: small aggregates from the tables (Spark) ----
@@ -966,6 +967,7 @@ def render_dashboard(data: DashboardData) -> str:
         span = f" ({_fmt_duration(data.last_ts_ms - data.first_ts_ms)})"
     parts = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="refresh" content="{data.refresh_s}">' if data.refresh_s else "",
         f"<title>{html.escape(data.title)}</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<header><h1>{html.escape(data.title)}</h1><p>{_fmt_time(data.first_ts_ms)} → "

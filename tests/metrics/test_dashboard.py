@@ -435,6 +435,33 @@ def test_follow_mode_streams_the_rolled_files_only_and_refreshes_the_page(
     assert result.records == rolled
     assert Path(result.dashboard_html).exists()
     assert result.row_counts[s.TABLE_LEADER_TIMELINE] == 3  # orders-0 epochs 0 and 1, orders-1 epoch 0
+    # while following, the page reloads itself every trigger interval
+    assert '<meta http-equiv="refresh" content="1">' in Path(result.dashboard_html).read_text()
+
+
+@pytest.mark.timeout(300)
+def test_a_follow_restart_that_reruns_a_batch_stores_its_records_once(spark: SparkSession, tmp_path: Path) -> None:
+    """The sink ran but the batch's commit never reached the checkpoint (stopped, or killed, in between):
+    the restarted query reruns that batch, and the records it holds are still there once."""
+    rolled, _ = write_metrics_dir(tmp_path / "metrics")
+    out = tmp_path / "out"
+    first = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
+    assert first.records == rolled
+    # As if the query died between the sink and the commit of the batch that stored the records: no
+    # commit for it, and nothing planned after it (such as the no-data batch that moves the watermark).
+    [stored_batch] = (out / spark_app.STREAM_DIR / "records").glob(f"{spark_app.BATCH_PREFIX}*")
+    batch_id = int(stored_batch.name.removeprefix(spark_app.BATCH_PREFIX))
+    checkpoint = out / spark_app.STREAM_DIR / "checkpoint"
+    for log, after in (("commits", batch_id - 1), ("offsets", batch_id)):
+        for entry in (checkpoint / log).iterdir():
+            if int(entry.name.lstrip(".").removesuffix(".crc")) > after:
+                entry.unlink()
+
+    again = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
+    assert again.records == rolled
+    stored = spark.read.parquet(str(out / spark_app.STREAM_DIR / "records" / f"{spark_app.BATCH_PREFIX}*"))
+    assert stored.count() == rolled
+    assert stored.dropDuplicates(list(spark_app.DEDUP_KEY)).count() == rolled
 
 
 def test_a_missing_metrics_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
