@@ -440,6 +440,25 @@ def test_follow_mode_streams_the_rolled_files_only_and_refreshes_the_page(
 
 
 @pytest.mark.timeout(300)
+def test_a_follow_restart_after_max_batches_adds_the_new_rolled_files_and_nothing_twice(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    rolled, active = write_metrics_dir(tmp_path / "metrics")
+    out = tmp_path / "out"
+    first = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
+    assert first.records == rolled
+    # the emitters roll their active files meanwhile (the line cut by a crash stays behind)
+    for path in (tmp_path / "metrics" / "_active").iterdir():
+        complete = path.read_text().rsplit("\n", 1)[0] + "\n"
+        first_ts = json.loads(complete.splitlines()[0])["ts_ms"]
+        (tmp_path / "metrics" / f"{path.stem}-{first_ts}.jsonl").write_text(complete)
+        path.unlink()
+
+    again = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
+    assert again.records == rolled + active
+
+
+@pytest.mark.timeout(300)
 def test_a_follow_restart_that_reruns_a_batch_stores_its_records_once(spark: SparkSession, tmp_path: Path) -> None:
     """The sink ran but the batch's commit never reached the checkpoint (stopped, or killed, in between):
     the restarted query reruns that batch, and the records it holds are still there once."""
