@@ -1,20 +1,24 @@
 """The lag dashboard: small aggregates collected from the job's tables, rendered as one HTML file.
 
 How this works: ``broker_runs`` is one aggregation over the records (per broker and broker start: the
-record count and time span), which gives the headline numbers and the broker restart/down events.
+record count and time span), which gives the time span and the broker restart/down events.
 ``collect_dashboard_data`` then runs a handful of aggregations over the job's small tables, never the
 records, concurrently (independent small jobs overlap), and brings only their small results to the
-driver: the worst partitions' summary rows with the totals in the same job, lag bucketed to at most
-``CHART_POINTS_MAX`` points per follower for the charted partitions, byte rates per broker and window,
-the worst follower statuses. ``render_dashboard`` is pure Python: data in, one self-contained HTML
-page out. plotly.js is inlined once, with the first figure, so the page opens offline.
+driver: the worst partitions' summary rows with the totals and the worst values in the same job, the
+cluster health row (``cluster_health``) re-bucketed to at most ``CHART_POINTS_MAX`` points, the
+catch-up time of every broker restart (``lag_job.catch_up_times``), lag bucketed to at most
+``CHART_POINTS_MAX`` points per follower for the charted partitions, byte rates per broker and
+window, the worst follower statuses. ``render_dashboard`` is pure Python: data in, one self-contained
+HTML page out. plotly.js is inlined once, with the first figure, so the page opens offline. The worst
+``CHART_PARTITIONS_MAX`` partitions are drawn at once; the next ``CHART_MORE_MAX`` carry their figure
+as JSON and are drawn when opened (one chart per partition does not scale to a large cluster).
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,10 +31,14 @@ from plotly.subplots import make_subplots
 from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 
+from metrics import lag_job
 from metrics import schema as s
 
 CHART_POINTS_MAX = 300
+CHART_BUCKET_MIN_MS = 250
 CHART_PARTITIONS_MAX = 12
+CHART_MORE_MAX = 48  # partitions after the first CHART_PARTITIONS_MAX whose charts are drawn on demand
+KILL_CARDS_MAX = 8
 TABLE_ROWS_MAX = 200
 BYTE_RATE_BROKERS_MAX = 10
 
@@ -69,6 +77,7 @@ class PartitionSummary:
     under_replicated_ms: int
     isr_shrinks: int
     isr_expands: int
+    under_min_isr_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -86,12 +95,54 @@ class FollowerSeries:
 
 @dataclass(frozen=True)
 class TimelineEvent:
-    """A vertical line on the lag charts: a leader change, or a broker going down or restarting."""
+    """A mark on the lag charts: a leader change or a broker going down or restarting (a vertical line),
+    or a chaos fault (a shaded window up to end_ts_ms)."""
 
     ts_ms: int
     label: str
     kind: str  # "leader", "broker" or "fault"
     end_ts_ms: int | None = None  # a fault's window ends here
+
+
+@dataclass(frozen=True)
+class Restart:
+    """A broker that went down (its last record before a gap) and, unless it stayed down, came back.
+
+    partitions_out: the partitions whose ISR it left meanwhile (the leaders' view); caught_up_ms: from
+    its restart until the last of them had it back in the ISR (None while any is still out)."""
+
+    broker_id: int
+    down_ms: int
+    restart_ms: int | None
+    until_ms: int | None = None  # the last record of the run after the restart
+    partitions_out: int = 0
+    partitions_behind: int = 0
+    caught_up_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The worst values over every partition, with the partition each belongs to ("topic-p")."""
+
+    lag_messages: int | None = None
+    lag_messages_at: str = ""
+    lag_ms: int | None = None
+    lag_ms_at: str = ""
+    under_replicated_ms: int | None = None
+    under_replicated_at: str = ""
+    under_min_isr_ms: int | None = None
+    under_min_isr_at: str = ""
+
+
+@dataclass
+class HealthSeries:
+    """``cluster_health`` per chart bucket (the max of each count in the bucket)."""
+
+    bucket_start_ms: list[int] = field(default_factory=list)
+    under_replicated: list[int] = field(default_factory=list)
+    under_min_isr: list[int] = field(default_factory=list)
+    offline: list[int] = field(default_factory=list)
+    leaders: dict[int, list[int]] = field(default_factory=dict)  # broker -> partitions it led
 
 
 @dataclass(frozen=True)
@@ -117,6 +168,11 @@ class DashboardData:
     statuses: list[dict[str, Any]] = field(default_factory=list)
     followers_total: int = 0
     status_counts: dict[str, int] = field(default_factory=dict)
+    headline: Headline = field(default_factory=Headline)
+    restarts: list[Restart] = field(default_factory=list)
+    health: HealthSeries | None = None
+    charted_eager: int = CHART_PARTITIONS_MAX  # lag entries after this many are drawn on demand
+    refresh_s: int | None = None  # while following, the page reloads itself this often
 
 
 # ---- collect: small aggregates from the tables (Spark) ----
@@ -166,7 +222,9 @@ def _partition_summaries(tables: Mapping[str, DataFrame]) -> DataFrame:
             F.min(_severity(F.col("status"))).alias("worst"),
         )
     )
-    under = tables[s.TABLE_UNDER_REPLICATED].select(*key, "under_replicated_ms", "isr_shrinks", "isr_expands")
+    under = tables[s.TABLE_UNDER_REPLICATED].select(
+        *key, "under_replicated_ms", "under_min_isr_ms", "isr_shrinks", "isr_expands"
+    )
     joined = leaders.join(lags, key, "full").join(statuses, key, "full").join(under, key, "full")
     return joined.withColumn("worst", F.coalesce("worst", F.lit(len(s.STATUSES))))
 
@@ -227,10 +285,14 @@ def _summary_rows(tables: Mapping[str, DataFrame]) -> list[Row]:
     """
     summaries = _partition_summaries(tables)
     everything = Window.partitionBy()
+    name = F.concat_ws("-", F.col(s.TOPIC), F.col(s.PARTITION).cast("string"))
+    worst = ("lag_messages_max", "lag_ms_max", "under_replicated_ms", "under_min_isr_ms")
     with_totals = summaries.select(
         "*",
         F.count(F.lit(1)).over(everything).alias("_partitions_total"),
         *(F.sum(f"n_{x}").over(everything).alias(f"_total_{x}") for x in s.STATUSES),
+        *(F.max(c).over(everything).alias(f"_max_{c}") for c in worst),
+        *(F.max_by(name, F.col(c)).over(everything).alias(f"_at_{c}") for c in worst),
     )
     ordered = with_totals.orderBy(F.col("worst"), F.col("lag_messages_max").desc_nulls_last(), s.TOPIC, s.PARTITION)
     return ordered.limit(TABLE_ROWS_MAX).collect()
@@ -269,6 +331,87 @@ def _collect_lag(
     return lag
 
 
+def restarts_of_runs(runs: Sequence[BrokerRun], newest_ts_ms: int, window_ms: int) -> list[Restart]:
+    """Each time a broker went down: a new run after a gap (restarted), or a last run that ended more than
+    a window before the newest record (still down). ``runs`` in ``broker_runs`` order."""
+    out: list[Restart] = []
+    for i, run in enumerate(runs):
+        if run.broker_id is None:
+            continue
+        nxt = runs[i + 1] if i + 1 < len(runs) and runs[i + 1].broker_id == run.broker_id else None
+        if nxt is not None:
+            out.append(Restart(run.broker_id, run.last_ts_ms, nxt.broker_start_ms or nxt.first_ts_ms, nxt.last_ts_ms))
+        elif run.last_ts_ms < newest_ts_ms - window_ms:
+            out.append(Restart(run.broker_id, run.last_ts_ms, None))
+    return sorted(out, key=lambda r: (r.down_ms, r.broker_id))
+
+
+def _collect_restarts(
+    replica_lag: DataFrame, runs: Sequence[BrokerRun], newest_ts_ms: int, window_ms: int
+) -> list[Restart]:
+    """``restarts_of_runs`` with each restart's catch-up time (``lag_job.catch_up_times``), one small job."""
+    found = restarts_of_runs(runs, newest_ts_ms, window_ms)
+    back = [r for r in found if r.restart_ms is not None]
+    if not back:
+        return found
+    spark = replica_lag.sparkSession
+    frame = spark.createDataFrame(
+        [(r.broker_id, r.down_ms, r.restart_ms, r.until_ms or newest_ts_ms) for r in back],
+        f"{s.BROKER_ID} int, down_ms long, restart_ms long, until_ms long",
+    )
+    times = {(row[s.BROKER_ID], row["down_ms"]): row for row in lag_job.catch_up_times(replica_lag, frame).collect()}
+    out = []
+    for r in found:
+        row = times.get((r.broker_id, r.down_ms))
+        if row is None:
+            out.append(r)
+        else:
+            out.append(
+                Restart(
+                    r.broker_id,
+                    r.down_ms,
+                    r.restart_ms,
+                    r.until_ms,
+                    row["partitions_out"],
+                    row["partitions_behind"],
+                    row["caught_up_ms"],
+                )
+            )
+    return out
+
+
+def _collect_health(health: DataFrame, first_ms: int, last_ms: int, step_ms: int) -> HealthSeries:
+    """``cluster_health`` re-bucketed to at most ``CHART_POINTS_MAX`` points: the max of each count."""
+    bucket_ms = max(step_ms, -(-(last_ms - first_ms) // CHART_POINTS_MAX))
+    b = F.col("bucket_start_ms")
+    rows = (
+        health.groupBy((b - F.pmod(b, F.lit(bucket_ms))).alias("_b"))
+        .agg(
+            F.max("under_replicated_partitions").alias("ur"),
+            F.max("under_min_isr_partitions").alias("umi"),
+            F.max("offline_partitions").alias("off"),
+            F.collect_list("leaders").alias("leaders"),
+        )
+        .orderBy("_b")
+        .collect()
+    )
+    series = HealthSeries()
+    per_bucket: list[dict[int, int]] = []
+    for r in rows:
+        series.bucket_start_ms.append(r["_b"])
+        series.under_replicated.append(r["ur"])
+        series.under_min_isr.append(r["umi"])
+        series.offline.append(r["off"])
+        led: dict[int, int] = {}
+        for one in r["leaders"]:
+            for broker, n in (one or {}).items():
+                led[broker] = max(led.get(broker, 0), n)
+        per_bucket.append(led)
+    for broker in sorted({b for led in per_bucket for b in led}):
+        series.leaders[broker] = [led.get(broker, 0) for led in per_bucket]
+    return series
+
+
 def _collect_leader_changes(
     leader_timeline: DataFrame, chosen: DataFrame
 ) -> dict[tuple[str, int], list[TimelineEvent]]:
@@ -291,6 +434,8 @@ def collect_dashboard_data(
     window_ms: int,
     runs: Sequence[BrokerRun],
     chart_partitions_max: int = CHART_PARTITIONS_MAX,
+    chart_more_max: int = CHART_MORE_MAX,
+    health_bucket_ms: int = 1000,
     faults: Sequence[TimelineEvent] = (),
 ) -> DashboardData:
     """Run the dashboard's aggregations over the tables and collect their small results.
@@ -305,6 +450,14 @@ def collect_dashboard_data(
         # Independent of the summary: start them first so they overlap with it.
         rates_done = pool.submit(_collect_byte_rates, tables[s.TABLE_BYTE_RATES])
         worst_done = pool.submit(_worst_statuses, tables[s.TABLE_FOLLOWER_STATUS])
+        health_done = restarts_done = None
+        if records and first is not None and last is not None:
+            if s.TABLE_CLUSTER_HEALTH in tables:
+                health_done = pool.submit(
+                    _collect_health, tables[s.TABLE_CLUSTER_HEALTH], first, last, health_bucket_ms
+                )
+            if s.TABLE_REPLICA_LAG in tables:
+                restarts_done = pool.submit(_collect_restarts, tables[s.TABLE_REPLICA_LAG], runs, last, window_ms)
         summary_rows = _summary_rows(tables)
         top = summary_rows[0] if summary_rows else None
         summary = [
@@ -320,6 +473,7 @@ def collect_dashboard_data(
                 under_replicated_ms=r["under_replicated_ms"] or 0,
                 isr_shrinks=r["isr_shrinks"] or 0,
                 isr_expands=r["isr_expands"] or 0,
+                under_min_isr_ms=r["under_min_isr_ms"] or 0,
             )
             for r in summary_rows
         ]
@@ -331,26 +485,40 @@ def collect_dashboard_data(
             window_ms=window_ms,
             partitions_total=top["_partitions_total"] if top else 0,
             summary=summary,
+            charted_eager=chart_partitions_max,
         )
         if top is not None:
             data.status_counts = {x: top[f"_total_{x}"] for x in s.STATUSES if top[f"_total_{x}"]}
             data.followers_total = sum(data.status_counts.values())
-        charted = [(p.topic, p.partition) for p in summary[:chart_partitions_max]]
+            data.headline = Headline(
+                lag_messages=top["_max_lag_messages_max"],
+                lag_messages_at=top["_at_lag_messages_max"] or "",
+                lag_ms=top["_max_lag_ms_max"],
+                lag_ms_at=top["_at_lag_ms_max"] or "",
+                under_replicated_ms=top["_max_under_replicated_ms"],
+                under_replicated_at=top["_at_under_replicated_ms"] or "",
+                under_min_isr_ms=top["_max_under_min_isr_ms"],
+                under_min_isr_at=top["_at_under_min_isr_ms"] or "",
+            )
+        charted = [(p.topic, p.partition) for p in summary[: chart_partitions_max + chart_more_max]]
         if records and charted and first is not None and last is not None:
             spark = tables[s.TABLE_FOLLOWER_LAG].sparkSession
             chosen = spark.createDataFrame(charted, f"{s.TOPIC} string, {s.PARTITION} int")
-            bucket_ms = max(1000, -(-(last - first) // CHART_POINTS_MAX))
+            bucket_ms = max(CHART_BUCKET_MIN_MS, -(-(last - first) // CHART_POINTS_MAX))
             lag_done = pool.submit(
                 _collect_lag, tables[s.TABLE_FOLLOWER_LAG], chosen, bucket_ms, tables.get(s.TABLE_REPLICA_LAG)
             )
             events_done = pool.submit(_collect_leader_changes, tables[s.TABLE_LEADER_TIMELINE], chosen)
-            data.lag = lag_done.result()
+            lag = lag_done.result()
+            data.lag = {key: lag[key] for key in charted if key in lag}  # worst first, as in the table
             data.events = events_done.result()
         if records and last is not None:
             data.broker_events = broker_events(runs, last, window_ms)
         data.broker_events = sorted([*data.broker_events, *faults], key=lambda e: e.ts_ms)
         data.byte_rates = rates_done.result()
         data.statuses = worst_done.result()
+        data.health = health_done.result() if health_done is not None else None
+        data.restarts = restarts_done.result() if restarts_done is not None else []
     return data
 
 
@@ -430,80 +598,151 @@ def fault_events(path: Path) -> list[TimelineEvent]:
     return events
 
 
-def _add_events(fig: go.Figure, events: Iterable[TimelineEvent]) -> None:
-    """Vertical lines across all subplots (yref paper), labelled at the top; a fault is a shaded window.
-    Labels take three heights in turn so that events seconds apart do not print over each other."""
-    for i, e in enumerate(events):
-        if e.kind == "fault" and e.end_ts_ms is not None:
-            fig.add_vrect(
-                x0=_dt(e.ts_ms), x1=_dt(e.end_ts_ms), fillcolor="#bf8700", opacity=0.12, line_width=0, layer="below"
-            )
-            fig.add_annotation(
-                x=_dt(e.ts_ms),
+LABEL_CHAR_PX = 6.2  # width of one character of a 10 px label
+PLOT_WIDTH_PX = 1150  # the plot area of a chart on the page's 1340 px column
+LABEL_LEVELS_MAX = 4
+
+
+def label_levels(events: Sequence[TimelineEvent], span_ms: int, plot_width_px: int = PLOT_WIDTH_PX) -> list[int]:
+    """A row (0 = lowest) for each event's label so that labels on one row do not overlap.
+
+    Events in time order; a label starts at its event and is about LABEL_CHAR_PX per character wide.
+    Each label takes the lowest row whose last label ends before it starts; when all
+    LABEL_LEVELS_MAX rows are taken, the row that frees first (the labels are short: rarely needed).
+    """
+    ms_per_px = max(span_ms, 1) / plot_width_px
+    ends: list[float] = []  # per row: where its last label ends, in ms
+    levels = []
+    for e in events:
+        width_ms = (len(e.label) * LABEL_CHAR_PX + 8) * ms_per_px
+        free = [i for i, end in enumerate(ends) if end <= e.ts_ms]
+        if free:
+            row = free[0]
+        elif len(ends) < LABEL_LEVELS_MAX:
+            row = len(ends)
+            ends.append(0.0)
+        else:
+            row = min(range(len(ends)), key=lambda i: ends[i])
+        ends[row] = e.ts_ms + width_ms
+        levels.append(row)
+    return levels
+
+
+def _short_label(e: TimelineEvent) -> str:
+    """Labels say only what changed: "b2 down", "b2 up", "e3 L1" (epoch 3, leader 1)."""
+    return (
+        e.label.replace("broker ", "b").replace(" restarted", " up").replace("epoch ", "e").replace(": leader ", " L")
+    )
+
+
+def _add_events(fig: go.Figure, events: Sequence[TimelineEvent], span_ms: int) -> int:
+    """Vertical lines across all subplots (yref paper), labelled at the top, stacked where they would
+    overlap; a chaos fault is a shaded window from its start to its end, labelled like the lines.
+    Returns the number of label rows used."""
+    labels = [TimelineEvent(e.ts_ms, _short_label(e), e.kind, e.end_ts_ms) for e in events]
+    levels = label_levels(labels, span_ms)
+    for e, level in zip(labels, levels, strict=True):
+        leader = e.kind == "leader"
+        fault = e.kind == "fault" and e.end_ts_ms is not None
+        colour = "#9a6700" if fault else "#0969da" if leader else "#d1242f"
+        if fault:
+            fig.add_vrect(x0=e.ts_ms, x1=e.end_ts_ms, fillcolor="#bf8700", opacity=0.12, line_width=0, layer="below")
+        else:
+            fig.add_shape(
+                type="line",
                 xref="x",
                 yref="paper",
-                y=1.01 + 0.05 * (i % 3),
-                text=html.escape(e.label),
-                showarrow=False,
-                font={"size": 10, "color": "#9a6700"},
-                xanchor="left",
-                yanchor="bottom",
+                x0=e.ts_ms,
+                x1=e.ts_ms,
+                y0=0,
+                y1=1,
+                line={"color": colour, "width": 1.5, "dash": "dash" if leader else "dot"},
             )
-            continue
-        leader = e.kind == "leader"
-        colour = "#0969da" if leader else "#d1242f"
-        x = _dt(e.ts_ms)
-        fig.add_shape(
-            type="line",
-            xref="x",
-            yref="paper",
-            x0=x,
-            x1=x,
-            y0=0,
-            y1=1,
-            line={"color": colour, "width": 1.5, "dash": "dash" if leader else "dot"},
-        )
         fig.add_annotation(
-            x=x,
+            x=e.ts_ms,
             xref="x",
             yref="paper",
-            y=1.01 + 0.05 * (i % 3),
+            y=1.01,
+            yshift=14 * level,
             text=html.escape(e.label),
             showarrow=False,
             font={"size": 10, "color": colour},
             xanchor="left",
             yanchor="bottom",
         )
+    return max(levels, default=-1) + 1
 
 
 def _lag_figure(key: tuple[str, int], series: Sequence[FollowerSeries], events: Sequence[TimelineEvent]) -> go.Figure:
+    """Lag in messages above, lag in ms (time since caught up) below. x values are epoch ms on a date axis
+    (plotly reads them as UTC), which keeps the figure's JSON small."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    span = [t for one in series for t in one.ts_ms[:1] + one.ts_ms[-1:]] + [e.ts_ms for e in events]
+    span += [e.end_ts_ms for e in events if e.end_ts_ms is not None]
     for one in series:
-        xs = [_dt(t) for t in one.ts_ms]
         leader_view = one.view == "leader"
         name = f"follower {one.follower_id}" + ("" if leader_view else " (its own view)")
         style: dict[str, Any] = {"color": _colour(one.follower_id), "width": 1.6 if leader_view else 1.0}
         if not leader_view:
             style["dash"] = "dot"
         fig.add_trace(
-            go.Scatter(x=xs, y=one.lag_messages, name=name, legendgroup=name, mode="lines", line=style),
+            go.Scatter(x=one.ts_ms, y=one.lag_messages, name=name, legendgroup=name, mode="lines", line=style),
             row=1,
             col=1,
         )
         fig.add_trace(
-            go.Scatter(x=xs, y=one.lag_ms, name=name, legendgroup=name, mode="lines", line=style, showlegend=False),
+            go.Scatter(
+                x=one.ts_ms, y=one.lag_ms, name=name, legendgroup=name, mode="lines", line=style, showlegend=False
+            ),
             row=2,
             col=1,
         )
-    _add_events(fig, events)
+    rows = _add_events(fig, events, max(span, default=0) - min(span, default=0))
+    fig.update_xaxes(type="date")
     fig.update_yaxes(title_text="lag (messages)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="lag (ms) / since caught up", rangemode="tozero", row=2, col=1)
+    top = 50 + 14 * rows
     fig.update_layout(
-        title={"text": f"<b>{html.escape(key[0])}-{key[1]}</b>", "x": 0.01, "y": 0.97},
-        height=440,
-        margin={"l": 70, "r": 20, "t": 90, "b": 40},
+        title={"text": f"<b>{html.escape(key[0])}-{key[1]}</b>", "x": 0.01, "y": 1, "yanchor": "top", "pad": {"t": 8}},
+        height=400 + top,
+        margin={"l": 70, "r": 20, "t": top + 20, "b": 40},
         template="plotly_white",
         legend={"orientation": "h", "y": -0.12},
+    )
+    return fig
+
+
+def _health_figure(health: HealthSeries) -> go.Figure:
+    """The row an SRE expects from Grafana's Kafka dashboards: partition counts and leaders over time."""
+    titles = ("under-replicated partitions", "under min ISR partitions", "offline partitions", "leaders per broker")
+    fig = make_subplots(rows=1, cols=4, shared_xaxes=True, horizontal_spacing=0.05, subplot_titles=titles)
+    xs = health.bucket_start_ms
+    counts = ((health.under_replicated, "#b58100"), (health.under_min_isr, "#d1242f"), (health.offline, "#57606a"))
+    for i, (ys, colour) in enumerate(counts):
+        fig.add_trace(
+            go.Scatter(x=xs, y=ys, mode="lines", line={"color": colour, "width": 1.6, "shape": "hv"}, showlegend=False),
+            row=1,
+            col=i + 1,
+        )
+    for broker, ys in health.leaders.items():
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                name=f"broker {broker}",
+                mode="lines",
+                line={"color": _colour(broker), "width": 1.6, "shape": "hv"},
+            ),
+            row=1,
+            col=4,
+        )
+    fig.update_xaxes(type="date", nticks=4)
+    fig.update_yaxes(rangemode="tozero", dtick=1 if max([*health.under_replicated, *health.offline, 1]) < 8 else None)
+    fig.update_layout(
+        height=260,
+        margin={"l": 40, "r": 20, "t": 40, "b": 30},
+        template="plotly_white",
+        legend={"orientation": "h", "y": -0.2},
     )
     return fig
 
@@ -572,6 +811,8 @@ h2{font-size:17px;margin:0 0 12px}
 .cards{display:flex;gap:12px;flex-wrap:wrap;margin-bottom:20px}
 .card{background:#fff;border:1px solid #d0d7de;border-radius:8px;padding:10px 16px;min-width:130px}
 .card .v{font-size:22px;font-weight:600} .card .k{font-size:12px;color:#57606a}
+.card .d{font-size:11px;color:#57606a;margin-top:2px}
+details.more-lag{border-top:1px solid #eaeef2;padding:6px 0} details.more-lag summary{cursor:pointer;font-size:13px}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:right;padding:5px 8px;border-bottom:1px solid #eaeef2;white-space:nowrap}
 th{background:#f6f8fa;position:sticky;top:0} td.l,th.l{text-align:left}
@@ -582,46 +823,78 @@ th{background:#f6f8fa;position:sticky;top:0} td.l,th.l{text-align:left}
 """
 
 
-def _cards(data: DashboardData) -> str:
-    items = [
-        ("records", _fmt_int(data.records)),
-        ("partitions", _fmt_int(data.partitions_total)),
-        ("followers", _fmt_int(data.followers_total)),
-        (
-            "time span",
-            _fmt_duration(
-                None if data.first_ts_ms is None or data.last_ts_ms is None else data.last_ts_ms - data.first_ts_ms
-            ),
-        ),
-        ("window", _fmt_duration(data.window_ms)),
-    ]
-    items += [
-        (f"followers {x}", _fmt_int(data.status_counts.get(x, 0))) for x in s.STATUSES if data.status_counts.get(x)
-    ]
-    return (
-        '<div class="cards">'
-        + "".join(
-            f'<div class="card"><div class="v">{html.escape(v)}</div><div class="k">{html.escape(k)}</div></div>'
-            for k, v in items
+def _card(value: str, key: str, detail: str = "", colour: str = "") -> str:
+    style = f' style="color:{colour}"' if colour else ""
+    sub = f'<div class="d">{html.escape(detail)}</div>' if detail else ""
+    head = f'<div class="v"{style}>{html.escape(value)}</div><div class="k">{html.escape(key)}</div>'
+    return f'<div class="card">{head}{sub}</div>'
+
+
+def _restart_card(r: Restart) -> str:
+    down = f"down at {_fmt_time(r.down_ms)[11:19]}"
+    if r.restart_ms is None:
+        return _card("still down", f"broker {r.broker_id}", down, "#d1242f")
+    detail = f"{down}, {_fmt_duration(r.restart_ms - r.down_ms)}; out of {r.partitions_out} ISRs"
+    if r.partitions_out == 0:
+        return _card("–", f"broker {r.broker_id} catch-up", f"{down}, {_fmt_duration(r.restart_ms - r.down_ms)}")
+    if r.caught_up_ms is None:
+        return _card(
+            "not caught up", f"broker {r.broker_id} catch-up", f"{detail}, {r.partitions_behind} behind", "#d1242f"
         )
-        + "</div>"
+    return _card(_fmt_duration(r.caught_up_ms), f"broker {r.broker_id} catch-up after restart", detail)
+
+
+def _cards(data: DashboardData) -> str:
+    """What went wrong and for how long: the worst lag (leader's view or the follower's, the larger), the
+    longest time a partition was under-replicated and under min ISR, peak offline partitions, and the
+    catch-up time after every broker restart; then the counts of followers per status."""
+    h = data.headline
+    items = [
+        _card(_fmt_int(h.lag_messages), "worst lag (messages)", h.lag_messages_at, "#d1242f" if h.lag_messages else ""),
+        _card(_fmt_duration(h.lag_ms), "worst time behind", h.lag_ms_at),
+        _card(
+            _fmt_duration(h.under_replicated_ms),
+            "longest under-replicated",
+            h.under_replicated_at if h.under_replicated_ms else "",
+            "#b58100" if h.under_replicated_ms else "",
+        ),
+        _card(
+            _fmt_duration(h.under_min_isr_ms),
+            "longest under min ISR",
+            h.under_min_isr_at if h.under_min_isr_ms else "",
+            "#d1242f" if h.under_min_isr_ms else "",
+        ),
+    ]
+    if data.health is not None and data.health.offline:
+        peak = max(data.health.offline)
+        items.append(_card(_fmt_int(peak), "offline partitions (peak)", "", "#d1242f" if peak else ""))
+    items += [_restart_card(r) for r in data.restarts[:KILL_CARDS_MAX]]
+    if len(data.restarts) > KILL_CARDS_MAX:
+        items.append(_card(f"+{len(data.restarts) - KILL_CARDS_MAX}", "more broker restarts"))
+    counts = "".join(_badge(x, n) for x, n in data.status_counts.items() if n)
+    items.append(
+        f'<div class="card"><div class="v">{_fmt_int(data.partitions_total)} / {_fmt_int(data.followers_total)}</div>'
+        f'<div class="k">partitions / followers</div><div class="d">{counts}</div></div>'
     )
+    return '<div class="cards">' + "".join(items) + "</div>"
 
 
 def _summary_table(data: DashboardData) -> str:
     head = (
         "<tr><th class=l>partition</th><th>leader</th><th>epoch</th><th>epoch changes</th>"
         "<th>max lag (msgs)</th><th>max lag (ms)</th><th class=l>follower status</th>"
-        "<th>under-replicated</th><th>ISR shrinks</th><th>ISR expands</th></tr>"
+        "<th>under-replicated</th><th>under min ISR</th><th>ISR shrinks</th><th>ISR expands</th></tr>"
     )
     rows = []
     for p in data.summary:
         badges = "".join(_badge(x, n) for x, n in p.status_counts.items() if n)
+        name = html.escape(f"{p.topic}-{p.partition}")
         rows.append(
-            f"<tr><td class=l>{html.escape(p.topic)}-{p.partition}</td><td>{_fmt_int(p.leader_id)}</td>"
+            f'<tr><td class=l><a href="#lag-{name}">{name}</a></td><td>{_fmt_int(p.leader_id)}</td>'
             f"<td>{_fmt_int(p.leader_epoch)}</td><td>{p.epoch_changes}</td><td>{_fmt_int(p.lag_messages_max)}</td>"
             f"<td>{_fmt_int(p.lag_ms_max)}</td><td class=l>{badges}</td>"
-            f"<td>{_fmt_duration(p.under_replicated_ms)}</td><td>{p.isr_shrinks}</td><td>{p.isr_expands}</td></tr>"
+            f"<td>{_fmt_duration(p.under_replicated_ms)}</td><td>{_fmt_duration(p.under_min_isr_ms)}</td>"
+            f"<td>{p.isr_shrinks}</td><td>{p.isr_expands}</td></tr>"
         )
     note = ""
     if data.partitions_total > len(data.summary):
@@ -662,32 +935,84 @@ def _status_table(data: DashboardData) -> str:
     return f'<div class="scroll"><table>{head}{"".join(rows)}</table></div>{note}{legend}'
 
 
+# Draws an on-demand chart when its <details> opens (or is the target of a link from the table).
+_LAZY_JS = """
+function mbDraw(d){var div=d.querySelector('.lag-chart');if(!d.open||div.dataset.drawn)return;
+var fig=JSON.parse(d.querySelector('script[type="application/json"]').textContent);
+Plotly.newPlot(div,fig.data,fig.layout,{displaylogo:false,responsive:true});div.dataset.drawn='1';}
+document.querySelectorAll('details.more-lag').forEach(function(d){d.addEventListener('toggle',function(){mbDraw(d);});});
+function mbOpen(){var el=location.hash&&document.getElementById(location.hash.slice(1));
+if(el&&el.tagName==='DETAILS'){el.open=true;mbDraw(el);}}
+window.addEventListener('hashchange',mbOpen);mbOpen();
+"""
+
+
+def _lazy_chart(key: tuple[str, int], fig: go.Figure, lag_max: int | None) -> str:
+    """A closed <details> holding the figure's JSON; _LAZY_JS draws it when opened."""
+    name = html.escape(f"{key[0]}-{key[1]}")
+    figure_json = fig.to_json().replace("</", "<\\/")  # never ends the <script> early
+    return (
+        f'<details class="more-lag" id="lag-{name}"><summary>{name}: max lag {_fmt_int(lag_max)} messages</summary>'
+        f'<div class="lag-chart" data-partition="{name}"></div>'
+        f'<script type="application/json">{figure_json}</script></details>'
+    )
+
+
 def render_dashboard(data: DashboardData) -> str:
-    """The whole page: summary first, then lag per partition, byte rates, follower statuses."""
+    """The whole page: headline cards, the health row, the partition table, lag per partition (the worst
+    drawn, the next on demand), byte rates, follower statuses."""
     figure = _FigureWriter()
+    span = ""
+    if data.first_ts_ms is not None and data.last_ts_ms is not None:
+        span = f" ({_fmt_duration(data.last_ts_ms - data.first_ts_ms)})"
     parts = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="refresh" content="{data.refresh_s}">' if data.refresh_s else "",
         f"<title>{html.escape(data.title)}</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<header><h1>{html.escape(data.title)}</h1><p>{_fmt_time(data.first_ts_ms)} → "
-        f"{_fmt_time(data.last_ts_ms)}</p></header><main>",
+        f"{_fmt_time(data.last_ts_ms)}{span} · {_fmt_int(data.records)} metric records · "
+        f"{_fmt_duration(data.window_ms)} windows</p></header><main>",
         _cards(data),
-        f"<section><h2>Partitions</h2>{_summary_table(data)}</section>",
     ]
+    if data.health is not None and data.health.bucket_start_ms:
+        parts.append(
+            f'<section><h2>Cluster health</h2><div class="health-chart">{figure(_health_figure(data.health))}</div>'
+            "<p class=note>Partitions per state over time, from the leaders' samples (the max in each bucket); "
+            "offline: no leader reported the partition.</p></section>"
+        )
+    parts.append(f"<section><h2>Partitions</h2>{_summary_table(data)}</section>")
     if data.lag:
-        charts = []
-        for key, series in data.lag.items():
+        charts, more = [], []
+        lag_max = {(p.topic, p.partition): p.lag_messages_max for p in data.summary}
+        for i, (key, series) in enumerate(data.lag.items()):
             events = sorted([*data.events.get(key, []), *data.broker_events], key=lambda e: e.ts_ms)
-            charts.append(figure(_lag_figure(key, series, events)))
+            fig = _lag_figure(key, series, events)
+            if i < data.charted_eager:
+                name = html.escape(f"{key[0]}-{key[1]}")
+                charts.append(f'<div class="lag-chart" id="lag-{name}" data-partition="{name}">{figure(fig)}</div>')
+            else:
+                more.append(_lazy_chart(key, fig, lag_max.get(key)))
         shown = (
-            f"the {len(data.lag)} partitions at the top of the table"
-            if data.partitions_total > len(data.lag)
+            f"the {len(charts)} partitions at the top of the table"
+            if data.partitions_total > len(charts)
             else "every partition"
         )
+        more_html = ""
+        if more:
+            rest = data.partitions_total - len(charts) - len(more)
+            more_html = (
+                f"<h2>More partitions</h2><p class=note>The next {len(more)} in the table's order; open one to draw it"
+                + (f" ({rest:,} more are in the Parquet tables)" if rest > 0 else "")
+                + f".</p>{''.join(more)}<script>{_LAZY_JS}</script>"
+            )
         parts.append(
-            f"<section><h2>Follower lag</h2><p class=note>Max per bucket for {shown}. Dashed blue lines: "
-            "leader changes (new epoch); dotted red lines: a broker going down or restarting.</p>"
-            f"{''.join(charts)}</section>"
+            f"<section><h2>Follower lag</h2><p class=note>Max per bucket for {shown}. Solid: the leader's view "
+            "(lag behind the leader's log end, and time since last caught up), which goes on while a follower "
+            "is down; dotted: the follower's own view. Dashed blue lines: leader changes (eN LM: epoch N, "
+            "leader M); dotted red lines: a broker going down or coming back up (bN down, bN up); shaded amber: a "
+            "chaos fault's window (fault (target)).</p>"
+            f"{''.join(charts)}{more_html}</section>"
         )
     if data.byte_rates:
         parts.append(

@@ -62,12 +62,14 @@ class LagJobConfig:
     sample_gap_max_ms: the longest time one sample may stand for (defaults to window_ms).
     allowed_lag_messages: a lag this small counts as caught up (Burrow's ``allowed-lag``): a follower
         that is always a batch or two behind under load is OK, not WARN or STALL.
+    health_bucket_ms: the time step of ``cluster_health`` (partition counts over time).
     """
 
     window_ms: int = 10_000
     status_min_samples: int = 3
     sample_gap_max_ms: int | None = None
     allowed_lag_messages: int = 0
+    health_bucket_ms: int = 1000
 
     @property
     def gap_max_ms(self) -> int:
@@ -362,16 +364,18 @@ def byte_rates(counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
     )
 
 
-def under_replicated(partition_records_df: DataFrame, counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
+def under_replicated(partition_records_df: DataFrame, isr_changes_df: DataFrame, config: LagJobConfig) -> DataFrame:
     """``under_replicated``: per partition, how long its leaders reported it under-replicated.
 
     From the leaders' samples of a partition (whichever broker led), ordered by ts_ms: a sample with
     ``under_replicated`` true adds its duration (see the module docstring) to under_replicated_ms;
     likewise ``under_min_isr`` to under_min_isr_ms; observed_ms is the total duration covered.
-    isr_shrinks / isr_expands are the growth of the leaders' IsrShrinksPerSec / IsrExpandsPerSec
-    counters (resets handled as in ``counter_deltas``). Columns: topic, partition, leader_samples,
-    first_ts_ms, last_ts_ms, observed_ms, under_replicated_ms, under_min_isr_ms, isr_size_min,
-    isr_shrinks, isr_expands.
+    isr_shrinks / isr_expands are the sums over the partition's followers in ``isr_changes_df``
+    (``isr_changes``): the same leader samples, so the summary and the per-follower table agree. (The
+    leaders' IsrShrinksPerSec counter misses the shrinks the controller makes when it fences a dead
+    broker, so it is not used here.) Columns: topic, partition, leader_samples, first_ts_ms,
+    last_ts_ms, observed_ms, under_replicated_ms, under_min_isr_ms, isr_size_min, isr_shrinks,
+    isr_expands.
     """
     leaders = partition_records_df.where(F.col(s.ROLE) == s.ROLE_LEADER)
     by_partition = Window.partitionBy(s.TOPIC, s.PARTITION).orderBy(s.TS_MS, s.BROKER_ID)
@@ -389,9 +393,9 @@ def under_replicated(partition_records_df: DataFrame, counter_deltas_df: DataFra
         F.sum(F.when(F.col(s.UNDER_MIN_ISR), F.col("d")).otherwise(zero)).alias("under_min_isr_ms"),
         F.min(s.ISR_SIZE).alias("isr_size_min"),
     )
-    isr_counts = counter_deltas_df.groupBy(s.TOPIC, s.PARTITION).agg(
-        F.sum(delta_column(s.ISR_SHRINKS)).alias("isr_shrinks"),
-        F.sum(delta_column(s.ISR_EXPANDS)).alias("isr_expands"),
+    isr_counts = isr_changes_df.groupBy(s.TOPIC, s.PARTITION).agg(
+        F.sum("shrinks").alias("isr_shrinks"),
+        F.sum("expands").alias("isr_expands"),
     )
     return times.join(isr_counts, [s.TOPIC, s.PARTITION], "left").select(
         s.TOPIC,
@@ -403,8 +407,8 @@ def under_replicated(partition_records_df: DataFrame, counter_deltas_df: DataFra
         "under_replicated_ms",
         "under_min_isr_ms",
         "isr_size_min",
-        F.coalesce("isr_shrinks", zero).alias("isr_shrinks"),
-        F.coalesce("isr_expands", zero).alias("isr_expands"),
+        F.coalesce("isr_shrinks", zero).cast("long").alias("isr_shrinks"),
+        F.coalesce("isr_expands", zero).cast("long").alias("isr_expands"),
     )
 
 
@@ -449,6 +453,131 @@ def isr_changes(partition_records_df: DataFrame, config: LagJobConfig) -> DataFr
         F.sum(F.when(~F.col("in_sync"), F.col("d")).otherwise(zero)).alias("out_of_sync_ms"),
         F.sum("d").alias("observed_ms"),
         F.max_by("in_sync", s.TS_MS).alias("in_sync_last"),
+    )
+
+
+def cluster_health(samples: DataFrame, config: LagJobConfig) -> DataFrame:
+    """``cluster_health``: the SRE's health row over time, one row per bucket of ``health_bucket_ms``.
+
+    Columns: bucket_start_ms, partitions (known by then: a partition counts from its first record),
+    led_partitions, under_replicated_partitions, under_min_isr_partitions, offline_partitions
+    (known but led by no one), leaders (map broker_id → partitions it led).
+
+    ``samples`` is ``replica_samples`` output (it reads ``interval_ms``). A leader sample stands for
+    the time until the partition's next leader sample, at most twice its leader's sampling interval
+    (at least one bucket, at most ``gap_max_ms``): a leader that died stops standing for its
+    partition one or two intervals later, so a partition nobody leads reads offline, not led by the
+    dead broker. In a bucket, a partition is under-replicated (under min ISR) when any leader sample
+    standing for part of it says so, and led by the broker of its newest such sample.
+    """
+    bucket = config.health_bucket_ms
+    step = F.lit(bucket).cast("long")
+    ts = F.col(s.TS_MS)
+    parts = partition_records(samples)
+    by_partition = Window.partitionBy(s.TOPIC, s.PARTITION).orderBy(s.TS_MS, s.BROKER_ID)
+    interval = F.coalesce(F.col(INTERVAL_MS), F.lit(0))
+    cap = F.least(F.lit(config.gap_max_ms), F.greatest(interval * 2, F.lit(bucket))).cast("long")
+    stands_for = F.least(F.coalesce(F.lead(s.TS_MS).over(by_partition) - ts, cap), cap)
+    timed = parts.where(F.col(s.ROLE) == s.ROLE_LEADER).select(
+        s.TOPIC,
+        s.PARTITION,
+        s.TS_MS,
+        s.BROKER_ID,
+        F.coalesce(F.col(s.UNDER_REPLICATED), F.lit(False)).cast("int").alias("_ur"),
+        F.coalesce(F.col(s.UNDER_MIN_ISR), F.lit(False)).cast("int").alias("_umi"),
+        stands_for.alias("_d"),
+    )
+    last_covered = ts + F.greatest(F.col("_d") - 1, F.lit(0))
+    covering = timed.select(
+        "*",
+        F.explode(F.sequence(_window_start(ts, bucket), _window_start(last_covered, bucket), step)).alias(
+            "bucket_start_ms"
+        ),
+    )
+    per_partition = covering.groupBy("bucket_start_ms", s.TOPIC, s.PARTITION).agg(
+        F.max("_ur").alias("_ur"),
+        F.max("_umi").alias("_umi"),
+        F.max_by(s.BROKER_ID, s.TS_MS).alias("_leader"),
+    )
+    counts = per_partition.groupBy("bucket_start_ms").agg(
+        F.count(F.lit(1)).alias("led_partitions"),
+        F.sum("_ur").cast("long").alias("under_replicated_partitions"),
+        F.sum("_umi").cast("long").alias("under_min_isr_partitions"),
+    )
+    leaders = (
+        per_partition.groupBy("bucket_start_ms", "_leader")
+        .agg(F.count(F.lit(1)).alias("_n"))
+        .groupBy("bucket_start_ms")
+        .agg(F.map_from_entries(F.collect_list(F.struct("_leader", "_n"))).alias("leaders"))
+    )
+    # Every bucket of the data set's span, and how many partitions had appeared by each.
+    span = parts.agg(F.min(s.TS_MS).alias("_first"), F.max(s.TS_MS).alias("_last"))
+    buckets = span.select(
+        F.explode(
+            F.sequence(_window_start(F.col("_first"), bucket), _window_start(F.col("_last"), bucket), step)
+        ).alias("bucket_start_ms")
+    )
+    appeared = (
+        parts.groupBy(s.TOPIC, s.PARTITION)
+        .agg(_window_start(F.min(s.TS_MS), bucket).alias("bucket_start_ms"))
+        .groupBy("bucket_start_ms")
+        .agg(F.count(F.lit(1)).alias("_new"))
+    )
+    in_time = Window.orderBy("bucket_start_ms").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    zero = F.lit(0).cast("long")
+    known = F.sum(F.coalesce(F.col("_new"), zero)).over(in_time).cast("long")
+    led = F.coalesce(F.col("led_partitions"), zero)
+    return (
+        buckets.join(appeared, "bucket_start_ms", "left")
+        .join(counts, "bucket_start_ms", "left")
+        .join(leaders, "bucket_start_ms", "left")
+        .select(
+            "bucket_start_ms",
+            known.alias("partitions"),
+            led.alias("led_partitions"),
+            F.coalesce("under_replicated_partitions", zero).alias("under_replicated_partitions"),
+            F.coalesce("under_min_isr_partitions", zero).alias("under_min_isr_partitions"),
+            F.greatest(known - led, zero).alias("offline_partitions"),
+            F.coalesce("leaders", F.create_map().cast("map<int,bigint>")).alias("leaders"),
+        )
+    )
+
+
+def catch_up_times(replica_lag_df: DataFrame, restarts: DataFrame) -> DataFrame:
+    """Per broker restart: how long after it its follower replicas were all back in the ISR.
+
+    ``restarts``: broker_id, down_ms (its last record before it went down), restart_ms (its new start),
+    until_ms (its last record in the new run). Per restart, from the leaders' view of that follower
+    (``replica_lag``) between down_ms and until_ms: the partitions where it was out of the ISR, and
+    for each the first sample back in it after its last sample out. Columns: broker_id, down_ms,
+    restart_ms, until_ms, partitions_out (where it was out of the ISR), partitions_behind (still out
+    at until_ms), caught_up_ms (the last of those returns − restart_ms; null while any is behind or
+    none was out).
+    """
+    joined = replica_lag_df.join(
+        F.broadcast(restarts),
+        (replica_lag_df["follower_id"] == restarts[s.BROKER_ID])
+        & (replica_lag_df[s.TS_MS] >= restarts["down_ms"])
+        & (replica_lag_df[s.TS_MS] <= restarts["until_ms"]),
+    )
+    key = (s.BROKER_ID, "down_ms", "restart_ms", "until_ms")
+    per_partition = joined.groupBy(*key, s.TOPIC, s.PARTITION).agg(
+        F.max(F.when(~F.col(s.IN_SYNC), F.col(s.TS_MS))).alias("_last_out"),
+        F.collect_list(F.when(F.col(s.IN_SYNC), F.col(s.TS_MS))).alias("_in"),
+    )
+    back = F.array_min(F.filter("_in", lambda t: t > F.col("_last_out")))
+    returns = per_partition.where(F.col("_last_out").isNotNull()).select(*key, back.alias("_back"))
+    summary = returns.groupBy(*key).agg(
+        F.count(F.lit(1)).alias("partitions_out"),
+        F.count(F.when(F.col("_back").isNull(), True)).alias("partitions_behind"),
+        F.max("_back").alias("_last_back"),
+    )
+    caught_up = F.when(F.col("partitions_behind") == 0, F.col("_last_back") - F.col("restart_ms"))
+    return restarts.join(summary, list(key), "left").select(
+        *key,
+        F.coalesce("partitions_out", F.lit(0)).cast("long").alias("partitions_out"),
+        F.coalesce("partitions_behind", F.lit(0)).cast("long").alias("partitions_behind"),
+        F.when(F.col("partitions_out") > 0, caught_up).cast("long").alias("caught_up_ms"),
     )
 
 
@@ -624,15 +753,17 @@ def tables_of_samples(samples: DataFrame, config: LagJobConfig, now_ms: int | No
     """Every output table from ``replica_samples`` output (cache it: every table reads it)."""
     partitions = partition_records(samples)
     lag = follower_lag(partitions)
+    changes = isr_changes(partitions, config)
     return {
         s.TABLE_FOLLOWER_LAG: lag,
         s.TABLE_REPLICA_LAG: replica_lag(partitions),
         s.TABLE_LAG_WINDOWS: lag_windows(lag, config),
-        s.TABLE_UNDER_REPLICATED: under_replicated(partitions, partitions, config),
-        s.TABLE_ISR_CHANGES: isr_changes(partitions, config),
+        s.TABLE_UNDER_REPLICATED: under_replicated(partitions, changes, config),
+        s.TABLE_ISR_CHANGES: changes,
         s.TABLE_BYTE_RATES: byte_rates(partitions, config),
         s.TABLE_FOLLOWER_STATUS: follower_status_of_samples(partitions, config, now_ms),
         s.TABLE_LEADER_TIMELINE: leader_timeline(partitions),
+        s.TABLE_CLUSTER_HEALTH: cluster_health(partitions, config),
     }
 
 

@@ -136,6 +136,7 @@ TABLE_ISR_CHANGES = "isr_changes"
 TABLE_BYTE_RATES = "byte_rates"
 TABLE_FOLLOWER_STATUS = "follower_status"
 TABLE_LEADER_TIMELINE = "leader_timeline"
+TABLE_CLUSTER_HEALTH = "cluster_health"  # partition counts over time: under-replicated, under min ISR, offline
 TABLES: tuple[str, ...] = (
     TABLE_FOLLOWER_LAG,
     TABLE_REPLICA_LAG,
@@ -145,6 +146,7 @@ TABLES: tuple[str, ...] = (
     TABLE_BYTE_RATES,
     TABLE_FOLLOWER_STATUS,
     TABLE_LEADER_TIMELINE,
+    TABLE_CLUSTER_HEALTH,
 )
 
 # Burrow-style follower statuses, most severe first (the order the status rule applies them in).

@@ -6,21 +6,24 @@ How this works:
   with the fixed schema, projected to the fields the tables use (lines cut by a crash are dropped).
   ``publish`` then runs the one window pass (``lag_job.replica_samples``: one shuffle, one sort) and
   keeps its result in memory; a first small job collects the broker runs (records, time span, restarts)
-  and fills that cache; the seven tables are aggregations over it, written as Parquet by concurrent
+  and fills that cache; the nine tables are aggregations over it, written as Parquet by concurrent
   jobs (the small aggregated tables cached as they are written); row counts come from the Parquet
   footers; the page's aggregates read the small cached tables, never the records.
 - Follow (``--follow``): Structured Streaming over the rolled files only (an active file is still being
   written). Records get an event time and a watermark of three windows; duplicates (MQTT QoS 1 may
-  deliver a message twice) are dropped within the watermark. Each micro-batch is appended to
-  ``<out>/_stream/records`` and the batch logic reruns over everything accumulated, rewriting the
-  tables and the page (window functions over the whole history cannot run as a streaming aggregation).
-  Stops on Ctrl-C or after ``max_batches`` micro-batches with data.
+  deliver a message twice) are dropped within the watermark. The source's offsets and the dedup state
+  live in ``<out>/_stream/checkpoint``; each micro-batch is written to ``<out>/_stream/records/batch-<id>``
+  (``write_batch``: a rerun of a batch after a restart replaces its folder, so nothing is stored
+  twice), and the batch logic reruns over everything accumulated, rewriting the tables and the page
+  (window functions over the whole history cannot run as a streaming aggregation). The page reloads
+  itself every trigger interval. Stops on Ctrl-C or after ``max_batches`` micro-batches with data.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -35,6 +38,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.storagelevel import StorageLevel
 
 from metrics import dashboard, lag_job
@@ -172,9 +176,11 @@ def publish(
     config: LagJobConfig,
     title: str,
     faults: Sequence[dashboard.TimelineEvent] = (),
+    refresh_s: int | None = None,
 ) -> tuple[dict[str, str], dict[str, int], dict[str, int], int]:
     """Compute and write every table and the page from ``records`` (read once; not cached by the caller).
 
+    ``refresh_s``: the page reloads itself this often (``--follow``); None for a page that stays put.
     Returns (table paths, table row counts, follower status counts, record count).
     """
     samples = lag_job.replica_samples(records).persist(StorageLevel.MEMORY_AND_DISK)
@@ -196,7 +202,10 @@ def publish(
         progress(f"{n} records from {len(runs)} broker runs; writing {len(tables)} tables")
         paths = write_tables(tables, out_dir)
         progress("building the page")
-        data = dashboard.collect_dashboard_data(title, tables, config.window_ms, runs, faults=faults)
+        data = dashboard.collect_dashboard_data(
+            title, tables, config.window_ms, runs, faults=faults, health_bucket_ms=config.health_bucket_ms
+        )
+        data.refresh_s = refresh_s
     finally:
         for df in cached:
             df.unpersist()
@@ -291,12 +300,44 @@ def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: Lag
     )
 
 
+BATCH_PREFIX = "batch-"
+
+
+def write_batch(batch: DataFrame, accumulated: Path, batch_id: int) -> Path:
+    """The idempotent sink of ``--follow``: micro-batch ``batch_id`` is the folder ``batch-<id>``.
+
+    A query stopped after its sink ran but before the batch's commit reached the checkpoint reruns
+    that batch on restart, with the same input (the offsets log fixed its files) and the same
+    dedup state. Appending would store it twice; writing it to a folder named after the batch id,
+    built aside and renamed into place, stores it once however often it runs.
+    """
+    final = accumulated / f"{BATCH_PREFIX}{batch_id}"
+    building = accumulated / f"_building-{batch_id}"  # "_": never read as part of the records
+    shutil.rmtree(building, ignore_errors=True)
+    batch.write.parquet(str(building))
+    shutil.rmtree(final, ignore_errors=True)
+    building.rename(final)
+    return final
+
+
 @dataclass
 class _FollowState:
     batches: int = 0
+    batch_id: int = -1  # the last micro-batch that published
     last: DashboardResult | None = None
     error: BaseException | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
+
+
+def _await_commit(query: StreamingQuery, batch_id: int, timeout_s: float = 30.0) -> None:
+    """Wait until ``batch_id`` is committed (its progress reported) so that stopping does not make a
+    restart rerun it. Only tidiness: a rerun stores nothing twice (``write_batch``)."""
+    deadline = time.monotonic() + timeout_s
+    while batch_id >= 0 and query.isActive and time.monotonic() < deadline:
+        progress_ = query.lastProgress
+        if progress_ is not None and progress_.get("batchId", -1) >= batch_id:
+            return
+        time.sleep(0.1)  # lastProgress has no wait of its own
 
 
 def run_follow(
@@ -328,16 +369,24 @@ def run_follow(
         .drop("event_time")
     )
 
+    refresh_s = max(1, math.ceil(trigger_s))
+
     def process(batch: DataFrame, batch_id: int) -> None:
         if batch.isEmpty():
             return  # a no-data batch that only moved the watermark
-        batch.write.mode("append").parquet(str(accumulated))
-        records = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(str(accumulated))
+        write_batch(batch, accumulated, batch_id)
+        records = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(str(accumulated / f"{BATCH_PREFIX}*"))
         paths, counts, statuses, n = publish(
-            records, out_dir, config, _title(metrics_dir), dashboard.fault_events(metrics_dir / s.FAULTS_FILE)
+            records,
+            out_dir,
+            config,
+            _title(metrics_dir),
+            dashboard.fault_events(metrics_dir / s.FAULTS_FILE),
+            refresh_s=refresh_s,
         )
         with state.changed:
             state.batches += 1
+            state.batch_id = batch_id
             state.last = DashboardResult(
                 out_dir=str(out_dir),
                 dashboard_html=str(out_dir / DASHBOARD_FILE),
@@ -362,6 +411,7 @@ def run_follow(
         with state.changed:
             while query.isActive and (max_batches is None or state.batches < max_batches):
                 state.changed.wait(timeout=1.0)  # woken by each batch; the timeout notices a failed query
+        _await_commit(query, state.batch_id)
     except KeyboardInterrupt:
         pass
     finally:

@@ -23,6 +23,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import TopicPartition
 from protocol.record_batch import build_batch
 from tests.integration.processes import ROOT, wait_until
+from tests.metrics.browser import CHROMIUM, chart_lines, is_flat, rendered_dom
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -170,6 +171,26 @@ def test_a_leader_kill_shows_up_in_the_lag_tables(tmp_path: Path) -> None:
     traces = chart_values(page, f"follower {victim}")
     in_messages = [v for ys in traces[::2] for v in ys]  # each chart: lag in messages, then in ms
     assert in_messages and max(in_messages) >= 100, f"the chart of follower {victim} is flat: {traces}"
+
+    # the health row: the partitions the victim followed were under-replicated while it was down
+    health = table(out, "cluster_health")
+    assert max(r["under_replicated_partitions"] for r in health) >= 1
+    assert health[-1]["partitions"] == 3 and health[-1]["under_replicated_partitions"] == 0
+
+    # a card gives the victim's catch-up: from its restart until it was back in every ISR it had left
+    card = re.search(rf'<div class="v">([^<]+)</div><div class="k">broker {victim} catch-up after restart</div>', page)
+    assert card, "a catch-up card for the restarted broker"
+    assert re.fullmatch(r"\d+(\.\d)? m?s", card.group(1)), card.group(1)
+
+    # and a browser draws it: the lag charts and the health row are not flat lines
+    if CHROMIUM.exists():
+        dom = rendered_dom(out / "dashboard.html", tmp_path / "profile")
+        lag_charts = chart_lines(dom, "lag-chart")
+        assert {f"lag-{p}" for p in range(3)} <= set(lag_charts), sorted(lag_charts)
+        moving = [name for name, lines in lag_charts.items() if any(not is_flat(line) for line in lines)]
+        assert moving, "every lag chart the browser drew is flat"
+        health_lines = [line for lines in chart_lines(dom, "health-chart").values() for line in lines]
+        assert any(not is_flat(line) for line in health_lines), "the health row is flat"
 
 
 def chart_values(page: str, series: str) -> list[list[float]]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
-import subprocess
 import zlib
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from metrics import dashboard, spark_app
 from metrics import schema as s
+from tests.metrics.browser import CHROMIUM, chart_lines, is_flat, rendered_dom, run_chromium
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,6 @@ T0 = 1_700_000_000_000
 SAMPLES = 40
 KILLED = range(20, 30)  # broker 1 is down for these samples and restarts before sample 30
 STALL_FROM = 25  # broker 3 stops fetching partition 1 here
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 def _partition_record(
@@ -82,8 +82,17 @@ def _partition_record(
             BytesOutPerSec=since_start * 8000,
             ReplicationBytesOutPerSec=since_start * 20_000,
             MessagesInPerSec=since_start * 10,
+            # the leader's view: an out-of-sync follower (only while broker 1 is down, from sample 20 on, or
+            # broker 3 stalled) falls 10 messages and 1 s further behind per sample
             followers=[
-                {"broker_id": b, "log_end_offset": leo, "last_caught_up_ms": ts, "in_sync": ok}
+                {
+                    "broker_id": b,
+                    "log_end_offset": leo,
+                    "last_caught_up_ms": ts,
+                    "in_sync": ok,
+                    "lag_messages": 0 if ok else 10 * (i - 19),
+                    "time_since_caught_up_ms": 0 if ok else 1000 * (i - 19),
+                }
                 for b, ok in (in_sync or {}).items()
             ],
         )
@@ -308,15 +317,39 @@ def test_the_page_is_one_self_contained_file_with_the_summary_first_and_the_figu
     result, _ = batch_run
     page = Path(result.dashboard_html).read_text(encoding="utf-8")
     assert page.count("plotly.js v") == 1  # the bundle's banner: inlined once, not per figure
-    assert page.count("Plotly.newPlot(") == 3  # lag for orders-0 and orders-1, byte rates
+    assert page.count("Plotly.newPlot(") == 4  # health, lag for orders-0 and orders-1, byte rates
     assert "<script src=" not in page and "<link " not in page  # nothing fetched from the network
     assert (
-        page.index("<h2>Partitions</h2>")
+        page.index("<h2>Cluster health</h2>")
+        < page.index("<h2>Partitions</h2>")
         < page.index("<h2>Follower lag</h2>")
         < page.index("<h2>Byte rates per broker</h2>")
         < page.index("<h2>Follower status</h2>")
     )
-    assert "epoch 1: leader 2" in page and "broker 1 restarted" in page and "broker 1 down" in page
+    # leader changes and broker events, abbreviated so that close ones fit
+    assert "e1 L2" in page and "b1 up" in page and "b1 down" in page
+
+
+@pytest.mark.timeout(300)
+def test_the_headline_cards_give_the_worst_values_and_the_catch_up_of_the_restart(
+    batch_run: tuple[spark_app.DashboardResult, int],
+) -> None:
+    result, _ = batch_run
+    page = Path(result.dashboard_html).read_text(encoding="utf-8")
+    cards = page[page.index('<div class="cards">') : page.index("<section>")]
+    texts = [re.sub(r"<[^>]+>", "|", c).strip("|").replace("||", "|") for c in cards.split('<div class="card">')[1:]]
+    # the leader's view of broker 1 on orders-1 is 200 messages and 20 s behind at 39 s, more than any own view
+    assert "200|worst lag (messages)|orders-1" in texts
+    assert "20.0 s|worst time behind|orders-1" in texts
+    # orders-0 ran on ISR 2 of 3 from its new leader's first sample at 21 s to 35 s; orders-1 from 20 s to 30 s
+    # and from 35 s (the last sample, at 39 s, stands for 0 ms); neither went under min ISR (2)
+    assert any(t.startswith("14.0 s|longest under-replicated|orders-") for t in texts), texts
+    assert "0 ms|longest under min ISR" in texts
+    # broker 1 went down after 19 s, restarted at 29.5 s; back in the ISR of orders-1 at 30 s, orders-0 at 35 s
+    catch_up = [t for t in texts if "broker 1 catch-up" in t]
+    assert catch_up and catch_up[0].startswith("5.5 s|"), texts
+    assert "down at 22:13:39, 10.5 s; out of 2 ISRs" in catch_up[0]
+    assert "metric records" not in cards and "records" not in texts[0]  # the count moved to the header
 
 
 def _png_distinct_pixels(png: bytes) -> int:
@@ -364,31 +397,29 @@ def test_the_page_renders_in_a_headless_browser_without_network(
 ) -> None:
     result, _ = batch_run
     shot = tmp_path / "dashboard.png"
-    subprocess.run(
-        [
-            str(CHROMIUM),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            f"--screenshot={shot}",
-            "--window-size=1400,2000",
-            "--virtual-time-budget=5000",
-            Path(result.dashboard_html).resolve().as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=90,
-    )
+    run_chromium(Path(result.dashboard_html), tmp_path / "profile", f"--screenshot={shot}")
     keep = Path(result.out_dir) / "dashboard.png"
     shutil.copy(shot, keep)  # left next to the page for a person to look at
     # a blank or error page has a handful of colours; text, badges and plotted lines give hundreds
     assert _png_distinct_pixels(shot.read_bytes()) > 200
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (scripts/test.sh installs it)")
+def test_the_browser_draws_lag_that_moves_in_every_lag_chart_and_the_health_row(
+    batch_run: tuple[spark_app.DashboardResult, int],
+    tmp_path: Path,
+) -> None:
+    result, _ = batch_run
+    dom = rendered_dom(Path(result.dashboard_html), tmp_path / "profile")
+    lag = chart_lines(dom, "lag-chart")
+    assert sorted(lag) == ["orders-0", "orders-1"]
+    for partition, lines in lag.items():
+        # per follower: the leader's view and its own, each in messages and in ms
+        assert len(lines) >= 4, (partition, len(lines))
+        assert any(not is_flat(line) for line in lines), f"every line of {partition} is flat"
+    health = chart_lines(dom, "health-chart")
+    assert any(not is_flat(line) for lines in health.values() for line in lines), "the health row is flat"
 
 
 @pytest.mark.timeout(300)
@@ -404,6 +435,52 @@ def test_follow_mode_streams_the_rolled_files_only_and_refreshes_the_page(
     assert result.records == rolled
     assert Path(result.dashboard_html).exists()
     assert result.row_counts[s.TABLE_LEADER_TIMELINE] == 3  # orders-0 epochs 0 and 1, orders-1 epoch 0
+    # while following, the page reloads itself every trigger interval
+    assert '<meta http-equiv="refresh" content="1">' in Path(result.dashboard_html).read_text()
+
+
+@pytest.mark.timeout(300)
+def test_a_follow_restart_after_max_batches_adds_the_new_rolled_files_and_nothing_twice(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    rolled, active = write_metrics_dir(tmp_path / "metrics")
+    out = tmp_path / "out"
+    first = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
+    assert first.records == rolled
+    # the emitters roll their active files meanwhile (the line cut by a crash stays behind)
+    for path in (tmp_path / "metrics" / "_active").iterdir():
+        complete = path.read_text().rsplit("\n", 1)[0] + "\n"
+        first_ts = json.loads(complete.splitlines()[0])["ts_ms"]
+        (tmp_path / "metrics" / f"{path.stem}-{first_ts}.jsonl").write_text(complete)
+        path.unlink()
+
+    again = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
+    assert again.records == rolled + active
+
+
+@pytest.mark.timeout(300)
+def test_a_follow_restart_that_reruns_a_batch_stores_its_records_once(spark: SparkSession, tmp_path: Path) -> None:
+    """The sink ran but the batch's commit never reached the checkpoint (stopped, or killed, in between):
+    the restarted query reruns that batch, and the records it holds are still there once."""
+    rolled, _ = write_metrics_dir(tmp_path / "metrics")
+    out = tmp_path / "out"
+    first = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
+    assert first.records == rolled
+    # As if the query died between the sink and the commit of the batch that stored the records: no
+    # commit for it, and nothing planned after it (such as the no-data batch that moves the watermark).
+    [stored_batch] = (out / spark_app.STREAM_DIR / "records").glob(f"{spark_app.BATCH_PREFIX}*")
+    batch_id = int(stored_batch.name.removeprefix(spark_app.BATCH_PREFIX))
+    checkpoint = out / spark_app.STREAM_DIR / "checkpoint"
+    for log, after in (("commits", batch_id - 1), ("offsets", batch_id)):
+        for entry in (checkpoint / log).iterdir():
+            if int(entry.name.lstrip(".").removesuffix(".crc")) > after:
+                entry.unlink()
+
+    again = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
+    assert again.records == rolled
+    stored = spark.read.parquet(str(out / spark_app.STREAM_DIR / "records" / f"{spark_app.BATCH_PREFIX}*"))
+    assert stored.count() == rolled
+    assert stored.dropDuplicates(list(spark_app.DEDUP_KEY)).count() == rolled
 
 
 def test_a_missing_metrics_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

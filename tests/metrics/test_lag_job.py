@@ -263,16 +263,22 @@ def test_the_first_sample_counts_from_the_broker_start(spark: SparkSession) -> N
 # ---- under_replicated and isr_changes ----
 
 
+def under_replicated(spark: SparkSession, rows: list[dict[str, Any]], config: LagJobConfig) -> DataFrame:
+    recs = records(spark, rows)
+    return lag_job.under_replicated(recs, lag_job.isr_changes(recs, config), config)
+
+
 def test_time_under_replicated_counts_the_leader_samples_with_a_short_isr(spark: SparkSession) -> None:
-    # given a leader that reports ISR 3, 2, 1, 2, 3 one second apart, then an ISR shrink counted twice
-    isr = [3, 2, 1, 2, 3]
-    rows = [
-        leader(T0 + i * 1000, isr_size=n, IsrShrinksPerSec=min(i, 2), IsrExpandsPerSec=max(0, i - 2))
-        for i, n in enumerate(isr)
+    # given a leader that reports ISR 3, 2, 1, 2, 3 one second apart: followers 2 and 3 drop out in turn
+    flags = [
+        {2: True, 3: True},
+        {2: False, 3: True},
+        {2: False, 3: False},
+        {2: False, 3: True},
+        {2: True, 3: True},
     ]
-    result = lag_job.under_replicated(
-        records(spark, rows), lag_job.counter_deltas(records(spark, rows)), LagJobConfig()
-    )
+    rows = [leader(T0 + i * 1000, isr_size=1 + sum(f.values()), in_sync=f) for i, f in enumerate(flags)]
+    result = under_replicated(spark, rows, LagJobConfig())
     assertDataFrameEqual(
         result,
         [
@@ -293,11 +299,24 @@ def test_time_under_replicated_counts_the_leader_samples_with_a_short_isr(spark:
     )
 
 
+def test_the_partition_summary_counts_the_isr_changes_its_follower_table_shows(spark: SparkSession) -> None:
+    # given the controller shrank the ISR when it fenced dead follower 2 (the leader's IsrShrinksPerSec does
+    # not count that) and the leader, freshly restarted, already counts 6 expands from before the samples
+    flags = [True, False, False, True]
+    rows = [
+        leader(T0 + i * 1000, isr_size=2 + ok, in_sync={2: ok, 3: True}, IsrShrinksPerSec=0, IsrExpandsPerSec=6)
+        for i, ok in enumerate(flags)
+    ]
+    summary = under_replicated(spark, rows, LagJobConfig()).first()
+    changes = lag_job.isr_changes(records(spark, rows), LagJobConfig()).agg({"shrinks": "sum", "expands": "sum"})
+    assert summary is not None
+    assert (summary["isr_shrinks"], summary["isr_expands"], summary["under_replicated_ms"]) == (1, 1, 2000)
+    assert tuple(changes.first() or ()) == (1, 1)  # what the isr_changes table says
+
+
 def test_a_gap_in_the_leader_samples_is_not_counted_as_under_replicated(spark: SparkSession) -> None:
     rows = [leader(T0, isr_size=2), leader(T0 + 60_000, isr_size=2)]
-    result = lag_job.under_replicated(
-        records(spark, rows), lag_job.counter_deltas(records(spark, rows)), LagJobConfig(window_ms=10_000)
-    )
+    result = under_replicated(spark, rows, LagJobConfig(window_ms=10_000))
     assertDataFrameEqual(
         result.select("observed_ms", "under_replicated_ms"),
         [Row(observed_ms=10_000, under_replicated_ms=10_000)],
@@ -517,6 +536,7 @@ def test_every_table_is_computed_from_one_record_set(spark: SparkSession) -> Non
         s.TABLE_BYTE_RATES: 2,
         s.TABLE_FOLLOWER_STATUS: 1,
         s.TABLE_LEADER_TIMELINE: 1,
+        s.TABLE_CLUSTER_HEALTH: 3,
     }
 
 
@@ -546,3 +566,53 @@ def test_the_leader_reports_the_lag_of_a_follower_that_reports_nothing(spark: Sp
     ]
     # and the follower's own series has nothing of it
     assert lag_job.follower_lag(records(spark, rows)).where("follower_id = 2").count() == 0
+
+
+# ---- cluster_health and catch_up_times ----
+
+
+def test_the_health_row_counts_under_replicated_under_min_isr_and_offline_partitions_per_bucket(
+    spark: SparkSession,
+) -> None:
+    # given t-0 led by broker 1 (ISR 2 at 1.0 s, 1 at 1.5 s), and t-1 led by broker 2 until it dies after
+    # 1.5 s, then by broker 3 from 4 s: nobody leads t-1 in the bucket at 3 s; samples every 500 ms
+    isr0 = {T0 + 1000: 2, T0 + 1500: 1}
+    rows = [leader(T0 + i * 500, isr_size=isr0.get(T0 + i * 500, 3)) for i in range(12)]
+    rows += [leader(T0 + i * 500, broker_id=2, partition=1) for i in range(4)]
+    rows += [leader(T0 + i * 500, broker_id=3, partition=1, leader_epoch=1) for i in range(8, 12)]
+    health = lag_job.cluster_health(lag_job.replica_samples(records(spark, rows)), LagJobConfig())
+    got = [
+        (
+            r["bucket_start_ms"] - T0,
+            r["partitions"],
+            r["under_replicated_partitions"],
+            r["under_min_isr_partitions"],
+            r["offline_partitions"],
+            dict(r["leaders"]),
+        )
+        for r in health.orderBy("bucket_start_ms").collect()
+    ]
+    assert got == [
+        (0, 2, 0, 0, 0, {1: 1, 2: 1}),
+        (1000, 2, 1, 1, 0, {1: 1, 2: 1}),
+        (2000, 2, 0, 0, 0, {1: 1, 2: 1}),  # broker 2's last sample stands for up to two intervals
+        (3000, 2, 0, 0, 1, {1: 1}),
+        (4000, 2, 0, 0, 0, {1: 1, 3: 1}),
+        (5000, 2, 0, 0, 0, {1: 1, 3: 1}),
+    ]
+
+
+def test_the_catch_up_time_of_a_restart_runs_until_its_last_partition_is_back_in_the_isr(
+    spark: SparkSession,
+) -> None:
+    # given broker 2 down after 1 s and restarted at 4 s: back in the ISR of t-0 at 6 s, of t-1 at 8 s;
+    # broker 3 down after 1 s, restarted at 4 s, still out of t-0's ISR at the end
+    rows = [leader(T0 + i * 1000, in_sync={2: not 2 <= i < 6, 3: i < 2}, isr_size=3) for i in range(11)]
+    rows += [leader(T0 + i * 1000, partition=1, in_sync={2: not 2 <= i < 8}) for i in range(11)]
+    restarts = spark.createDataFrame(
+        [(2, T0 + 1000, T0 + 4000, T0 + 10_000), (3, T0 + 1000, T0 + 4000, T0 + 10_000)],
+        "broker_id int, down_ms long, restart_ms long, until_ms long",
+    )
+    result = lag_job.catch_up_times(lag_job.replica_lag(records(spark, rows)), restarts)
+    got = {r["broker_id"]: (r["partitions_out"], r["partitions_behind"], r["caught_up_ms"]) for r in result.collect()}
+    assert got == {2: (2, 0, 4000), 3: (1, 1, None)}
