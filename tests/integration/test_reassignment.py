@@ -68,9 +68,13 @@ def test_moving_a_partition_off_its_leader_under_load_loses_nothing(tmp_path: Pa
         producer.stdin.close()
         producer.stdin = None  # closed: communicate() must not flush it
         out, err = producer.communicate(timeout=120)
-        assert producer.returncode == 0, err
         result = json.loads(out)
-        assert result["failed"] == 0, result
+        # A batch parked on the old leader when it is stopped was appended there and may have reached the
+        # new replicas: it is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND (indeterminate, never resent, exit
+        # 4). Nothing else may fail.
+        assert {e["error"] for e in result["errors"]} <= {"NOT_ENOUGH_REPLICAS_AFTER_APPEND"}, (result, err)
+        assert producer.returncode == (0 if result["failed"] == 0 else 4), err
+        assert result["acked"] + result["failed"] == len(values)
 
         # --verify exits 1 while the newcomer catches up, then 0; the old leader's replica is deleted
         eventually(lambda: cli("topic", "reassign", "--verify", "moving", *d).returncode == 0, what="move done")
@@ -79,11 +83,13 @@ def test_moving_a_partition_off_its_leader_under_load_loses_nothing(tmp_path: Pa
         assert int(after["leader"]) in target and int(after["leader"]) != leader  # type: ignore[call-overload]
         eventually(lambda: not (cluster_dir / f"broker-{leader}" / "data" / "moving-0").exists(), what="deletion")
 
-        # every acknowledged record is there, once
+        # every record is there at most once, and no more are missing than were indeterminate
         consumed = cli("consume", "moving", "--from-beginning", "--max-messages", "7000", "--timeout-ms", "3000", *d)
         assert consumed.returncode == 0, consumed.stderr
         got = consumed.stdout.split()
-        assert set(got) == set(values)
+        assert len(got) == len(set(got)), "a record was written twice"
+        assert set(got) <= set(values)
+        assert len(set(values) - set(got)) <= result["failed"], (len(got), result)
         # and the replicas are byte-identical, the newcomer's copy included
         eventually(
             lambda: len({log_bytes(cluster_dir, b, "moving-0") for b in target}) == 1,
