@@ -79,6 +79,10 @@ async def run_cluster_with_one_kill(cluster_dir: Path) -> tuple[int, int]:
         await asyncio.sleep(2.0)
         stop.set()
         await task
+        # The load has stopped: the followers catch up within a fetch, and the metrics emitter (every
+        # 200 ms) needs a few intervals to write a sample that shows it, or the last one read still holds
+        # the batch in flight when the brokers are killed.
+        await asyncio.sleep(1.0)
         # Stop every broker at the same instant, so none looks stopped (STOP) next to the others: a
         # controlled shutdown of three brokers one after the other spreads their last samples over seconds.
         for b in state.brokers:
