@@ -6,8 +6,8 @@ exception into UNKNOWN_SERVER_ERROR for that one request, as a last resort).
 
 Controller-only requests (LEADER_AND_ISR, UPDATE_METADATA) are refused with CLUSTER_AUTHORIZATION_FAILED
 from connections that have not presented `cluster.secret` via SASL_AUTHENTICATE, when one is configured.
-CREATE_TOPICS, DELETE_TOPICS and the partition reassignment requests sent to a broker are forwarded to
-the controller, as Kafka brokers do.
+CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID and the partition reassignment requests sent to a broker are
+forwarded to the controller, as Kafka brokers do.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ from protocol.messages import (
     ErrorResponse,
     FetchPartitionResponse,
     FetchRequest,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
     ListOffsetsPartitionResponse,
@@ -161,6 +163,7 @@ class KafkaApis:
             ApiVersionsRequest: self.handle_api_versions,
             CreateTopicsRequest: self.handle_create_topics,
             DeleteTopicsRequest: self.handle_delete_topics,
+            InitProducerIdRequest: self.handle_init_producer_id,
             StopReplicaRequest: self.handle_stop_replica,
             AlterPartitionReassignmentsRequest: self.handle_alter_partition_reassignments,
             ListPartitionReassignmentsRequest: self.handle_list_partition_reassignments,
@@ -330,6 +333,10 @@ class KafkaApis:
     async def handle_delete_topics(self, ctx: ConnectionContext, request: DeleteTopicsRequest) -> Message:
         return await self._forward(ctx, request, "DELETE_TOPICS", DeleteTopicsResponse)
 
+    async def handle_init_producer_id(self, ctx: ConnectionContext, request: InitProducerIdRequest) -> Message:
+        # Any producer may ask (PRODUCE needs no secret either); the broker forwards over its own link.
+        return await self._forward(ctx, request, "INIT_PRODUCER_ID", InitProducerIdResponse, admin=False)
+
     async def handle_alter_partition_reassignments(
         self, ctx: ConnectionContext, request: AlterPartitionReassignmentsRequest
     ) -> Message:
@@ -350,11 +357,13 @@ class KafkaApis:
             | DeleteTopicsResponse
             | AlterPartitionReassignmentsResponse
             | ListPartitionReassignmentsResponse
+            | InitProducerIdResponse
         ],
+        admin: bool = True,
     ) -> Message:
         # The broker forwards with its own authenticated link: without this check any client could use it
         # to reach the controller with a secret it does not hold.
-        if refused := check_secret(ctx, self.cluster_secret, name):
+        if admin and (refused := check_secret(ctx, self.cluster_secret, name)):
             return refused
         if self.forward_to_controller is None:
             return response_type(

@@ -59,6 +59,7 @@ from cluster.metadata import (
     PartitionChangeRecord,
     PartitionRecord,
     PartitionRegistration,
+    ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -85,6 +86,8 @@ from protocol.messages import (
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     LeaderAndIsrPartition,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
@@ -96,6 +99,8 @@ from protocol.messages import (
     TopicPartition,
 )
 from protocol.time import Time
+
+MAX_PRODUCER_EPOCH = 2**15 - 1  # an int16 in the batch header
 
 R = TypeVar("R")
 
@@ -643,6 +648,22 @@ class Controller:
             self._commit([RemoveTopicRecord(name=name)], committed)
             results.append(DeletableTopicResult(name=name))
         return self._result(committed, DeleteTopicsResponse(responses=results))
+
+    # -- producer ids (KIP-98) ---------------------------------------------------------------------
+
+    def init_producer_id(self, request: InitProducerIdRequest) -> ControllerResult[InitProducerIdResponse]:
+        """INIT_PRODUCER_ID: a new producer id at epoch 0, made durable by a ProducerIdsRecord before the
+        answer. A producer that names its id gets the same id at the next epoch (Kafka's epoch bump after
+        UNKNOWN_PRODUCER_ID or a timeout); at the epoch's limit it gets a new id instead."""
+        committed: list[MetadataRecord] = []
+        if 0 <= request.producer_id < self._image.next_producer_id and request.producer_epoch < MAX_PRODUCER_EPOCH:
+            response = InitProducerIdResponse(
+                producer_id=request.producer_id, producer_epoch=request.producer_epoch + 1
+            )
+            return self._result(committed, response)
+        producer_id = self._image.next_producer_id
+        self._commit([ProducerIdsRecord(next_producer_id=producer_id + 1)], committed)
+        return self._result(committed, InitProducerIdResponse(producer_id=producer_id, producer_epoch=0))
 
     # -- partition reassignment (KIP-455) ----------------------------------------------------------
 

@@ -48,6 +48,7 @@ from protocol.messages import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
     ErrorResponse,
+    InitProducerIdRequest,
     LeaderAndIsrPartition,
     LeaderAndIsrRequest,
     ListPartitionReassignmentsRequest,
@@ -175,6 +176,7 @@ class ControllerNode:
             BrokerHeartbeatRequest: self.controller.heartbeat,
             CreateTopicsRequest: lambda request, _now: self.controller.create_topics(request),
             DeleteTopicsRequest: lambda request, _now: self.controller.delete_topics(request),
+            InitProducerIdRequest: lambda request, _now: self.controller.init_producer_id(request),
             AlterPartitionReassignmentsRequest: lambda request, _now: self.controller.alter_partition_reassignments(
                 request
             ),

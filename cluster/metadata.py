@@ -101,6 +101,14 @@ class RemoveTopicRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerIdsRecord:
+    """INIT_PRODUCER_ID handed out ids below `next_producer_id` (Kafka's ProducerIdsRecord, KIP-730):
+    an id is never given twice, across controller restarts too."""
+
+    next_producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionRecord:
     topic: str
     partition: int
@@ -139,6 +147,7 @@ MetadataRecord = (
     | RemoveTopicRecord
     | PartitionRecord
     | PartitionChangeRecord
+    | ProducerIdsRecord
 )
 
 _RECORD_TYPES: dict[str, type[MetadataRecord]] = {
@@ -152,6 +161,7 @@ _RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         RemoveTopicRecord,
         PartitionRecord,
         PartitionChangeRecord,
+        ProducerIdsRecord,
     )
 }
 _TUPLE_FIELDS = frozenset({"replicas", "isr", "adding_replicas", "removing_replicas"})
@@ -271,6 +281,7 @@ class MetadataImage:
         self._brokers: dict[int, BrokerRegistration] = {}
         self._topics: dict[str, TopicImage] = {}
         self._partitions: dict[TopicPartition, PartitionRegistration] = {}
+        self.next_producer_id = 0
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -338,12 +349,17 @@ class MetadataImage:
                     adding_replicas=p.adding_replicas,
                     removing_replicas=p.removing_replicas,
                 )
+        if self.next_producer_id:
+            yield ProducerIdsRecord(next_producer_id=self.next_producer_id)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MetadataImage):
             return NotImplemented
         return (
-            self._brokers == other._brokers and self._topics == other._topics and self._partitions == other._partitions
+            self._brokers == other._brokers
+            and self._topics == other._topics
+            and self._partitions == other._partitions
+            and self.next_producer_id == other.next_producer_id
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable through replay
@@ -377,6 +393,12 @@ class MetadataImage:
                 self._replay_partition(record)
             case PartitionChangeRecord():
                 self._replay_partition_change(record)
+            case ProducerIdsRecord():
+                if record.next_producer_id <= self.next_producer_id:
+                    raise MetadataReplayError(
+                        f"next producer id {record.next_producer_id} does not pass {self.next_producer_id}"
+                    )
+                self.next_producer_id = record.next_producer_id
             case _:
                 raise MetadataReplayError(f"not a metadata record: {record!r}")
 

@@ -31,6 +31,10 @@ class ErrorCode(IntEnum):
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_REQUIRED_ACKS = 21
     INVALID_REQUEST = 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    UNKNOWN_PRODUCER_ID = 59
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
@@ -129,6 +133,22 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ),
     ErrorCode.STALE_BROKER_EPOCH: "a broker request with an old broker epoch (the broker re-registered since)",
     ErrorCode.OFFSET_NOT_AVAILABLE: "a new leader's HW has not reached its epoch start yet: retry LIST_OFFSETS",
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: (
+        "PRODUCE (idempotent): the batch's base_sequence is not the next one the leader expects for this "
+        "producer and partition (a gap); nothing was appended"
+    ),
+    ErrorCode.DUPLICATE_SEQUENCE_NUMBER: (
+        "never on the wire here: a resent batch the leader already has is answered NONE with its original "
+        "base_offset, as Kafka does"
+    ),
+    ErrorCode.INVALID_PRODUCER_EPOCH: (
+        "PRODUCE (idempotent): the producer epoch is older than the one the leader has seen for this "
+        "producer id; nothing was appended"
+    ),
+    ErrorCode.UNKNOWN_PRODUCER_ID: (
+        "PRODUCE (idempotent): the leader has no state for this producer id (its batches were truncated or "
+        "deleted) and base_sequence is not 0; nothing was appended: INIT_PRODUCER_ID again"
+    ),
     ErrorCode.INVALID_RECORD: "a batch passed its CRC but breaks the record format (the message says how)",
     ErrorCode.INVALID_UPDATE_VERSION: "ALTER_PARTITION: the partition epoch is not the current one",
     ErrorCode.INELIGIBLE_REPLICA: "ALTER_PARTITION: a proposed ISR member is fenced or shutting down",
@@ -167,6 +187,9 @@ UnknownLeaderEpochError = _error("UnknownLeaderEpochError", ErrorCode.UNKNOWN_LE
 KafkaStorageError = _error("KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR)
 InvalidRequestError = _error("InvalidRequestError", ErrorCode.INVALID_REQUEST)
 MessageTooLargeError = _error("MessageTooLargeError", ErrorCode.MESSAGE_TOO_LARGE)
+OutOfOrderSequenceError = _error("OutOfOrderSequenceError", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+InvalidProducerEpochError = _error("InvalidProducerEpochError", ErrorCode.INVALID_PRODUCER_EPOCH)
+UnknownProducerIdError = _error("UnknownProducerIdError", ErrorCode.UNKNOWN_PRODUCER_ID)
 
 
 class UnexpectedAppendOffsetError(KafkaError):

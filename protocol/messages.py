@@ -412,6 +412,36 @@ class DeleteTopicsResponse(Message):
     error_message: str | None = None
 
 
+# -- INIT_PRODUCER_ID (22) -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class InitProducerIdRequest(Message):
+    """An idempotent producer's id and epoch (KIP-98). Any broker answers; it forwards to the controller,
+    which allocates ids from the metadata log. Transactions are not supported: `transactional_id` must be
+    nil. A producer that already has an id may pass it to get the same id with the next epoch."""
+
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60000
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+    def validate(self) -> None:
+        require(self.transactional_id is None, "InitProducerIdRequest.transactional_id: transactions are not supported")
+        require(
+            (self.producer_id == -1) == (self.producer_epoch == -1),
+            "InitProducerIdRequest: producer_id and producer_epoch are both -1 or both set",
+        )
+
+
+@dataclass(slots=True)
+class InitProducerIdResponse(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
 # -- ALTER_PARTITION_REASSIGNMENTS (45), LIST_PARTITION_REASSIGNMENTS (46) ---------------------------
 
 
@@ -712,6 +742,7 @@ REQUEST_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsRequest,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsRequest,
     ApiKey.DELETE_RECORDS: DeleteRecordsRequest,
+    ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
     ApiKey.DESCRIBE_LOG_DIRS: DescribeLogDirsRequest,
     ApiKey.SASL_AUTHENTICATE: SaslAuthenticateRequest,
@@ -734,6 +765,7 @@ RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsResponse,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsResponse,
     ApiKey.DELETE_RECORDS: DeleteRecordsResponse,
+    ApiKey.INIT_PRODUCER_ID: InitProducerIdResponse,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochResponse,
     ApiKey.DESCRIBE_LOG_DIRS: DescribeLogDirsResponse,
     ApiKey.SASL_AUTHENTICATE: SaslAuthenticateResponse,

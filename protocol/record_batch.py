@@ -2,7 +2,7 @@
 
 How this works
 --------------
-A batch is a fixed 47-byte big-endian header followed by an opaque records payload. Brokers look only
+A batch is a fixed 61-byte big-endian header followed by an opaque records payload. Brokers look only
 at the header; the payload is produced and consumed by clients. Many batches laid end to end form a
 "record set": that is what a segment file holds and what FETCH and PRODUCE carry (as one msgpack `bin`).
 
@@ -16,8 +16,16 @@ at the header; the payload is produced and consumed by clients. Many batches lai
     23     4    last_offset_delta      int32   last offset = base_offset + last_offset_delta
     27     8    first_timestamp        int64   ms since the epoch
     35     8    max_timestamp          int64
-    43     4    record_count           int32
-    47     ...  records payload               msgpack array of records (below)
+    43     8    producer_id            int64   -1 unless the producer is idempotent (KIP-98)
+    51     2    producer_epoch         int16   -1 unless idempotent
+    53     4    base_sequence          int32   sequence of the first record, -1 unless idempotent
+    57     4    record_count           int32
+    61     ...  records payload               msgpack array of records (below)
+
+This is Kafka's v2 batch header, field for field. An idempotent producer numbers its records per
+partition from 0 (`base_sequence` is the first record's number, the last is base_sequence +
+last_offset_delta); the leader uses the producer id, epoch and sequences to answer a resent batch with
+its original offset instead of appending it twice (broker/log/producer_state.py).
 
 A record is `[offset_delta, timestamp_delta, key, value]`, or `[..., value, headers]` when it has
 headers: an array of `[name: str, value: bin or nil]` pairs, like Kafka's record headers. A record
@@ -42,12 +50,16 @@ from crc32c import crc32c
 from protocol.errors import CorruptRecordError
 
 MAGIC = 2
-HEADER_SIZE = 47
+HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # base_offset + batch_length: the bytes not counted by batch_length
 CRC_START = 21  # first byte the CRC covers
 NO_PARTITION_LEADER_EPOCH = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+MAX_SEQUENCE = 2**31 - 1
 
-_HEADER = struct.Struct(">qiibIhiqqi")
+_HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _OFFSET_AND_EPOCH = struct.Struct(">qii")  # base_offset, batch_length, partition_leader_epoch
 _EPOCH = struct.Struct(">i")
@@ -69,6 +81,9 @@ class BatchHeader:
     last_offset_delta: int
     first_timestamp: int
     max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
     record_count: int
     position: int  # byte position of the batch in the buffer it was read from
 
@@ -81,11 +96,21 @@ class BatchHeader:
         return self.last_offset + 1
 
     @property
+    def last_sequence(self) -> int:
+        return self.base_sequence + self.last_offset_delta if self.base_sequence >= 0 else NO_SEQUENCE
+
+    @property
     def size_in_bytes(self) -> int:
         return LOG_OVERHEAD + self.batch_length
 
 
 Header = tuple[str, bytes | None]
+
+
+def next_sequence(sequence: int, increment: int = 1) -> int:
+    """An idempotent producer's sequence `increment` records on: sequences wrap from 2**31 - 1 to 0, as
+    Kafka's do."""
+    return (sequence + increment) % (MAX_SEQUENCE + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +129,14 @@ def build_batch(
     base_offset: int = 0,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
     timestamp_ms: int | None = None,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
 ) -> bytes:
     """A batch holding `records`: each a value, a (key, value) pair or a (key, value, headers) triple.
 
-    Offsets run from `base_offset`."""
+    Offsets run from `base_offset`; an idempotent producer passes its id, epoch and the partition's next
+    sequence number."""
     if not records:
         raise ValueError("a batch holds at least one record")
     ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
@@ -120,7 +149,16 @@ def build_batch(
         else:
             items.append([delta, 0, rec[0], rec[1]])
     payload = msgpack.packb(items, use_bin_type=True)
-    return _assemble(base_offset, partition_leader_epoch, len(records) - 1, ts, ts, len(records), payload)
+    return _assemble(
+        base_offset,
+        partition_leader_epoch,
+        len(records) - 1,
+        ts,
+        ts,
+        len(records),
+        payload,
+        (producer_id, producer_epoch, base_sequence),
+    )
 
 
 def _assemble(
@@ -131,8 +169,9 @@ def _assemble(
     max_ts: int,
     count: int,
     payload: bytes,
+    producer: tuple[int, int, int] = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE),
 ) -> bytes:
-    body = struct.pack(">hiqqi", 0, last_offset_delta, first_ts, max_ts, count) + payload
+    body = struct.pack(">hiqqqhii", 0, last_offset_delta, first_ts, max_ts, *producer, count) + payload
     crc = crc32c(body)
     batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
     head = struct.pack(">qiibI", base_offset, batch_length, epoch, MAGIC, crc)
@@ -143,12 +182,7 @@ def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batch
     """Parse the header at `position`; raises CorruptRecordError when it is short or malformed."""
     if len(buf) - position < HEADER_SIZE:
         raise CorruptRecordError(f"truncated batch header at byte {position}")
-    base_offset, batch_length, epoch, magic, crc, attributes, last_delta, first_ts, max_ts, count = _HEADER.unpack_from(
-        buf, position
-    )
-    header = BatchHeader(
-        base_offset, batch_length, epoch, magic, crc, attributes, last_delta, first_ts, max_ts, count, position
-    )
+    header = BatchHeader(*_HEADER.unpack_from(buf, position), position)  # type: ignore[call-arg]
     if header.magic != MAGIC:
         raise CorruptRecordError(f"batch at byte {position} has magic {header.magic}, expected {MAGIC}")
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:

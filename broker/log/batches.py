@@ -17,8 +17,8 @@ from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC
 Buffer = bytes | bytearray | memoryview
 
 # base_offset, batch_length, partition_leader_epoch, magic, crc, attributes, last_offset_delta,
-# first_timestamp, max_timestamp, record_count
-HEADER = struct.Struct(">qiibIhiqqi")
+# first_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, record_count
+HEADER = struct.Struct(">qiibIhiqqqhii")
 OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
@@ -33,6 +33,9 @@ class BatchInfo(NamedTuple):
     last_offset_delta: int
     max_timestamp: int
     record_count: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
 
 
 class ScanResult(NamedTuple):
@@ -52,7 +55,9 @@ def scan(buf: Buffer, verify_crc: bool = True, start: int = 0) -> ScanResult:
     while position < end:
         if end - position < HEADER_SIZE:
             return ScanResult(batches, position, f"truncated batch header at byte {position}", True)
-        (base, length, epoch, magic, crc, _attrs, delta, _first_ts, max_ts, count) = unpack(view, position)
+        (base, length, epoch, magic, crc, _attrs, delta, _first_ts, max_ts, pid, pepoch, seq, count) = unpack(
+            view, position
+        )
         if magic != MAGIC:
             return ScanResult(batches, position, f"batch at byte {position} has magic {magic}", False)
         if length < _MIN_BATCH_LENGTH:
@@ -65,18 +70,21 @@ def scan(buf: Buffer, verify_crc: bool = True, start: int = 0) -> ScanResult:
             return ScanResult(batches, position, f"batch at byte {position} runs past the end of the data", True)
         if verify_crc and crc32c(view[position + CRC_START : stop]) != crc:
             return ScanResult(batches, position, f"CRC mismatch in batch at byte {position} (offset {base})", False)
-        batches.append(BatchInfo(position, size, base, epoch, delta, max_ts, count))
+        batches.append(BatchInfo(position, size, base, epoch, delta, max_ts, count, pid, pepoch, seq))
         position = stop
     return ScanResult(batches, position, None, False)
 
 
-def single_batch(buf: Buffer) -> tuple[int, int, int, int] | None:
-    """(partition leader epoch, last offset delta, max timestamp, record count) when `buf` is exactly one
+def single_batch(buf: Buffer) -> tuple[int, int, int, int, int, int, int] | None:
+    """(partition leader epoch, last offset delta, max timestamp, record count, producer id, producer epoch,
+    base sequence) when `buf` is exactly one
     valid batch, CRC included; None otherwise (then `scan` tells what is wrong). The common case of one
     producer batch per append, without building a list."""
     if len(buf) < HEADER_SIZE:
         return None
-    (_base, length, epoch, magic, crc, _attrs, delta, _first_ts, max_ts, count) = HEADER.unpack_from(buf, 0)
+    (_base, length, epoch, magic, crc, _attrs, delta, _first_ts, max_ts, pid, pepoch, seq, count) = HEADER.unpack_from(
+        buf, 0
+    )
     if (
         magic != MAGIC
         or LOG_OVERHEAD + length != len(buf)
@@ -86,4 +94,4 @@ def single_batch(buf: Buffer) -> tuple[int, int, int, int] | None:
         or crc32c(memoryview(buf)[CRC_START:]) != crc
     ):
         return None
-    return epoch, delta, max_ts, count
+    return epoch, delta, max_ts, count, pid, pepoch, seq

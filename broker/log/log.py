@@ -8,6 +8,7 @@ A replica directory `<log.dir>/<topic>-<partition>/` holds:
     00000000000000052113.log / .index
     leader-epoch-checkpoint               the epoch cache (epoch, start offset) pairs
     log-start-offset                      the first offset still readable (can lie inside segment 0)
+    00000000000000052113.snapshot         idempotent producers' state below that offset (at each roll)
     clean-shutdown                        present only between a clean close() and the next open()
 
     offsets:  log_start_offset ≤ high_watermark ≤ log_end_offset
@@ -21,7 +22,9 @@ is full (Kafka's maybeRoll). Reads return whole batches, possibly from several s
 Opening a log recovers what a crash may have torn: without the clean-shutdown marker every segment is
 re-validated batch by batch (header and CRC); with it only the active segment is. Recovery cuts the log
 at the first bad batch, drops any later segments, rebuilds the epoch cache from batch headers when its
-checkpoint is missing, and trims the cache to the recovered log.
+checkpoint is missing, and trims the cache to the recovered log. The idempotent producers' state
+(producer_state.py) is rebuilt on opening and after each truncation from the newest snapshot at or below
+the log end plus the producer batches after it, so it always describes exactly the batches in the log.
 
 Invariants: log_start_offset ≤ high_watermark ≤ log_end_offset; the log end offset is always a batch
 boundary; segments are contiguous and ordered by base offset; the epoch cache never mentions an offset at
@@ -39,7 +42,7 @@ import os
 import re
 import shutil
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
@@ -56,6 +59,7 @@ from broker.log.epoch_cache import LeaderEpochFileCache
 from broker.log.log_config import LogConfig
 from broker.log.offset_index import INDEX_SUFFIX
 from broker.log.offset_metadata import LogOffsetMetadata
+from broker.log.producer_state import ProducerBatch, ProducerStateManager
 from broker.log.segment import LOG_SUFFIX, NO_TIMESTAMP, LogSegment
 from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import (
@@ -64,7 +68,7 @@ from protocol.errors import (
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
 )
-from protocol.record_batch import LOG_OVERHEAD
+from protocol.record_batch import LOG_OVERHEAD, next_sequence
 from protocol.time import Time
 
 __all__ = ["AppendInfo", "Log", "LogConfig", "LogOffsetMetadata", "parse_topic_partition"]
@@ -88,6 +92,8 @@ class AppendInfo:
     num_records: int
     size_bytes: int
     max_timestamp: int
+    # An idempotent producer's resent batch: nothing was appended, the offsets are the original batch's.
+    duplicate: bool = False
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
@@ -139,6 +145,7 @@ class Log:
         self._log_start_offset = log_start_offset
         self._log_start_checkpoint = LogStartOffsetCheckpoint(dir / LOG_START_OFFSET_FILE)
         self._epoch_cache = epoch_cache
+        self.producer_state = ProducerStateManager(dir, storage)
         self._high_watermark = log_start_offset
         self._unflushed_messages = 0
         self._last_flush_ms = time.milliseconds()
@@ -181,6 +188,7 @@ class Log:
         epoch_cache.truncate_from_end(log.log_end_offset)
         epoch_cache.truncate_from_start(log.log_start_offset)
         epoch_cache.flush()
+        log._rebuild_producer_state()
         if checkpointed_start != log.log_start_offset:
             log._persist_log_start_offset()
         if clean:
@@ -271,12 +279,24 @@ class Log:
         single = single_batch(records)
         if single is not None and single[1] + 1 == single[3]:
             # One producer batch: the hot path, with nothing allocated but the stamped copy.
-            _, delta, max_timestamp, count = single
+            _, delta, max_timestamp, count, pid, producer_epoch, sequence = single
             first_offset = self._segments[-1].next_offset
+            producer_batch = None
+            if pid >= 0:
+                producer_batch = ProducerBatch(
+                    pid, producer_epoch, sequence, first_offset, first_offset + delta, max_timestamp
+                )
+                duplicate = self.producer_state.check(producer_batch)
+                if duplicate is not None:
+                    return AppendInfo(
+                        duplicate.first_offset, duplicate.last_offset, 0, 0, 0, NO_TIMESTAMP, duplicate=True
+                    )
             stamped = bytearray(records)
             OFFSET_LENGTH_EPOCH.pack_into(stamped, 0, first_offset, len(stamped) - LOG_OVERHEAD, leader_epoch)
             self._epoch_cache.assign(leader_epoch, first_offset)
             self._append(stamped, first_offset + delta, max_timestamp, ((first_offset, len(stamped)),), count)
+            if producer_batch is not None:
+                self.producer_state.update(producer_batch)
             return AppendInfo(first_offset, first_offset + delta, 1, count, len(stamped), max_timestamp)
         result = scan(records, verify_crc=True)
         if result.error is not None:
@@ -291,12 +311,27 @@ class Log:
         next_offset = first_offset
         max_timestamp = NO_TIMESTAMP
         num_records = 0
+        producer_batches: list[ProducerBatch] = []
+        pending: dict[int, tuple[int, int]] = {}
         for batch in batches:
             if batch.last_offset_delta + 1 != batch.record_count:
                 raise CorruptRecordError(
                     f"batch at byte {batch.position} says {batch.record_count} records "
                     f"but spans {batch.last_offset_delta + 1} offsets"
                 )
+            if batch.producer_id >= 0:
+                last = next_offset + batch.last_offset_delta
+                pb = ProducerBatch(
+                    batch.producer_id, batch.producer_epoch, batch.base_sequence, next_offset, last, batch.max_timestamp
+                )
+                duplicate = self.producer_state.check(pb, pending)
+                if duplicate is not None:
+                    # As Kafka: the first duplicate answers for the whole append, which writes nothing.
+                    return AppendInfo(
+                        duplicate.first_offset, duplicate.last_offset, 0, 0, 0, NO_TIMESTAMP, duplicate=True
+                    )
+                pending[pb.producer_id] = (pb.producer_epoch, next_sequence(pb.base_sequence, batch.last_offset_delta))
+                producer_batches.append(pb)
             pack(stamped, batch.position, next_offset, batch.size - LOG_OVERHEAD, leader_epoch)
             placed.append((next_offset, batch.size))
             next_offset += batch.last_offset_delta + 1
@@ -305,6 +340,8 @@ class Log:
                 max_timestamp = batch.max_timestamp
         self._epoch_cache.assign(leader_epoch, first_offset)
         self._append(stamped, next_offset - 1, max_timestamp, placed, num_records)
+        for pb in producer_batches:
+            self.producer_state.update(pb)
         return AppendInfo(first_offset, next_offset - 1, len(batches), num_records, len(stamped), max_timestamp)
 
     @_storage_errors
@@ -350,6 +387,18 @@ class Log:
         for epoch, start_offset in epochs:
             self._epoch_cache.assign(epoch, start_offset)
         self._append(records, last_offset, max_timestamp, placed, num_records)
+        for batch in batches:
+            if batch.producer_id >= 0:  # the leader checked it; a follower keeps the state to lead with
+                self.producer_state.update(
+                    ProducerBatch(
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        batch.base_sequence,
+                        batch.base_offset,
+                        batch.base_offset + batch.last_offset_delta,
+                        batch.max_timestamp,
+                    )
+                )
         return AppendInfo(first_offset, last_offset, len(batches), num_records, len(records), max_timestamp)
 
     def _append(
@@ -380,6 +429,9 @@ class Log:
         if active.is_empty:
             return active
         active.index.flush(fsync=False)
+        if self.producer_state.producers:
+            # As Kafka: a snapshot at each roll bounds what a rebuild (open, truncation) has to read.
+            self.producer_state.take_snapshot(self.log_end_offset)
         segment = _new_segment(self._dir, self.log_end_offset, self.config, self._time, self._storage)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
@@ -444,7 +496,7 @@ class Log:
         first = True
         position = 0
         while position < len(data):
-            base, length, _e, _m, _c, _a, delta, _f, _t, _n = HEADER.unpack_from(view, position)
+            base, length, _e, _m, _c, _a, delta, _f, _t, _pid, _pe, _seq, _n = HEADER.unpack_from(view, position)
             if (base > expected) if first else (base != expected):
                 reason = f"offsets jump from {expected} to {base} in a read from offset {start_offset}"
                 self.mark_offline(reason)
@@ -537,7 +589,20 @@ class Log:
             self._persist_log_start_offset()
         self._high_watermark = min(self._high_watermark, log_end)
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
+        self._rebuild_producer_state()
         return True
+
+    def _rebuild_producer_state(self) -> None:
+        """The producer state of exactly the batches in the log: from the newest snapshot at or below the
+        log end, plus the producer batches after it."""
+
+        def batches_from(offset: int) -> Iterator[ProducerBatch]:
+            for segment in self._segments:
+                if segment.next_offset > offset:
+                    for pid, epoch, seq, base, last, max_ts in segment.producer_batches(offset):
+                        yield ProducerBatch(pid, epoch, seq, base, last, max_ts)
+
+        self.producer_state.rebuild(self.log_end_offset, batches_from)
 
     def _name(self) -> str:
         return f"{self.topic}-{self.partition}"
@@ -557,6 +622,8 @@ class Log:
         self._persist_log_start_offset()
         self._high_watermark = new_offset
         self._epoch_cache.clear()
+        self.producer_state.clear()
+        self.producer_state.delete_snapshots_above(-1)
 
     # -- leader epochs -----------------------------------------------------------------------------
 
@@ -641,6 +708,7 @@ class Log:
             self._epoch_cache.truncate_from_start(self._log_start_offset)
         for segment in doomed:
             segment.delete()
+        self.producer_state.delete_snapshots_below(self._log_start_offset)
         return count
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -668,6 +736,9 @@ class Log:
         self.flush()
         self._epoch_cache.flush()
         self._persist_log_start_offset()
+        if self.producer_state.producers:
+            # As Kafka on a clean shutdown: the next open reads the state instead of the batch headers.
+            self.producer_state.take_snapshot(self.log_end_offset)
         for segment in self._segments:
             segment.close()
         write_atomically(self._dir / CLEAN_SHUTDOWN_FILE, b"")

@@ -298,7 +298,9 @@ class LogSegment:
         unpack = HEADER.unpack_from
         rel = 0
         while rel < len(data):
-            _base, length, _epoch, _magic, crc, _attrs, _delta, _first_ts, _max_ts, _count = unpack(view, rel)
+            _base, length, _epoch, _magic, crc, _attrs, _delta, _first_ts, _max_ts, _pid, _pe, _seq, _n = unpack(
+                view, rel
+            )
             size = LOG_OVERHEAD + length
             absolute = position + rel
             if absolute + size > verified_end:
@@ -343,6 +345,11 @@ class LogSegment:
     def _walk(self, position: int) -> Iterator[tuple[int, int, int, int, int, int]]:
         """(position, size, base offset, last offset, max timestamp, epoch) of every batch from byte
         `position` (a batch boundary) to the end of the segment, reading headers only."""
+        for batch_position, size, h in self._walk_headers(position):
+            yield batch_position, size, h[0], h[0] + h[6], h[8], h[2]
+
+    def _walk_headers(self, position: int) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+        """(position, size, unpacked header) of every batch from byte `position` to the end of the segment."""
         size_limit = self._size
         buf = b""
         buf_start = position
@@ -354,12 +361,22 @@ class LogSegment:
                 buf_start, rel = position, 0
                 if len(buf) < HEADER_SIZE:
                     raise CorruptRecordError(f"torn batch header at byte {position} of {self.log_path}")
-            base, length, epoch, magic, _crc, _attrs, delta, _first_ts, max_ts, _count = unpack(buf, rel)
+            header = unpack(buf, rel)
+            length, magic = header[1], header[3]
             size = LOG_OVERHEAD + length
             if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or position + size > size_limit:
                 raise CorruptRecordError(f"bad batch header at byte {position} of {self.log_path}")
-            yield position, size, base, base + delta, max_ts, epoch
+            yield position, size, header
             position += size
+
+    def producer_batches(self, from_offset: int = 0) -> Iterator[tuple[int, int, int, int, int, int]]:
+        """(producer id, producer epoch, base sequence, base offset, last offset, max timestamp) of every
+        batch written by an idempotent producer that ends at or after `from_offset`: what rebuilds the
+        producer state (broker/log/producer_state.py)."""
+        for _, _, h in self._walk_headers(0):
+            base, last = h[0], h[0] + h[6]
+            if h[9] >= 0 and last >= from_offset:
+                yield h[9], h[10], h[11], base, last, h[8]
 
     def batch_epochs(self, from_offset: int = 0) -> Iterator[tuple[int, int]]:
         """(partition leader epoch, base offset) of every batch that ends at or after `from_offset`."""

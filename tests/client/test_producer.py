@@ -82,3 +82,36 @@ async def test_queued_record_sets_of_one_partition_share_a_request_only_when_all
         assert await produce_ten(joined, 20) == list(range(20, 40, 2))
         assert joined.sender.requests_sent == 2  # eight sets end to end, then the other two
         assert await values_of(joined, P0) == [b"%d" % i for i in range(40)]
+
+
+def idempotent(seq: int, *values: bytes, epoch: int = 0) -> bytes:
+    return build_batch(list(values), producer_id=7, producer_epoch=epoch, base_sequence=seq)
+
+
+async def answer(client: ClusterClient, records: bytes) -> tuple[int, int]:
+    resp = await client.produce(P0, records, acks=-1)
+    assert resp is not None
+    (part,) = resp.partitions
+    return part.error_code, part.base_offset
+
+
+async def test_a_resent_idempotent_batch_gets_its_original_offset_on_the_wire_even_after_a_crash(
+    broker: BrokerProcess,
+) -> None:
+    async with ClusterClient(f"127.0.0.1:{broker.port}") as client:
+        await client.refresh_metadata(["p"])
+        assert await answer(client, idempotent(0, b"a", b"b")) == (ErrorCode.NONE, 0)
+        assert await answer(client, idempotent(2, b"c")) == (ErrorCode.NONE, 2)
+        assert await answer(client, idempotent(0, b"a", b"b")) == (ErrorCode.NONE, 0)  # a resend: not appended
+        assert await answer(client, idempotent(5, b"gap")) == (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+        assert await answer(client, idempotent(3, b"d")) == (ErrorCode.NONE, 3)
+        assert await values_of(client, P0) == [b"a", b"b", b"c", b"d"]
+    # SIGKILL: the producer state is rebuilt from the log, so the resend is still recognised
+    broker.kill()
+    broker.start()
+    await assign([broker], "p", 2, {0: 1, 1: 1}, leader_epoch=1, replicas=[1])
+    async with ClusterClient(f"127.0.0.1:{broker.port}") as client:
+        await client.refresh_metadata(["p"])
+        assert await answer(client, idempotent(3, b"d")) == (ErrorCode.NONE, 3)
+        assert await answer(client, idempotent(4, b"e")) == (ErrorCode.NONE, 4)
+        assert await values_of(client, P0) == [b"a", b"b", b"c", b"d", b"e"]

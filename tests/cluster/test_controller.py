@@ -18,7 +18,7 @@ from cluster.controller import (
 )
 from cluster.metadata import NO_LEADER, PartitionRegistration
 from cluster.metadata_store import MetadataStore
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
     AlterPartitionItem,
     AlterPartitionReassignmentsRequest,
@@ -32,6 +32,7 @@ from protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
+    InitProducerIdRequest,
     ListPartitionReassignmentsRequest,
     ReassignablePartition,
     TopicPartition,
@@ -787,6 +788,32 @@ def test_deleting_a_topic_removes_it_and_names_every_replica_to_stop_and_delete(
     restarted = Cluster(store=MetadataStore(tmp_path), time=time)
     assert restarted.controller.image.topics == cluster.controller.image.topics
     assert dict(restarted.controller.image.partitions) == dict(cluster.controller.image.partitions)
+
+
+# -- producer ids (KIP-98) -----------------------------------------------------------------------
+
+
+def test_producer_ids_are_never_given_twice_even_by_a_restarted_controller(tmp_path: Path) -> None:
+    time = ManualTime()
+    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+    first = cluster.controller.init_producer_id(InitProducerIdRequest()).response
+    second = cluster.controller.init_producer_id(InitProducerIdRequest()).response
+    assert (first.error_code, first.producer_epoch, second.producer_epoch) == (0, 0, 0)
+    assert second.producer_id == first.producer_id + 1
+    # a producer naming its id gets the same id at the next epoch (nothing to commit)
+    bumped = cluster.controller.init_producer_id(InitProducerIdRequest(None, 60000, first.producer_id, 0))
+    assert (bumped.response.producer_id, bumped.response.producer_epoch) == (first.producer_id, 1)
+    # an id never handed out is not bumped: it gets a new one
+    stranger = cluster.controller.init_producer_id(InitProducerIdRequest(None, 60000, 999, 3)).response
+    assert (stranger.producer_id, stranger.producer_epoch) == (second.producer_id + 1, 0)
+    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    third = restarted.controller.init_producer_id(InitProducerIdRequest()).response
+    assert third.producer_id == stranger.producer_id + 1
+
+
+def test_init_producer_id_refuses_transactions() -> None:
+    with pytest.raises(ProtocolError, match="transactions are not supported"):
+        InitProducerIdRequest("tx-1").validate()
 
 
 # -- partition reassignment (KIP-455) ------------------------------------------------------------

@@ -271,7 +271,7 @@ async def test_append_failure_of_one_partition_does_not_stop_the_others() -> Non
 async def test_small_response_cap_still_lets_every_partition_progress() -> None:
     # given 8 partitions with 20 batches each, and a response cap that fits about two batches
     partitions = [TopicPartition("fair", p) for p in range(8)]
-    h = Harness(config=FetcherConfig(replica_fetch_response_max_bytes=150))
+    h = Harness(config=FetcherConfig(replica_fetch_response_max_bytes=180))
     for tp in partitions:
         h.follower_log(tp)
         h.leader_log(tp, single(0, 20), leader_epoch=0)

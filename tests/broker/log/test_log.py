@@ -73,7 +73,7 @@ def test_a_leader_append_with_one_corrupt_batch_appends_nothing(open_log: OpenLo
 def test_a_leader_rejects_a_batch_whose_record_count_disagrees_with_its_offsets(open_log: OpenLog) -> None:
     log = open_log()
     bad = bytearray(batch(b"a", b"b"))
-    bad[43:47] = (5).to_bytes(4, "big")  # record_count, which the CRC covers: fix the CRC too
+    bad[57:61] = (5).to_bytes(4, "big")  # record_count, which the CRC covers: fix the CRC too
     bad[17:21] = crc32c(bytes(bad[21:])).to_bytes(4, "big")
     with pytest.raises(CorruptRecordError, match="records"):
         log.append_as_leader(bytes(bad), leader_epoch=0)
