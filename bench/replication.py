@@ -9,7 +9,7 @@ Load, from a separate client process (`--producer-child`): one `client.producer.
 defaults (`PRODUCER_CONFIG`: batch.size 16384, linger.ms 5, max.in.flight.requests.per.connection 5,
 buffer.memory 32 MiB, acks=all), so each PRODUCE carries one batch for every partition its broker leads
 (two here); `--batches-per-partition N` lets a request carry up to N queued batches of a partition
-(client/sender.py). Records of 1013 bytes, a batch's worth (16, one full 16 KiB batch) to each
+(client/sender.py). Records of 1012 bytes, a batch's worth (16, one full 16 KiB batch) to each
 partition in turn. The values are built before the run (`ValuePool`), each starting with its pool
 index, and every acked record's offset comes back through the producer's callback, so every acked
 record can be checked afterwards.
@@ -91,7 +91,7 @@ TOPIC = "bench-repl"
 PARTITIONS = 6
 REPLICATION_FACTOR = 3
 RECORDS_PER_BATCH = 16
-RECORD_BYTES = 1013  # 16 records of this size fill a 16384-byte batch (batch.size), 16370 bytes with the header
+RECORD_BYTES = 1012  # 16 records of this size fill a 16384-byte batch (batch.size): 16368 bytes with the header
 POOL_RECORDS = 32768  # distinct values built before the run (32 MiB)
 # Kafka's producer defaults, as the bench uses them (reported in the result).
 PRODUCER_CONFIG: dict[str, Any] = {
@@ -101,6 +101,7 @@ PRODUCER_CONFIG: dict[str, Any] = {
     "max.in.flight.requests.per.connection": 5,
     "buffer.memory": 32 * 1024 * 1024,
     "max.request.size": 1024 * 1024,
+    "enable.idempotence": True,  # Kafka's default since 3.0; --no-idempotence measures without it
 }
 SAMPLE_INTERVAL_S = 0.05
 MIB = 1024 * 1024
@@ -266,6 +267,7 @@ async def producer_child(args: argparse.Namespace) -> dict[str, Any]:
         batch_size=PRODUCER_CONFIG["batch.size"],
         linger_ms=PRODUCER_CONFIG["linger.ms"],
         buffer_memory=PRODUCER_CONFIG["buffer.memory"],
+        enable_idempotence=not args.no_idempotence,
     )
     try:
         await client.refresh_metadata([TOPIC])
@@ -480,7 +482,9 @@ async def create_topic(state: LocalClusterState) -> None:
         raise RuntimeError("ISRs did not fill within 30 s")
 
 
-async def run(reaper: ProcessReaper, quick: bool, batches_per_partition: int) -> dict[str, Any]:
+async def run(
+    reaper: ProcessReaper, quick: bool, batches_per_partition: int, idempotence: bool = True
+) -> dict[str, Any]:
     max_seconds = 10.0 if quick else 30.0
     paced_seconds = 5.0 if quick else 10.0
     work = reaper.temp_dir("minibroker-bench-repl-")
@@ -521,6 +525,7 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_partition: int) ->
                 str(out_file),
                 "--batches-per-partition",
                 str(batches_per_partition),
+                *([] if idempotence else ["--no-idempotence"]),
             ],
             stdout=None,
         )
@@ -589,7 +594,11 @@ async def run(reaper: ProcessReaper, quick: bool, batches_per_partition: int) ->
             "errors": result["errors"],
             "paced_rate_mb_s": round(result["paced_rate_batches_s"] * batch_bytes_mean / MIB, 2),
             "batches_per_request": round(result["produced_batches"] / max(result["produce_requests"], 1), 2),
-            "producer_config": {**PRODUCER_CONFIG, "batches_per_partition": batches_per_partition},
+            "producer_config": {
+                **PRODUCER_CONFIG,
+                "enable.idempotence": idempotence,
+                "batches_per_partition": batches_per_partition,
+            },
             "lag_samples": len(lag1),
             "metrics_lag_samples": len(metrics_lag),
             "targets": {"ratio": 0.10, "ack_p99_ms": 20},
@@ -607,6 +616,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="queued batches of one partition a PRODUCE may carry (default 1, as Kafka's PRODUCE v3+)",
+    )
+    parser.add_argument(
+        "--no-idempotence",
+        action="store_true",
+        help="enable.idempotence=false: up to max.in.flight batches of a partition in flight (default: idempotent, "
+        "one batch of a partition in flight)",
     )
     parser.add_argument("--producer-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -630,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.batches_per_partition < 1:
         parser.error("--batches-per-partition must be >= 1")
-    return main_guard(lambda reaper: run(reaper, args.quick, args.batches_per_partition))
+    return main_guard(lambda reaper: run(reaper, args.quick, args.batches_per_partition, not args.no_idempotence))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ from protocol.messages import (
     FetchPartition,
     FetchRequest,
     FetchResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -223,6 +225,22 @@ class ClusterClient:
     async def list_partition_reassignments(self, topics: list[str] | None = None) -> ListPartitionReassignmentsResponse:
         response: ListPartitionReassignmentsResponse = await self.send_any(ListPartitionReassignmentsRequest(topics))
         return response
+
+    async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
+        """(producer id, epoch) for an idempotent producer; naming the current ones bumps the epoch. Retries
+        while the controller is unreachable (a broker answers NOT_CONTROLLER) for up to ~10 s."""
+        last = ""
+        for attempt in range(40):
+            response: InitProducerIdResponse = await self.send_any(
+                InitProducerIdRequest(None, 60000, producer_id, producer_epoch)
+            )
+            if response.error_code == ErrorCode.NONE:
+                return response.producer_id, response.producer_epoch
+            last = f"{ErrorCode(response.error_code).name}: {response.error_message}"
+            if not ErrorCode(response.error_code).retriable:
+                break
+            await asyncio.sleep(min(0.05 * (attempt + 1), 0.5))
+        raise ClusterUnavailableError(f"INIT_PRODUCER_ID failed: {last}")
 
     # -- data ---------------------------------------------------------------------------------------
 

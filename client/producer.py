@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import os
 import sys
@@ -35,10 +36,12 @@ from client.partitioner import partition_for_key
 from client.record_accumulator import BATCH_OVERHEAD, ProducerBatch, RecordAccumulator
 from protocol.errors import ErrorCode
 from protocol.messages import TopicPartition
-from protocol.record_batch import Header, build_batch
+from protocol.record_batch import Header, build_batch, next_sequence
 from protocol.time import SYSTEM_TIME, Time
 
 NOT_WRITTEN = REFRESH_ERRORS | {ErrorCode.NOT_ENOUGH_REPLICAS}
+# Answers after which the records may or may not be in the log: resent only by an idempotent producer.
+MAYBE_WRITTEN = frozenset({ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT})
 ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
 
 
@@ -69,16 +72,23 @@ async def send_record_set(
     retries: int = 20,
     timeout_ms: int = 30000,
     on_retry: Callable[[str], None] | None = None,
+    idempotent: bool = False,
 ) -> tuple[str, int, str]:
-    """`send_batch` for a record set that is already built."""
+    """`send_batch` for a record set that is already built. `idempotent`: the records carry a producer id
+    and sequence, so an answer that leaves them indeterminate (a timeout, a broken connection,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT) is resent too: the leader answers a copy it
+    already has with the original offset instead of appending it again."""
     last = ""
+    indeterminate = False
     for attempt in range(retries + 1):
         try:
             resp = await client.produce(tp, records, acks=acks, timeout_ms=timeout_ms)
         except (ConnectionRefusedError, ClusterUnavailableError) as exc:
             last = str(exc)
         except (TimeoutError, ConnectionError, OSError) as exc:
-            return "failed", -1, f"indeterminate: {exc or type(exc).__name__}"
+            if not idempotent:
+                return "failed", -1, f"indeterminate: {exc or type(exc).__name__}"
+            last, indeterminate = f"indeterminate: {exc or type(exc).__name__}", True
         else:
             if resp is None:
                 return "acked", -1, ""
@@ -89,9 +99,11 @@ async def send_record_set(
             name = ErrorCode(code).name
             reason = resp.error_message or (p.error_message if p else None)
             last = f"{name}: {reason}" if reason else name
-            if ErrorCode(code) not in NOT_WRITTEN:
+            if idempotent and ErrorCode(code) in MAYBE_WRITTEN:
+                last, indeterminate = f"indeterminate: {last}", True
+            elif ErrorCode(code) not in NOT_WRITTEN:
                 return "failed", -1, last
-            if code == ErrorCode.NOT_ENOUGH_REPLICAS and acks == -1 and client.min_isr_unreachable(tp):
+            elif code == ErrorCode.NOT_ENOUGH_REPLICAS and acks == -1 and client.min_isr_unreachable(tp):
                 return "failed", -1, last + " (permanent: min.insync.replicas exceeds the replication factor)"
         if on_retry is not None and attempt < retries:
             on_retry(last)
@@ -100,6 +112,8 @@ async def send_record_set(
             await client.refresh_metadata([tp.topic])
         except ClusterUnavailableError as exc:
             last = str(exc)
+    if indeterminate and not last.startswith("indeterminate"):
+        last = f"indeterminate: {last}"  # an earlier attempt may have been written
     return "failed", -1, f"{last} (gave up after {retries} retries)"
 
 
@@ -110,9 +124,20 @@ class Producer:
     """Kafka's producer in small: `send` adds a record to its partition's batch in the record accumulator
     (`batch.size`, `linger.ms`); ready batches go to the client's sender, which puts a batch for every
     partition a broker leads in one PRODUCE with `max.in.flight.requests.per.connection` outstanding
-    (client/sender.py). Each batch is retried as `send_batch` retries (only answers that mean "not
-    written"), so with more than one request in flight a retried batch can land after a later one, as in
-    Kafka without idempotence.
+    (client/sender.py).
+
+    Idempotent by default (`enable.idempotence`, as Kafka since 3.0): the producer gets an id and epoch
+    from INIT_PRODUCER_ID before its first batch and numbers each partition's records from 0. A batch
+    whose answer leaves it indeterminate (a timeout, a broken connection, NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+    is resent with the same sequence, and the leader answers a copy it already has with the original
+    offset, so a retried write lands exactly once. Each partition has one batch in flight at a time (Kafka
+    keeps up to five and reorders on OUT_OF_ORDER_SEQUENCE_NUMBER; one keeps the sequences simple and the
+    sender still puts every partition of a broker in one request). A batch that finally fails leaves the
+    partition's sequence unknown, so the producer bumps its epoch (INIT_PRODUCER_ID with its id, as
+    KIP-360 does) and every partition starts again at sequence 0.
+
+    Without idempotence a batch is retried only on answers that mean "not written", and with more than
+    one request in flight a retried batch can land after a later one, as in Kafka.
 
     `callback(offset, None)` hears each acked record's offset (-1 for acks=0), `callback(-1, message)` a
     record that failed (the message starts with the error's name, `indeterminate:` when it may have been
@@ -130,7 +155,13 @@ class Producer:
         retries: int = 20,
         on_retry: Callable[[str], None] | None = None,
         time_source: Time = SYSTEM_TIME,
+        enable_idempotence: bool | None = None,
     ) -> None:
+        if enable_idempotence and acks != -1:
+            # Kafka refuses this combination too: a batch not known to be replicated cannot be resent safely.
+            raise ValueError("an idempotent producer needs acks=all (use enable_idempotence=False for acks 0 or 1)")
+        if enable_idempotence is None:  # unset: on with acks=all, as Kafka's default
+            enable_idempotence = acks == -1
         self.client = client
         self.acks = acks
         self.accumulator = RecordAccumulator(batch_size, linger_ms)
@@ -139,8 +170,17 @@ class Producer:
         self.retries = retries
         self.on_retry = on_retry
         self.time = time_source
+        self.idempotent = enable_idempotence
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._next_sequence: dict[TopicPartition, int] = {}
+        self._busy: set[TopicPartition] = set()  # partitions with a batch in flight (idempotent only)
+        self._waiting: dict[TopicPartition, list[ProducerBatch]] = {}
+        self._epoch_lock = asyncio.Lock()
         self.batches_sent = 0
         self.bytes_sent = 0  # batch bytes handed to the sender (once per batch, retries not counted)
+        self.epoch_bumps = 0
+        self.resent_indeterminate = 0  # batches resent after an answer that left them indeterminate
         self._in_flight_bytes = 0  # record bytes of batches handed to the sender and not answered yet
         self._clock = time_source.hi_res_milliseconds
         self._space = asyncio.Event()
@@ -156,6 +196,10 @@ class Producer:
         headers: Sequence[Header] = (),
         callback: DeliveryCallback | None = None,
     ) -> None:
+        if self.idempotent and self.producer_id < 0:
+            async with self._epoch_lock:
+                if self.producer_id < 0:
+                    self.producer_id, self.producer_epoch = await self.client.init_producer_id()
         while self.accumulator.bytes_held + self._in_flight_bytes >= self.buffer_memory:
             self._space.clear()
             await self._space.wait()
@@ -179,35 +223,83 @@ class Producer:
         self._arm_linger(now_ms)
 
     def _dispatch_ready(self, now_ms: int) -> None:
-        loop = asyncio.get_running_loop()
         for batch in self.accumulator.drain(now_ms):
             self._in_flight_bytes += batch.size_bytes - BATCH_OVERHEAD
-            task = loop.create_task(self._complete(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            self.batches_sent += 1
+            if self.idempotent and batch.tp in self._busy:
+                self._waiting.setdefault(batch.tp, []).append(batch)  # after the one in flight
+            else:
+                self._start(batch)
+
+    def _start(self, batch: ProducerBatch) -> None:
+        if self.idempotent:
+            self._busy.add(batch.tp)
+        task = asyncio.get_running_loop().create_task(self._complete(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self.batches_sent += 1
 
     async def _complete(self, batch: ProducerBatch) -> None:
+        epoch = self.producer_epoch
         try:
-            records = batch.build()
+            if self.idempotent:
+                sequence = self._next_sequence.get(batch.tp, 0)
+                self._next_sequence[batch.tp] = next_sequence(sequence, len(batch.records))
+                records = batch.build(self.producer_id, epoch, sequence)
+            else:
+                records = batch.build()
             self.bytes_sent += len(records)
             outcome, base, message = await send_record_set(
-                self.client, batch.tp, records, self.acks, self.retries, self.request_timeout_ms, self.on_retry
+                self.client,
+                batch.tp,
+                records,
+                self.acks,
+                self.retries,
+                self.request_timeout_ms,
+                self._on_retry,
+                idempotent=self.idempotent,
             )
         except asyncio.CancelledError:
             outcome, base, message = "failed", -1, "indeterminate: the producer was closed"
         except Exception as exc:  # e.g. PermissionError: the cluster refused the secret
             outcome, base, message = "failed", -1, f"{type(exc).__name__}: {exc}"
+        acked = outcome == "acked"
+        if self.idempotent and not acked:
+            with contextlib.suppress(Exception):
+                await self._bump_epoch(epoch)
         self._in_flight_bytes -= batch.size_bytes - BATCH_OVERHEAD
         if self.accumulator.bytes_held + self._in_flight_bytes < self.buffer_memory:
             self._space.set()
-        acked = outcome == "acked"
         for i, callback in enumerate(batch.callbacks):
             if callback is not None:
                 if acked:
                     callback(base + i if base >= 0 else -1, None)
                 else:
                     callback(-1, message)
+        if self.idempotent:
+            self._busy.discard(batch.tp)
+            waiting = self._waiting.get(batch.tp)
+            if waiting:
+                self._start(waiting.pop(0))
+                if not waiting:
+                    del self._waiting[batch.tp]
+
+    def _on_retry(self, message: str) -> None:
+        if message.startswith("indeterminate"):
+            self.resent_indeterminate += 1  # an idempotent resend of a batch that may have been written
+        if self.on_retry is not None:
+            self.on_retry(message)
+
+    async def _bump_epoch(self, failed_epoch: int) -> None:
+        """After a batch failed for good its partition's sequence is unknown: a new epoch, sequences from 0
+        on every partition. Once per failed epoch, however many batches of it fail."""
+        async with self._epoch_lock:
+            if self.producer_epoch != failed_epoch:
+                return
+            self.producer_id, self.producer_epoch = await self.client.init_producer_id(
+                self.producer_id, self.producer_epoch
+            )
+            self._next_sequence.clear()
+            self.epoch_bumps += 1
 
     async def flush(self) -> None:
         """Send every record now (linger ends) and wait until each has its answer."""
@@ -311,7 +403,14 @@ async def _produce(
         return callback
 
     batch_size = max(args.batch_size, 1)
-    producer = Producer(client, acks, batch_size=batch_size, linger_ms=max(args.linger_ms, 0), on_retry=on_retry)
+    producer = Producer(
+        client,
+        acks,
+        batch_size=batch_size,
+        linger_ms=max(args.linger_ms, 0),
+        on_retry=on_retry,
+        enable_idempotence=False if getattr(args, "no_idempotence", False) else None,
+    )
     callbacks = {tp: delivered(tp) for tp in partitions}
     input_error = None
     try:
@@ -336,6 +435,8 @@ async def _produce(
         "acked": acked,
         "failed": failed,
         "errors": list(errors.values()),
+        "idempotent": producer.idempotent,
+        "resent_indeterminate_batches": producer.resent_indeterminate,
     }
     if input_error:
         result["input_error"] = input_error

@@ -14,7 +14,7 @@ the ready batches to the sender, each partition's in the order they were opened.
                    drain(now=15)              -> p0's open one as well (lingered 5 ms)
 
 Sizes are exact for records without headers (the msgpack encoding `build_batch` writes is predictable:
-array and bin headers, small ints), so 16 records of 1013 bytes fill a 16384-byte batch exactly; a
+array and bin headers, small ints), so 16 records of 1012 bytes fill a 16384-byte batch exactly; a
 record with headers is counted with its packed headers.
 
 Pure logic: time comes in as `now_ms`; no event loop here. The producer (client/producer.py) owns the
@@ -63,8 +63,10 @@ class ProducerBatch:
     # Set by the producer: what to tell about each record once the batch's outcome is known.
     callbacks: list[Any] = field(default_factory=list)
 
-    def build(self) -> bytes:
-        return build_batch(self.records)
+    def build(self, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+        return build_batch(
+            self.records, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence
+        )
 
 
 class RecordAccumulator:

@@ -59,6 +59,10 @@ NOT_WRITTEN_NAMES = {code.name for code in NOT_WRITTEN}
 # write this many times (Producer's backoff: about 0.75 s in all) before reporting it failed.
 MAX_OUTSTANDING_RECORDS = 16
 PRODUCER_RETRIES = 5
+# An idempotent producer may resend whatever it has not seen acknowledged, so it keeps trying through a
+# failover and a restart (about 27 s of backoff, as Kafka's delivery.timeout.ms bounds its retries): an
+# indeterminate write is then one still unresolved when the run ends.
+IDEMPOTENT_PRODUCER_RETRIES = 60
 
 CHAOS_OVERRIDES = {
     "broker.session.timeout.ms": "1000",
@@ -94,6 +98,8 @@ class Outcomes:
     # (time, partition, broker that acked) for failover measurement
     ack_events: list[tuple[float, TopicPartition, int]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    resent_indeterminate: int = 0  # idempotent producers: batches resent after an indeterminate answer
+    epoch_bumps: int = 0
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -135,7 +141,14 @@ class ChaosRun:
         round robin over the partitions, with at most `MAX_OUTSTANDING_RECORDS` unanswered at a time so the
         load stays a steady trickle instead of filling buffer.memory."""
         client = self._client(f"chaos-producer-{index}")
-        producer = Producer(client, acks=-1, request_timeout_ms=5000, retries=PRODUCER_RETRIES)
+        idempotence = False if getattr(self.args, "no_idempotence", False) else None
+        producer = Producer(
+            client,
+            acks=-1,
+            request_timeout_ms=5000,
+            retries=PRODUCER_RETRIES if idempotence is False else IDEMPOTENT_PRODUCER_RETRIES,
+            enable_idempotence=idempotence,
+        )
         outstanding = 0
         room = asyncio.Event()
         room.set()
@@ -170,6 +183,8 @@ class ChaosRun:
             try:
                 await producer.close()
             finally:
+                self.outcomes.resent_indeterminate += producer.resent_indeterminate
+                self.outcomes.epoch_bumps += producer.epoch_bumps
                 await client.close()
 
     def _record_outcome(
@@ -397,6 +412,9 @@ class ChaosRun:
             "acked": len(o.acked),
             "failed": len(o.failed),
             "indeterminate": len(o.indeterminate),
+            "idempotent": not getattr(self.args, "no_idempotence", False),
+            "resent_indeterminate_batches": o.resent_indeterminate,
+            "producer_epoch_bumps": o.epoch_bumps,
             "lost_writes": len(problems["lost"]),
             "duplicates": len(problems["duplicates"]),
             "inconsistent_offsets": len(problems["inconsistent"]),
@@ -476,6 +494,12 @@ def render_report(report: dict[str, Any]) -> str:
         f"rounds {report['rounds']}  acked {report['acked']}  failed {report['failed']}  "
         f"indeterminate {report['indeterminate']}"
         f"  throughput {report['throughput_records_s']} records/s",
+        (
+            f"idempotent producers: {report['resent_indeterminate_batches']} indeterminate batches resent, "
+            f"{report['producer_epoch_bumps']} epoch bumps"
+            if report.get("idempotent")
+            else "producers without idempotence: indeterminate writes are never resent"
+        ),
         f"ack latency ms: p50 {_ms(report['ack_latency_ms']['p50'])}  p99 {_ms(report['ack_latency_ms']['p99'])}"
         f"  failover ms: p50 {_ms(report['failover_ms']['p50'])}  p99 {_ms(report['failover_ms']['p99'])}",
         f"lost writes {report['lost_writes']}  duplicates {report['duplicates']}  inconsistent offsets "

@@ -1009,6 +1009,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=int, default=16384, help="batch.size: bytes of records per partition batch (16384)"
     )
     p.add_argument("--linger-ms", type=int, default=5, help="linger.ms: how long a batch waits to fill (5)")
+    p.add_argument(
+        "--no-idempotence",
+        action="store_true",
+        help="enable.idempotence=false: never resend a batch that may have been written (idempotence is on by "
+        "default with --acks all: a resent batch is written once)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     _add_client(p)
     p.set_defaults(func=cmd_produce)
@@ -1076,6 +1082,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--producers", type=int, default=2)
     p.add_argument("--metrics-dir", help="fresh cluster only: write broker metrics here")
+    p.add_argument(
+        "--no-idempotence",
+        action="store_true",
+        help="producers without idempotence: an indeterminate write is never resent (default: idempotent, "
+        "indeterminate writes are resent and must land exactly once)",
+    )
     p.set_defaults(func=cmd_chaos_leader_kill)
     p = chsub.add_parser(
         "run",
@@ -1098,6 +1110,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", default="chaos")
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--producers", type=int, default=2)
+    p.add_argument(
+        "--no-idempotence",
+        action="store_true",
+        help="producers without idempotence: an indeterminate write is never resent (default: idempotent, "
+        "indeterminate writes are resent and must land exactly once)",
+    )
     p.set_defaults(func=cmd_chaos_run)
     p = chsub.add_parser(
         "heal",

@@ -10,11 +10,11 @@ TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
 
 
-def test_sixteen_records_of_1013_bytes_fill_a_16384_byte_batch_and_the_next_record_opens_another() -> None:
+def test_sixteen_records_of_1012_bytes_fill_a_16384_byte_batch_and_the_next_record_opens_another() -> None:
     acc = RecordAccumulator(batch_size=16384, linger_ms=5)
-    batches = {id(acc.append(TP0, None, bytes(1013), (), now_ms=0)) for _ in range(16)}
+    batches = {id(acc.append(TP0, None, bytes(1012), (), now_ms=0)) for _ in range(16)}
     assert len(batches) == 1 and acc.drain(now_ms=0) == []  # not full yet: it may linger
-    batch = acc.append(TP0, None, bytes(1013), (), now_ms=0)
+    batch = acc.append(TP0, None, bytes(1012), (), now_ms=0)
     assert len(batch.records) == 1
     (full,) = acc.drain(now_ms=0)  # closed by the record that did not fit: ready before linger.ms passed
     assert len(full.records) == 16 and len(full.build()) <= 16384
@@ -74,7 +74,7 @@ def test_batches_hold_their_records_in_append_order_as_build_batch_would() -> No
 def test_bytes_held_counts_the_records_appended_and_not_yet_drained() -> None:
     acc = RecordAccumulator(batch_size=16384, linger_ms=5)
     for _ in range(20):  # 16 fill the first batch, 4 open a second
-        acc.append(TP0, None, bytes(1013), (), now_ms=0)
+        acc.append(TP0, None, bytes(1012), (), now_ms=0)
     acc.append(TP1, b"key", b"v", [("h", b"x")], now_ms=0)
     assert acc.bytes_held == sum(b.size_bytes - BATCH_OVERHEAD for q in acc._batches.values() for b in q)
     (full,) = acc.drain(now_ms=0)

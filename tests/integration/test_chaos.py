@@ -49,6 +49,10 @@ def test_three_leader_kills_with_restarts_lose_no_acked_write(tmp_path: Path) ->
     assert report["acked"] > 100
     for key in ("lost_writes", "duplicates", "inconsistent_offsets", "divergent_replicas", "nonmonotonic"):
         assert report[key] == 0, key
+    # Idempotent producers resend every write left in doubt by a kill until it is answered: with every
+    # broker back before the run ends, none stays failed or indeterminate, and none lands twice.
+    assert report["idempotent"] is True
+    assert (report["failed"], report["indeterminate"]) == (0, 0), report["errors"]
     for kill in report["kills"]:
         assert kill["new_leaders"] and all(leader != kill["broker_id"] for leader in kill["new_leaders"].values())
         assert kill["restarted"] and kill["isr_full_after_ms"] is not None

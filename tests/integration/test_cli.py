@@ -431,7 +431,14 @@ def test_keys_and_headers_round_trip_through_produce_and_consume(running_cluster
         stdin=lines,
     )
     assert produced.returncode == 0, produced.stderr
-    assert json.loads(produced.stdout) == {"topic": "keyed", "acked": 40, "failed": 0, "errors": []}
+    assert json.loads(produced.stdout) == {
+        "topic": "keyed",
+        "acked": 40,
+        "failed": 0,
+        "errors": [],
+        "idempotent": True,
+        "resent_indeterminate_batches": 0,
+    }
 
     # When they are consumed as JSON lines
     consumed = cli("consume", "keyed", "--from-beginning", "--max-messages", "40", "--json", *d)
