@@ -35,7 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     runs = p.add_mutually_exclusive_group()
     runs.add_argument("--seed", type=int, help="run this one seed (default 1)")
     runs.add_argument("--seeds", metavar="A..B", help="sweep seeds A to B inclusive, one summary line each")
-    runs.add_argument("--scenario", choices=["kip101-1", "kip101-2", "kip279"], help="play a scripted KIP sequence")
+    runs.add_argument(
+        "--scenario",
+        choices=["kip101-1", "kip101-2", "kip279", "idempotent-resend"],
+        help="play a scripted KIP sequence",
+    )
     p.add_argument("--jobs", type=int, default=1, help="processes for a sweep (default 1)")
     w = p.add_argument_group("workload")
     w.add_argument("--brokers", type=int, default=3)
@@ -47,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--producers", type=int, default=2)
     w.add_argument("--rate", type=float, default=50.0, help="PRODUCE requests per virtual second per producer")
     w.add_argument("--record-bytes", type=int, default=64)
+    w.add_argument(
+        "--idempotence",
+        action="store_true",
+        help="idempotent producers (acks=all): resend every write left in doubt; the leader must answer a copy "
+        "with its original offset",
+    )
     w.add_argument("--consumers", type=int, default=1, help="consumers reading every partition from offset 0")
     w.add_argument("--duration", type=float, default=30.0, help="virtual seconds of load (then a settle phase)")
     f = p.add_argument_group("faults")
@@ -93,6 +103,7 @@ def options_from_args(args: argparse.Namespace) -> SimOptions:
         truncation=args.truncation,
         epoch_reply=args.epoch_reply,
         unclean_leader_election=args.unclean_leader_election,
+        idempotence=args.idempotence,
     )
     problems = [
         what

@@ -55,6 +55,7 @@ class SimOptions:
     truncation: str = "fetch"
     epoch_reply: str = "kip279"  # "kip101": OffsetsForLeaderEpoch answers without an epoch (before KIP-279)
     unclean_leader_election: bool = False
+    idempotence: bool = False  # producers resend writes left in doubt (KIP-98)
     broker_overrides: dict[str, Any] = field(default_factory=dict)
 
     def inter_broker_protocol_version(self) -> str:

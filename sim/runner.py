@@ -115,6 +115,7 @@ class SimRun:
             rate=1.0,
             record_bytes=self.cluster.options.record_bytes,
             on_ack=self.checker.on_ack,
+            idempotent=self.cluster.options.idempotence,
         )
 
 
@@ -133,6 +134,7 @@ def run_seed(
     logging.disable(logging.CRITICAL)  # the nodes' own logs are noise here; the trace says what happened
     try:
         result = loop.run_until_complete(_run(seed, options, schedule, root, keep_trace, script))
+        _cancel_leftovers(loop)
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
         logging.disable(previous)
@@ -140,6 +142,18 @@ def run_seed(
         shutil.rmtree(root, ignore_errors=True)
     result.wall_s = wall.perf_counter() - started
     return result
+
+
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks a run leaves behind (nodes' loops, a killed node's handlers) and let them finish,
+    so none is destroyed pending when the loop closes (which printed a traceback per task)."""
+    for _ in range(3):
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
 
 async def _run(
@@ -206,6 +220,7 @@ async def _run(
                 rate=options.rate,
                 record_bytes=options.record_bytes,
                 on_ack=checker.on_ack,
+                idempotent=options.idempotence,
             )
             for i in range(options.producers)
         ]

@@ -177,6 +177,38 @@ async def kip279(run: SimRun) -> None:
     await asyncio.sleep(3.0)
 
 
+async def idempotent_resend(run: SimRun) -> None:
+    """KIP-98: the answer to an acks=all write is lost and its leader dies; the producer resends the same
+    batch to the new leader, which already fetched it and answers with the original offset."""
+    net = run.cluster.network
+    net.base = LinkShape(2.0, 0.0)
+    tp = run.partitions[0]
+    controller = run.cluster.controller
+    assert controller is not None
+    leader, *followers = controller.controller.image.partitions[tp].replicas
+    producer = run.producer(1001, acks=-1)
+    assert producer.idempotent
+    _step(run, f"{leader} leads {tp}, {followers} follow, acks=all, an idempotent producer")
+    await _write(producer, tp)
+    write = asyncio.ensure_future(producer.produce_one(tp))
+    await until(lambda: all(_replica(run, f, tp).log.log_end_offset == 2 for f in followers), "m2 on the followers")
+    net.cut(leader, producer.id)
+    _step(run, "both followers have m2; the leader's answers to the producer are lost from now on")
+    await run.cluster.kill_broker(leader)
+    _step(run, "the leader dies: the producer's write is in doubt, and it resends it")
+    assert await write, "m2 was not acknowledged"
+    _step(run, f"m2 acknowledged at offset {run.history.acked[b'1001-2'][1]}")
+    net.heal()
+    await run.cluster.restart_broker(leader)
+    await _write(producer, tp)
+    _step(run, "the old leader is back as a follower; m3 written")
+    everyone = (leader, *followers)
+    await until(lambda: all((r := _replica(run, b, tp)) and r.log.log_end_offset == 3 for b in everyone), "caught up")
+    ends = [_replica(run, b, tp).log.log_end_offset for b in everyone]
+    _step(run, f"log end offsets {ends}")
+    await asyncio.sleep(1.0)
+
+
 SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
     "kip101-1": (
         kip101_1,
@@ -196,6 +228,12 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
             acks=1,
             producers=0,
             unclean_leader_election=True,
+        ),
+    ),
+    "idempotent-resend": (
+        idempotent_resend,
+        SimOptions(
+            brokers=3, partitions=1, replication_factor=3, min_insync_replicas=2, acks=-1, producers=0, idempotence=True
         ),
     ),
 }

@@ -6,6 +6,10 @@ any live broker), each record unique (`<producer>-<seq>`, padded to the record s
 - failed: refused before it was appended (not the leader, fenced, not enough replicas before append);
 - indeterminate: timed out, the connection failed, or NOT_ENOUGH_REPLICAS_AFTER_APPEND: it may or may not
   be in the log. It is never resent under the same value, so a value seen at two offsets is a bug.
+With `--idempotence` a producer is idempotent (KIP-98): its batches carry its id, epoch and a sequence per
+partition, and it resends a write left in doubt, the same bytes, until the leader answers: the leader
+answers a batch it already has with the original offset, so a value at two offsets is still a bug, and a
+write stays indeterminate only when the producer gave up on it.
 A consumer fetches each partition from its leader with replica id -1, so it sees only records below the
 high watermark; the checker holds what it sees against what was committed.
 """
@@ -43,6 +47,11 @@ FAILED_BEFORE_APPEND = {
     ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.KAFKA_STORAGE_ERROR,
 }
+
+
+# Answers after which a record may be in the log: only an idempotent producer resends after them.
+MAYBE_APPENDED = {ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT}
+DELIVERY_TIMEOUT_S = 30.0  # an idempotent producer resends for this long (Kafka's delivery.timeout.ms)
 
 
 @dataclass
@@ -97,6 +106,7 @@ class Producer:
         rate: float,
         record_bytes: int,
         on_ack: Callable[[bytes, TopicPartition, int, int], None] | None = None,
+        idempotent: bool = False,
     ) -> None:
         self.id = producer_id
         self.transport = SimTransport(network, producer_id)
@@ -111,6 +121,11 @@ class Producer:
         self.record_bytes = record_bytes
         self.seq = 0
         self.on_ack = on_ack
+        # An idempotent producer (KIP-98): its node id is its producer id (ids only need to be unique), and
+        # it numbers each partition's records; a write left in doubt is resent as is.
+        self.idempotent = idempotent and acks == -1
+        self.producer_epoch = 0
+        self.sequences: dict[TopicPartition, int] = {}
 
     async def run(self, until_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -128,6 +143,8 @@ class Producer:
         self.seq += 1
         rid = f"{self.id}-{self.seq}".encode()
         value = (rid + b"|").ljust(self.record_bytes, b".")
+        if self.idempotent:
+            return await self._produce_idempotent(tp, leader, rid, value)
         batch = build_batch([value], timestamp_ms=self.time.milliseconds())
         request = ProduceRequest(self.acks, 5000, [ProducePartition(tp.topic, tp.partition, batch)])
         self.history.attempted += 1
@@ -152,6 +169,57 @@ class Producer:
             self.history.indeterminate += 1
         self.trace.event(self.id, "produce-error", tp=str(tp), id=rid.decode(), error=code.name)
         await self.metadata.refresh()
+        return False
+
+    async def _produce_idempotent(self, tp: TopicPartition, leader: int, rid: bytes, value: bytes) -> bool:
+        """Send until the leader answers NONE (a resend of a batch it has is answered with the original
+        offset), or DELIVERY_TIMEOUT_S passes; a batch given up on bumps the epoch, sequences restart at 0."""
+        sequence = self.sequences.get(tp, 0)
+        batch = build_batch(
+            [value],
+            timestamp_ms=self.time.milliseconds(),
+            producer_id=self.id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=sequence,
+        )
+        request = ProduceRequest(self.acks, 5000, [ProducePartition(tp.topic, tp.partition, batch)])
+        self.history.attempted += 1
+        in_doubt = False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DELIVERY_TIMEOUT_S
+        attempt = 0
+        while loop.time() < deadline:
+            attempt += 1
+            if attempt > 1:
+                await asyncio.sleep(0.1 + 0.1 * self.rng.random())
+                await self.metadata.refresh()
+                leader = self.metadata.leaders.get(tp, leader)
+            try:
+                resp = await self.transport.send(leader, request, 6000)
+            except NETWORK_ERRORS as exc:
+                in_doubt = True
+                self.trace.event(self.id, "produce-resend", tp=str(tp), id=rid.decode(), why=type(exc).__name__)
+                continue
+            code = ErrorCode(resp.partitions[0].error_code)
+            if code is ErrorCode.NONE:
+                offset = resp.partitions[0].base_offset
+                self.sequences[tp] = sequence + 1
+                self.history.acked[rid] = (tp, offset, self.acks)
+                self.trace.event(self.id, "ack", tp=str(tp), id=rid.decode(), offset=offset, leader=leader)
+                if self.on_ack is not None:
+                    self.on_ack(rid, tp, offset, self.acks)
+                return True
+            if code not in FAILED_BEFORE_APPEND and code not in MAYBE_APPENDED:
+                break  # OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, ...: not appended, will not be
+            in_doubt = in_doubt or code in MAYBE_APPENDED
+            self.trace.event(self.id, "produce-resend", tp=str(tp), id=rid.decode(), why=code.name)
+        if in_doubt:
+            self.history.indeterminate += 1
+        else:
+            self.history.failed += 1
+        self.trace.event(self.id, "produce-gave-up", tp=str(tp), id=rid.decode(), epoch=self.producer_epoch)
+        self.producer_epoch += 1
+        self.sequences.clear()
         return False
 
 
