@@ -114,13 +114,20 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "the request is for brokers only and the connection has not authenticated",
     ErrorCode.UNSUPPORTED_VERSION: "the API version is not supported (every API is at version 0)",
     ErrorCode.TOPIC_ALREADY_EXISTS: "CREATE_TOPICS: a topic of that name exists",
-    ErrorCode.INVALID_PARTITIONS: "CREATE_TOPICS: the partition count is not valid",
-    ErrorCode.INVALID_REPLICATION_FACTOR: "CREATE_TOPICS: the replication factor is larger than the live brokers",
+    ErrorCode.INVALID_PARTITIONS: (
+        "CREATE_TOPICS: the partition count is not valid; CREATE_PARTITIONS: the count is not above the topic's"
+    ),
+    ErrorCode.INVALID_REPLICATION_FACTOR: (
+        "CREATE_TOPICS, CREATE_PARTITIONS: the replication factor is larger than the live brokers"
+    ),
     ErrorCode.INVALID_REPLICA_ASSIGNMENT: (
         "ALTER_PARTITION_REASSIGNMENTS: the target replicas are empty, repeated or not registered brokers"
     ),
     ErrorCode.NO_REASSIGNMENT_IN_PROGRESS: "ALTER_PARTITION_REASSIGNMENTS: a cancel for a partition that is not moving",
-    ErrorCode.INVALID_CONFIG: "a config key is unknown or its value out of range; the message names it",
+    ErrorCode.INVALID_CONFIG: (
+        "CREATE_TOPICS, INCREMENTAL_ALTER_CONFIGS: a config key is unknown or its value out of range; the message "
+        "names it"
+    ),
     ErrorCode.NOT_CONTROLLER: "the request needs the controller and this node is not it",
     ErrorCode.INVALID_REQUEST: "the request breaks the protocol's rules; the message names the field",
     ErrorCode.KAFKA_STORAGE_ERROR: "the replica's log directory failed: the partition is offline on this broker",

@@ -12,6 +12,7 @@ consumer; LIST_OFFSETS `timestamp = -1` asks for the latest offset, `-2` for the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, NamedTuple
 
 from protocol.api_keys import ApiKey
@@ -256,8 +257,8 @@ class TopicMetadata(Message):
     partitions: list[PartitionMetadata]
     error_code: int = 0
     error_message: str | None = None
-    # The topic's configs as the controller stored them (Kafka serves these through DESCRIBE_CONFIGS;
-    # here they ride along so `topic describe` and producers can read min.insync.replicas).
+    # The configs set on the topic, plus the min.insync.replicas in effect for it, so `topic describe` and
+    # producers can check acks=all against it. DESCRIBE_CONFIGS lists every config with where it comes from.
     configs: dict[str, str] = field(default_factory=dict)
 
 
@@ -322,7 +323,10 @@ class UpdateMetadataRequest(Message):
     controller_epoch: int
     brokers: list[BrokerEndpoint]
     partitions: list[LeaderAndIsrPartition]
+    # Configs set on each topic (CREATE_TOPICS, INCREMENTAL_ALTER_CONFIGS), and the values the controller
+    # gives a topic that sets none of its own: min.insync.replicas and unclean.leader.election.enable.
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    topic_config_defaults: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -408,6 +412,153 @@ class DeletableTopicResult(Message):
 @dataclass(slots=True)
 class DeleteTopicsResponse(Message):
     responses: list[DeletableTopicResult] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- CREATE_PARTITIONS (37) -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CreatePartitionsTopic(Message):
+    name: str
+    count: int  # the new total number of partitions (Kafka's Count), not how many to add
+
+
+@dataclass(slots=True)
+class CreatePartitionsRequest(Message):
+    topics: list[CreatePartitionsTopic]
+    timeout_ms: int = 30000
+
+
+@dataclass(slots=True)
+class CreatePartitionsTopicResult(Message):
+    name: str
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class CreatePartitionsResponse(Message):
+    results: list[CreatePartitionsTopicResult] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+# -- DESCRIBE_CONFIGS (32), INCREMENTAL_ALTER_CONFIGS (44) -----------------------------------------
+
+
+class ConfigResourceType(IntEnum):
+    """Kafka's ConfigResource.Type numbers; only TOPIC is served here."""
+
+    UNKNOWN = 0
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+
+class ConfigSource(IntEnum):
+    """Where a config's value comes from (Kafka's DescribeConfigsResponse.ConfigSource, as the admin client
+    names them): set on the topic, the node's own setting of the broker-level key, or Kafka's default."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class AlterConfigOp(IntEnum):
+    """Kafka's AlterConfigOp.OpType numbers. APPEND and SUBTRACT apply to list configs, and no topic config
+    minibroker honours is a list."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(slots=True)
+class DescribeConfigsResource(Message):
+    resource_type: int
+    resource_name: str
+    configuration_keys: list[str] | None = None  # None: every config
+
+
+@dataclass(slots=True)
+class DescribeConfigsRequest(Message):
+    resources: list[DescribeConfigsResource]
+
+
+@dataclass(slots=True)
+class DescribeConfigsSynonym(Message):
+    """One place the config's value could come from, in precedence order; the first one is in effect."""
+
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(slots=True)
+class DescribeConfigsResourceResult(Message):
+    """One config of a resource (Kafka's name for it)."""
+
+    name: str
+    value: str | None = None
+    read_only: bool = False
+    config_source: int = 0  # ConfigSource
+    is_sensitive: bool = False
+    synonyms: list[DescribeConfigsSynonym] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeConfigsResult(Message):
+    resource_type: int
+    resource_name: str
+    error_code: int = 0
+    error_message: str | None = None
+    configs: list[DescribeConfigsResourceResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeConfigsResponse(Message):
+    results: list[DescribeConfigsResult] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class AlterableConfig(Message):
+    name: str
+    config_operation: int  # AlterConfigOp
+    value: str | None = None  # nil for DELETE
+
+
+@dataclass(slots=True)
+class AlterConfigsResource(Message):
+    resource_type: int
+    resource_name: str
+    configs: list[AlterableConfig]
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsRequest(Message):
+    resources: list[AlterConfigsResource]
+    validate_only: bool = False  # check everything, change nothing
+
+
+@dataclass(slots=True)
+class AlterConfigsResourceResponse(Message):
+    resource_type: int
+    resource_name: str
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsResponse(Message):
+    responses: list[AlterConfigsResourceResponse] = field(default_factory=list)
     error_code: int = 0
     error_message: str | None = None
 
@@ -738,6 +889,9 @@ REQUEST_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.API_VERSIONS: ApiVersionsRequest,
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
+    ApiKey.CREATE_PARTITIONS: CreatePartitionsRequest,
+    ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsRequest,
     ApiKey.STOP_REPLICA: StopReplicaRequest,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsRequest,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsRequest,
@@ -761,6 +915,9 @@ RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.API_VERSIONS: ApiVersionsResponse,
     ApiKey.CREATE_TOPICS: CreateTopicsResponse,
     ApiKey.DELETE_TOPICS: DeleteTopicsResponse,
+    ApiKey.CREATE_PARTITIONS: CreatePartitionsResponse,
+    ApiKey.DESCRIBE_CONFIGS: DescribeConfigsResponse,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsResponse,
     ApiKey.STOP_REPLICA: StopReplicaResponse,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsResponse,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsResponse,
