@@ -6,8 +6,10 @@ exception into UNKNOWN_SERVER_ERROR for that one request, as a last resort).
 
 Controller-only requests (LEADER_AND_ISR, UPDATE_METADATA) are refused with CLUSTER_AUTHORIZATION_FAILED
 from connections that have not presented `cluster.secret` via SASL_AUTHENTICATE, when one is configured.
-CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID and the partition reassignment requests sent to a broker are
-forwarded to the controller, as Kafka brokers do.
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID and the partition
+reassignment requests sent to a broker are forwarded to the controller, as Kafka brokers do. DESCRIBE_CONFIGS
+is answered here, from the topic configs the controller pushed and this broker's own settings
+(broker/config_helper.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from broker.config_helper import describe_topic_configs, topic_config_defaults
 from broker.delayed_operation import DelayedOperation
 from broker.fetch_session import FetchManager
 from broker.metadata_cache import MetadataCache
@@ -34,6 +37,9 @@ from protocol.messages import (
     ApiVersionRange,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    ConfigResourceType,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteRecordsPartitionResponse,
@@ -41,12 +47,17 @@ from protocol.messages import (
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
     EpochEndOffset,
     ErrorResponse,
     FetchPartitionResponse,
     FetchRequest,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     LeaderAndIsrRequest,
@@ -163,6 +174,9 @@ class KafkaApis:
             ApiVersionsRequest: self.handle_api_versions,
             CreateTopicsRequest: self.handle_create_topics,
             DeleteTopicsRequest: self.handle_delete_topics,
+            CreatePartitionsRequest: self.handle_create_partitions,
+            DescribeConfigsRequest: self.handle_describe_configs,
+            IncrementalAlterConfigsRequest: self.handle_incremental_alter_configs,
             InitProducerIdRequest: self.handle_init_producer_id,
             StopReplicaRequest: self.handle_stop_replica,
             AlterPartitionReassignmentsRequest: self.handle_alter_partition_reassignments,
@@ -318,7 +332,7 @@ class KafkaApis:
         if refused is not None:
             return refused
         self.metadata_cache.update(request)
-        self.replica_manager.update_topic_configs(request.topic_configs)
+        self.replica_manager.update_topic_configs(self.metadata_cache.topic_configs_in_effect())
         return UpdateMetadataResponse()
 
     async def handle_stop_replica(self, ctx: ConnectionContext, request: StopReplicaRequest) -> Message:
@@ -332,6 +346,40 @@ class KafkaApis:
 
     async def handle_delete_topics(self, ctx: ConnectionContext, request: DeleteTopicsRequest) -> Message:
         return await self._forward(ctx, request, "DELETE_TOPICS", DeleteTopicsResponse)
+
+    async def handle_create_partitions(self, ctx: ConnectionContext, request: CreatePartitionsRequest) -> Message:
+        return await self._forward(ctx, request, "CREATE_PARTITIONS", CreatePartitionsResponse)
+
+    async def handle_incremental_alter_configs(
+        self, ctx: ConnectionContext, request: IncrementalAlterConfigsRequest
+    ) -> Message:
+        return await self._forward(ctx, request, "INCREMENTAL_ALTER_CONFIGS", IncrementalAlterConfigsResponse)
+
+    async def handle_describe_configs(self, ctx: ConnectionContext, request: DescribeConfigsRequest) -> Message:
+        # Open like METADATA, which carries topic configs too. Answered from this broker's view, so right
+        # after an INCREMENTAL_ALTER_CONFIGS it shows the change once the controller's push has arrived.
+        defaults = topic_config_defaults(
+            self.replica_manager.log_manager.config,
+            self.replica_manager.min_insync_replicas,
+            self.metadata_cache.topic_config_defaults,
+        )
+        results = []
+        for resource in request.resources:
+            result = DescribeConfigsResult(resource.resource_type, resource.resource_name)
+            if resource.resource_type != ConfigResourceType.TOPIC:
+                result.error_code = int(ErrorCode.INVALID_REQUEST)
+                result.error_message = (
+                    f"only topic configs (resource type {int(ConfigResourceType.TOPIC)}) can be described, "
+                    f"not resource type {resource.resource_type}"
+                )
+            elif not self.metadata_cache.has_topic(resource.resource_name):
+                result.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                result.error_message = f"topic {resource.resource_name} does not exist"
+            else:
+                own = self.metadata_cache.topic_configs.get(resource.resource_name, {})
+                result.configs = describe_topic_configs(own, defaults, resource.configuration_keys)
+            results.append(result)
+        return DescribeConfigsResponse(results=results)
 
     async def handle_init_producer_id(self, ctx: ConnectionContext, request: InitProducerIdRequest) -> Message:
         # Any producer may ask (PRODUCE needs no secret either); the broker forwards over its own link.
@@ -355,6 +403,8 @@ class KafkaApis:
         response_type: type[
             CreateTopicsResponse
             | DeleteTopicsResponse
+            | CreatePartitionsResponse
+            | IncrementalAlterConfigsResponse
             | AlterPartitionReassignmentsResponse
             | ListPartitionReassignmentsResponse
             | InitProducerIdResponse

@@ -24,7 +24,8 @@ class MetadataCache:
         self.broker_id = broker_id
         self.brokers: dict[int, BrokerEndpoint] = {}
         self.partitions: dict[TopicPartition, LeaderAndIsrPartition] = {}
-        self.topic_configs: dict[str, dict[str, str]] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}  # the configs set on each topic
+        self.topic_config_defaults: dict[str, str] = {}  # the controller's, for keys a topic does not set
         self.controller_id = -1
         self.controller_epoch = -1
 
@@ -37,6 +38,7 @@ class MetadataCache:
         self.brokers = {b.broker_id: b for b in request.brokers}
         self.partitions = {TopicPartition(p.topic, p.partition): p for p in request.partitions}
         self.topic_configs = dict(request.topic_configs)
+        self.topic_config_defaults = dict(request.topic_config_defaults)
 
     def merge_partition_states(self, states: list[LeaderAndIsrPartition], leaders: list[BrokerEndpoint]) -> None:
         for b in leaders:
@@ -49,6 +51,20 @@ class MetadataCache:
                 current.partition_epoch,
             ):
                 self.partitions[tp] = state
+
+    def topic_configs_in_effect(self) -> dict[str, dict[str, str]]:
+        """Each topic's configs as its partitions apply them: the controller's defaults, overridden by the
+        topic's own."""
+        return {topic: {**self.topic_config_defaults, **configs} for topic, configs in self.topic_configs.items()}
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self.topic_configs or any(tp.topic == topic for tp in self.partitions)
+
+    def _metadata_configs(self, topic: str) -> dict[str, str]:
+        """METADATA's configs of a topic: its own, plus the min.insync.replicas in effect for it."""
+        min_isr = self.topic_config_defaults.get("min.insync.replicas")
+        shown = {} if min_isr is None else {"min.insync.replicas": min_isr}
+        return {**shown, **self.topic_configs.get(topic, {})}
 
     def endpoint(self, broker_id: int) -> BrokerEndpoint | None:
         return self.brokers.get(broker_id)
@@ -80,7 +96,7 @@ class MetadataCache:
                     TopicMetadata(name, [], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), f"unknown topic {name!r}")
                 )
             else:
-                out.append(TopicMetadata(name, parts, configs=dict(self.topic_configs.get(name, {}))))
+                out.append(TopicMetadata(name, parts, configs=self._metadata_configs(name)))
         return MetadataResponse(
             brokers=sorted(self.brokers.values(), key=lambda b: b.broker_id),
             topics=out,

@@ -1,10 +1,12 @@
-"""The controller's decisions: broker registration and liveness, topic creation, leader election, ISR changes.
+"""The controller's decisions: broker registration and liveness, topics and their configs, leader election, ISR
+changes.
 
 How this works
 --------------
-A command (`register_broker`, `heartbeat`, `tick`, `create_topics`, `alter_partition`) reads the
-metadata image, decides which records express its effect, *commits* them (appends them to the
-metadata store, when there is one, then replays them into the image) and answers with a
+A command (`register_broker`, `heartbeat`, `tick`, `create_topics`, `create_partitions`,
+`incremental_alter_configs`, `alter_partition`, ...) reads the metadata image, decides which records
+express its effect, *commits* them (appends them to the metadata store, when there is one, then replays
+them into the image) and answers with a
 `ControllerResult(records, response, changed_partitions)`. State changes only through replayed records,
 as in Kafka's KRaft `QuorumController`; the controller is single-threaded, so a command commits
 immediately and the next command sees its effect. No sockets, no event loop and no clock reads here:
@@ -48,11 +50,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
-from broker.log.log_config import topic_config_error
+from broker.log.log_config import topic_config_error, topic_config_key_error
 from cluster.metadata import (
     NO_LEADER,
+    TOPIC_RESOURCE,
     BrokerRegistration,
     BrokerShutdownRecord,
+    ConfigRecord,
     FenceBrokerRecord,
     MetadataImage,
     MetadataRecord,
@@ -67,8 +71,11 @@ from cluster.metadata import (
     in_replica_order,
 )
 from cluster.metadata_store import MetadataStore
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
+    AlterConfigOp,
+    AlterConfigsResource,
+    AlterConfigsResourceResponse,
     AlterPartitionItem,
     AlterPartitionItemResponse,
     AlterPartitionReassignmentsRequest,
@@ -81,11 +88,17 @@ from protocol.messages import (
     BrokerRegistrationResponse,
     CreatableTopic,
     CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     LeaderAndIsrPartition,
@@ -250,12 +263,15 @@ def assign_replicas_to_brokers(
     broker_ids: Sequence[int],
     start_index: int,
     replica_shift: int,
+    start_partition_id: int = 0,
 ) -> list[tuple[int, ...]]:
-    """Kafka's rack-unaware `assignReplicasToBrokers`: replicas of partition p, first replica preferred.
+    """Kafka's rack-unaware `assignReplicasToBrokers`: replicas of partitions `start_partition_id` onwards,
+    first replica preferred.
 
     The first replica walks the sorted brokers round-robin from `start_index`, so leaders spread evenly;
     the followers sit at a shift from the first replica, and the shift grows by one every time the
-    first replica wraps around, so follower sets differ between rounds.
+    first replica wraps around, so follower sets differ between rounds. Partitions added to a topic
+    (CREATE_PARTITIONS) are numbered on from the existing ones, so the round-robin goes on where it was.
     """
     brokers = sorted(broker_ids)
     n = len(brokers)
@@ -263,7 +279,7 @@ def assign_replicas_to_brokers(
         raise ValueError(f"replication factor {replication_factor} with {n} brokers")
     assignment: list[tuple[int, ...]] = []
     shift = replica_shift
-    for p in range(num_partitions):
+    for p in range(start_partition_id, start_partition_id + num_partitions):
         if p > 0 and p % n == 0:
             shift += 1
         first = (p + start_index) % n
@@ -326,9 +342,21 @@ class Controller:
         """Offset of the last committed record (-1 when none)."""
         return self._last_offset
 
-    def topic_configs(self, topic: str) -> Mapping[str, str]:
+    def topic_config_defaults(self) -> dict[str, str]:
+        """What a topic that does not set these keys gets from the controller (brokers learn them through
+        UPDATE_METADATA): its min.insync.replicas and unclean.leader.election.enable."""
+        return {
+            "min.insync.replicas": str(self.config.min_insync_replicas),
+            "unclean.leader.election.enable": str(self.config.unclean_leader_election_enable).lower(),
+        }
+
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        """The configs METADATA carries for `topic`: those set on it, plus the min.insync.replicas in effect
+        (clients check acks=all against it)."""
         info = self._image.topics.get(topic)
-        return info.configs if info is not None else {}
+        if info is None:
+            return {}
+        return {"min.insync.replicas": str(self.config.min_insync_replicas), **info.configs}
 
     def leader_and_isr_for_broker(self, broker_id: int) -> list[LeaderAndIsrPartition]:
         """Full state for a broker: every partition it holds a replica of."""
@@ -376,7 +404,7 @@ class Controller:
                 )
                 for p in self._image.partitions_of(name)
             ],
-            configs=dict(self._image.topics[name].configs),
+            configs=self.topic_configs(name),
         )
 
     # -- broker registration and liveness ---------------------------------------------------------
@@ -609,7 +637,9 @@ class Controller:
             start_index=seed % len(active),
             replica_shift=seed // len(active),
         )
-        configs = {"min.insync.replicas": str(self.config.min_insync_replicas), **topic.configs}
+        # Only what the request sets is stored: a key it leaves out follows the controller's default
+        # (`topic_config_defaults`), so DESCRIBE_CONFIGS can tell one from the other.
+        configs = dict(topic.configs)
         # The id is the metadata offset of the TopicRecord: unique for the life of the cluster, like broker
         # epochs, and the same in every replay (the simulator needs runs to repeat exactly).
         topic_id = f"{self._last_offset + 1:016x}"
@@ -648,6 +678,161 @@ class Controller:
             self._commit([RemoveTopicRecord(name=name)], committed)
             results.append(DeletableTopicResult(name=name))
         return self._result(committed, DeleteTopicsResponse(responses=results))
+
+    # -- adding partitions (CREATE_PARTITIONS) -----------------------------------------------------
+
+    def create_partitions(self, request: CreatePartitionsRequest) -> ControllerResult[CreatePartitionsResponse]:
+        """Grow topics to `count` partitions (kafka-topics.sh --alter --partitions). The new partitions get
+        the replication factor of partition 0 and Kafka's placement for added partitions: round-robin over
+        the active brokers from the one holding partition 0's preferred replica, numbered on from the
+        existing partitions (`assign_replicas_to_brokers`). They are committed as PartitionRecords, so
+        brokers hear of them as of a new topic's (LEADER_AND_ISR with is_new, UPDATE_METADATA). Existing
+        partitions and their data stay where they are; as in Kafka, a key may map to another partition
+        from now on. The partitions one request adds are bounded by create.topics.request.max.partitions."""
+        counts = Counter(t.name for t in request.topics)
+        committed: list[MetadataRecord] = []
+        results: list[CreatePartitionsTopicResult] = []
+        partitions_left = self.config.create_topics_request_max_partitions
+        for topic in request.topics:
+            count = counts[topic.name]
+            if count == 0:
+                continue  # a duplicate already answered
+            if count > 1:
+                counts[topic.name] = 0
+                results.append(
+                    CreatePartitionsTopicResult(
+                        topic.name,
+                        ErrorCode.INVALID_REQUEST,
+                        f"topic {topic.name} is listed {count} times in one request",
+                    )
+                )
+                continue
+            try:
+                partitions_left -= self._add_partitions(topic, partitions_left, committed)
+                results.append(CreatePartitionsTopicResult(topic.name))
+            except KafkaError as exc:
+                results.append(CreatePartitionsTopicResult(topic.name, exc.code, exc.message))
+        return self._result(committed, CreatePartitionsResponse(results=results))
+
+    def _add_partitions(self, topic: CreatePartitionsTopic, limit: int, committed: list[MetadataRecord]) -> int:
+        """Commit the partitions `topic` asks for and answer how many; KafkaError when it cannot have them."""
+        info = self._image.topics.get(topic.name)
+        if info is None:
+            raise KafkaError(f"topic {topic.name} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        existing = info.num_partitions
+        if topic.count < existing:
+            raise KafkaError(
+                f"Topic currently has {existing} partitions, which is higher than the requested {topic.count}.",
+                ErrorCode.INVALID_PARTITIONS,
+            )
+        if topic.count == existing:
+            raise KafkaError(f"Topic already has {existing} partitions.", ErrorCode.INVALID_PARTITIONS)
+        added = topic.count - existing
+        if added > limit:
+            raise KafkaError(
+                f"{added} new partitions would pass the {self.config.create_topics_request_max_partitions} one "
+                "request may create (create.topics.request.max.partitions)",
+                ErrorCode.INVALID_PARTITIONS,
+            )
+        first = self._image.partitions[TopicPartition(topic.name, 0)].target_replicas
+        replication_factor = len(first)
+        active = sorted(self._image.active_broker_ids())
+        if replication_factor > len(active):
+            raise KafkaError(
+                f"replication factor {replication_factor} of topic {topic.name} is larger than the {len(active)} "
+                "available brokers",
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+            )
+        # Kafka's createPartitions: start at the first broker from partition 0's preferred replica on, and
+        # use that index as the initial follower shift too.
+        start = next((i for i, broker_id in enumerate(active) if broker_id >= first[0]), 0)
+        assignment = assign_replicas_to_brokers(
+            added, replication_factor, active, start_index=start, replica_shift=start, start_partition_id=existing
+        )
+        records: list[MetadataRecord] = [
+            PartitionRecord(
+                topic=topic.name, partition=existing + i, replicas=replicas, isr=replicas, leader=replicas[0]
+            )
+            for i, replicas in enumerate(assignment)
+        ]
+        self._commit(records, committed)
+        return added
+
+    # -- topic configs (INCREMENTAL_ALTER_CONFIGS) ---------------------------------------------------
+
+    def incremental_alter_configs(
+        self, request: IncrementalAlterConfigsRequest
+    ) -> ControllerResult[IncrementalAlterConfigsResponse]:
+        """SET or DELETE topic configs, each key checked as CREATE_TOPICS checks it (`topic_config_error`);
+        a resource gets all of its changes or none. Every change is a ConfigRecord; the topic's new configs
+        reach every broker in UPDATE_METADATA, and brokers apply them to the topic's logs and partitions at
+        once. Deleting a key the topic does not set changes nothing; setting or deleting a key minibroker
+        does not know is INVALID_CONFIG (Kafka lets a DELETE of an unknown key pass, so a typo there would go
+        unnoticed). With `validate_only` nothing is committed."""
+        counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
+        committed: list[MetadataRecord] = []
+        answers: list[AlterConfigsResourceResponse] = []
+        for resource in request.resources:
+            count = counts[(resource.resource_type, resource.resource_name)]
+            if count == 0:
+                continue  # a duplicate already answered
+            answer = AlterConfigsResourceResponse(resource.resource_type, resource.resource_name)
+            answers.append(answer)
+            try:
+                if count > 1:
+                    counts[(resource.resource_type, resource.resource_name)] = 0
+                    raise KafkaError(
+                        f"resource {resource.resource_name} is listed {count} times in one request",
+                        ErrorCode.INVALID_REQUEST,
+                    )
+                records = self._topic_config_changes(resource)
+            except KafkaError as exc:
+                answer.error_code, answer.error_message = exc.code, exc.message
+                continue
+            if not request.validate_only:
+                self._commit(records, committed)
+        return self._result(committed, IncrementalAlterConfigsResponse(responses=answers))
+
+    def _topic_config_changes(self, resource: AlterConfigsResource) -> list[MetadataRecord]:
+        """The ConfigRecords that apply `resource`'s operations; KafkaError when any of them is refused."""
+        if resource.resource_type != TOPIC_RESOURCE:
+            raise KafkaError(
+                f"only topic configs (resource type {TOPIC_RESOURCE}) can be altered, not resource type "
+                f"{resource.resource_type}",
+                ErrorCode.INVALID_REQUEST,
+            )
+        topic = self._image.topics.get(resource.resource_name)
+        if topic is None:
+            raise KafkaError(f"topic {resource.resource_name} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        names = Counter(c.name for c in resource.configs)
+        if duplicates := sorted(name for name, n in names.items() if n > 1):
+            raise KafkaError(f"duplicate config keys: {', '.join(duplicates)}", ErrorCode.INVALID_REQUEST)
+        sets: dict[str, str] = {}
+        for c in resource.configs:
+            if c.config_operation == AlterConfigOp.SET:
+                if c.value is None:
+                    raise KafkaError(f"SET {c.name} without a value", ErrorCode.INVALID_REQUEST)
+                sets[c.name] = c.value
+            elif c.config_operation == AlterConfigOp.DELETE:
+                if (unknown := topic_config_key_error(c.name)) is not None:
+                    raise KafkaError(unknown, ErrorCode.INVALID_CONFIG)
+            elif c.config_operation in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
+                raise KafkaError(
+                    f"{AlterConfigOp(c.config_operation).name} applies to list configs and {c.name} is not one",
+                    ErrorCode.INVALID_CONFIG,
+                )
+            else:
+                raise KafkaError(
+                    f"unknown config operation {c.config_operation} for {c.name}", ErrorCode.INVALID_REQUEST
+                )
+        if (problem := topic_config_error(sets)) is not None:
+            raise KafkaError(problem, ErrorCode.INVALID_CONFIG)
+        records: list[MetadataRecord] = []
+        for c in resource.configs:
+            value = sets.get(c.name)  # None for a DELETE
+            if topic.configs.get(c.name) != value:
+                records.append(ConfigRecord(TOPIC_RESOURCE, topic.name, c.name, value))
+        return records
 
     # -- producer ids (KIP-98) ---------------------------------------------------------------------
 

@@ -8,12 +8,14 @@ How this works
 --------------
 Requests arrive on the same framed protocol as the brokers'. Each controller command runs to completion
 on the event loop (single-threaded, like KRaft's controller thread): BROKER_REGISTRATION,
-BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, ALTER_PARTITION, ALTER/LIST_PARTITION_REASSIGNMENTS, and a
-`tick` every `controller.tick.ms` that fences brokers whose session expired and elects new leaders.
+BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS,
+ALTER_PARTITION, ALTER/LIST_PARTITION_REASSIGNMENTS, and a `tick` every `controller.tick.ms` that fences
+brokers whose session expired and elects new leaders.
 Whatever a command changed is pushed out:
 
-* every active broker gets UPDATE_METADATA (the whole image: brokers, partitions, topic configs), so any
-  broker answers METADATA for any topic and followers find their leaders;
+* every active broker gets UPDATE_METADATA (the whole image: brokers, partitions, topic configs and the
+  controller's defaults for them), so any broker answers METADATA and DESCRIBE_CONFIGS for any topic,
+  applies a changed topic config to its logs and partitions, and followers find their leaders;
 * every replica of a changed partition gets LEADER_AND_ISR with its new state; a broker that was just
   unfenced (a start or restart) gets its full state.
 
@@ -45,9 +47,11 @@ from protocol.messages import (
     BrokerEndpoint,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
     ErrorResponse,
+    IncrementalAlterConfigsRequest,
     InitProducerIdRequest,
     LeaderAndIsrPartition,
     LeaderAndIsrRequest,
@@ -176,6 +180,8 @@ class ControllerNode:
             BrokerHeartbeatRequest: self.controller.heartbeat,
             CreateTopicsRequest: lambda request, _now: self.controller.create_topics(request),
             DeleteTopicsRequest: lambda request, _now: self.controller.delete_topics(request),
+            CreatePartitionsRequest: lambda request, _now: self.controller.create_partitions(request),
+            IncrementalAlterConfigsRequest: lambda request, _now: self.controller.incremental_alter_configs(request),
             InitProducerIdRequest: lambda request, _now: self.controller.init_producer_id(request),
             AlterPartitionReassignmentsRequest: lambda request, _now: self.controller.alter_partition_reassignments(
                 request
@@ -222,6 +228,7 @@ class ControllerNode:
             brokers=self.live_endpoints(),
             partitions=[p.to_leader_and_isr() for p in image.partitions.values()],
             topic_configs={name: dict(t.configs) for name, t in image.topics.items()},
+            topic_config_defaults=self.controller.topic_config_defaults(),
         )
 
     def _channel(self, broker_id: int) -> BrokerChannel:

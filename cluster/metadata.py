@@ -39,6 +39,7 @@ from typing import Any
 from protocol.messages import BrokerEndpoint, LeaderAndIsrPartition, TopicPartition
 
 NO_LEADER = -1
+TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC, the only resource with configs here
 
 
 class MetadataReplayError(Exception):
@@ -94,6 +95,18 @@ class TopicRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfigRecord:
+    """A config of a resource set (`value`) or removed (`value` None), as Kafka's ConfigRecord. Only topics
+    (resource type 2) have configs here: replay changes the topic's configs, which `TopicRecord` carries in
+    a snapshot."""
+
+    resource_type: int
+    resource_name: str
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveTopicRecord:
     """The topic and its partitions are deleted (DELETE_TOPICS); the name is free again."""
 
@@ -144,6 +157,7 @@ MetadataRecord = (
     | UnfenceBrokerRecord
     | BrokerShutdownRecord
     | TopicRecord
+    | ConfigRecord
     | RemoveTopicRecord
     | PartitionRecord
     | PartitionChangeRecord
@@ -158,6 +172,7 @@ _RECORD_TYPES: dict[str, type[MetadataRecord]] = {
         UnfenceBrokerRecord,
         BrokerShutdownRecord,
         TopicRecord,
+        ConfigRecord,
         RemoveTopicRecord,
         PartitionRecord,
         PartitionChangeRecord,
@@ -387,6 +402,8 @@ class MetadataImage:
                 self._brokers[broker.broker_id] = replace(broker, in_controlled_shutdown=True)
             case TopicRecord():
                 self._replay_topic(record)
+            case ConfigRecord():
+                self._replay_config(record)
             case RemoveTopicRecord():
                 self._replay_remove_topic(record)
             case PartitionRecord():
@@ -436,6 +453,19 @@ class MetadataImage:
         self._topics[record.name] = TopicImage(
             name=record.name, configs=dict(record.configs), num_partitions=0, topic_id=record.topic_id
         )
+
+    def _replay_config(self, record: ConfigRecord) -> None:
+        if record.resource_type != TOPIC_RESOURCE:
+            raise MetadataReplayError(f"config of resource type {record.resource_type}: only topics ({TOPIC_RESOURCE})")
+        topic = self._topics.get(record.resource_name)
+        if topic is None:
+            raise MetadataReplayError(f"config {record.name} of unknown topic {record.resource_name}")
+        configs = dict(topic.configs)
+        if record.value is None:
+            configs.pop(record.name, None)
+        else:
+            configs[record.name] = record.value
+        self._topics[record.resource_name] = replace(topic, configs=configs)
 
     def _replay_remove_topic(self, record: RemoveTopicRecord) -> None:
         topic = self._topics.pop(record.name, None)

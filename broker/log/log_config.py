@@ -120,14 +120,20 @@ def topic_config_error(configs: Mapping[str, str]) -> str | None:
     """Why `configs` cannot be a topic's configuration (naming the key, with a close match for a typo), or
     None when every key is one minibroker honours and every value is in range."""
     for key in sorted(configs):
-        check = TOPIC_CONFIG_KEYS.get(key)
-        if check is None:
-            close = difflib.get_close_matches(key, TOPIC_CONFIG_KEYS, n=1)
-            hint = f"; did you mean {close[0]}?" if close else f"; known keys: {', '.join(sorted(TOPIC_CONFIG_KEYS))}"
-            return f"unknown topic config {key!r}{hint}"
-        if (problem := check(str(configs[key]))) is not None:
+        if (unknown := topic_config_key_error(key)) is not None:
+            return unknown
+        if (problem := TOPIC_CONFIG_KEYS[key](str(configs[key]))) is not None:
             return f"topic config {key}: {problem}"
     return None
+
+
+def topic_config_key_error(key: str) -> str | None:
+    """Why `key` is not a topic config minibroker honours (with a close match for a typo), or None."""
+    if key in TOPIC_CONFIG_KEYS:
+        return None
+    close = difflib.get_close_matches(key, TOPIC_CONFIG_KEYS, n=1)
+    hint = f"; did you mean {close[0]}?" if close else f"; known keys: {', '.join(sorted(TOPIC_CONFIG_KEYS))}"
+    return f"unknown topic config {key!r}{hint}"
 
 
 def with_topic_configs(base: LogConfig, configs: Mapping[str, str]) -> LogConfig:
@@ -151,4 +157,43 @@ _LOG_FIELDS = {
     "retention.bytes": "retention_bytes",
     "flush.messages": "flush_interval_messages",
     "max.message.bytes": "max_message_bytes",
+}
+
+
+# -- where a topic config's value comes from (DESCRIBE_CONFIGS) ------------------------------------------
+#
+# A topic that does not set a key gets the cluster's setting of the broker-level key it stands for (Kafka's
+# "synonyms"): the broker's log.* settings, and the controller's min.insync.replicas and
+# unclean.leader.election.enable.
+
+TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "max.message.bytes": "message.max.bytes",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+
+def log_config_values(config: LogConfig) -> dict[str, str]:
+    """The topic-level keys a LogConfig holds, with its values as DESCRIBE_CONFIGS shows them."""
+    return {
+        "segment.bytes": str(config.segment_bytes),
+        "segment.ms": str(config.segment_ms),
+        "retention.ms": str(config.retention_ms),
+        "retention.bytes": str(config.retention_bytes),
+        "flush.messages": str(config.flush_interval_messages),
+        "flush.ms": str(LONG_MAX if config.flush_interval_ms is None else config.flush_interval_ms),
+        "max.message.bytes": str(config.max_message_bytes),
+    }
+
+
+KAFKA_TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
+    **log_config_values(LogConfig()),
+    "min.insync.replicas": "1",
+    "unclean.leader.election.enable": "false",
 }

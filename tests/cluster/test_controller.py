@@ -16,10 +16,13 @@ from cluster.controller import (
     elect_leader,
     partition_change,
 )
-from cluster.metadata import NO_LEADER, PartitionRegistration
+from cluster.metadata import NO_LEADER, ConfigRecord, PartitionRecord, PartitionRegistration
 from cluster.metadata_store import MetadataStore
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
     AlterPartitionItem,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
@@ -29,9 +32,15 @@ from protocol.messages import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     CreatableTopic,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
     ListPartitionReassignmentsRequest,
     ReassignablePartition,
@@ -788,6 +797,279 @@ def test_deleting_a_topic_removes_it_and_names_every_replica_to_stop_and_delete(
     restarted = Cluster(store=MetadataStore(tmp_path), time=time)
     assert restarted.controller.image.topics == cluster.controller.image.topics
     assert dict(restarted.controller.image.partitions) == dict(cluster.controller.image.partitions)
+
+
+# -- adding partitions (CREATE_PARTITIONS) -------------------------------------------------------
+
+
+def add_partitions(cluster: Cluster, *counts: tuple[str, int]) -> ControllerResult[CreatePartitionsResponse]:
+    request = CreatePartitionsRequest([CreatePartitionsTopic(name, count) for name, count in counts])
+    return cluster.controller.create_partitions(request)
+
+
+def test_partitions_added_to_a_topic_are_placed_like_kafkas_and_pushed_like_a_new_topics(tmp_path: Path) -> None:
+    time = ManualTime()
+    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 1, 3)
+    first = cluster.partition()
+
+    result = add_partitions(cluster, ("t", 3))
+
+    assert result.response.results == [CreatePartitionsTopicResult("t")]
+    partitions = cluster.controller.image.partitions_of("t")
+    assert partitions[0] == first  # untouched: same replicas, leader and epochs
+    # Kafka's createPartitions: round robin on from the broker of partition 0's preferred replica, with the
+    # replication factor of partition 0, so the three partitions have three different leaders
+    start = sorted((1, 2, 3)).index(first.replicas[0])
+    expected = assign_replicas_to_brokers(2, 3, [1, 2, 3], start, start, start_partition_id=1)
+    assert [p.replicas for p in partitions[1:]] == expected
+    assert sorted(p.leader for p in partitions) == [1, 2, 3]
+    for p in partitions[1:]:
+        assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (p.replicas[0], p.replicas, 0, 0)
+    # committed as PartitionRecords, told to every replica as new partitions
+    assert [type(r) for r in result.records] == [PartitionRecord, PartitionRecord]
+    assert [(lai.partition, lai.is_new) for lai in result.changed_partitions] == [(1, True), (2, True)]
+    assert {b: len(ps) for b, ps in result.leader_and_isr_by_broker().items()} == {1: 2, 2: 2, 3: 2}
+    assert [p.partition for p in cluster.controller.metadata(["t"]).topics[0].partitions] == [0, 1, 2]
+    # and a restarted controller has them
+    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    assert restarted.controller.image.partitions_of("t") == partitions
+
+
+def test_added_partitions_continue_the_layout_kafka_gives_a_topic_created_with_them() -> None:
+    # Kafka's AdminZkClientTest.testReplicaAssignment layout (5 brokers, RF 3, start index 0): partitions 5-9
+    # added to the first five are the last five of the ten-partition layout
+    brokers = [4, 2, 0, 3, 1]
+    whole = assign_replicas_to_brokers(10, 3, brokers, start_index=0, replica_shift=0)
+
+    assert assign_replicas_to_brokers(5, 3, brokers, start_index=0, replica_shift=0, start_partition_id=5) == whole[5:]
+
+
+@pytest.mark.parametrize(
+    ("counts", "error", "message"),
+    [
+        pytest.param(
+            [("t", 2)],
+            ErrorCode.INVALID_PARTITIONS,
+            "Topic currently has 3 partitions, which is higher than the requested 2.",
+            id="fewer",
+        ),
+        pytest.param([("t", 3)], ErrorCode.INVALID_PARTITIONS, "Topic already has 3 partitions.", id="as-many"),
+        pytest.param([("nope", 4)], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic nope does not exist", id="unknown"),
+        pytest.param(
+            [("t", 4), ("t", 5)], ErrorCode.INVALID_REQUEST, "topic t is listed 2 times in one request", id="twice"
+        ),
+        pytest.param(
+            [("t", 30)],
+            ErrorCode.INVALID_PARTITIONS,
+            "27 new partitions would pass the 10 one request may create (create.topics.request.max.partitions)",
+            id="too-many",
+        ),
+    ],
+)
+def test_partitions_that_cannot_be_added_are_refused_and_change_nothing(
+    counts: list[tuple[str, int]], error: ErrorCode, message: str
+) -> None:
+    cluster = Cluster(create_topics_request_max_partitions=10)
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 3, 2)
+    before = list(cluster.controller.image.partitions_of("t"))
+
+    result = add_partitions(cluster, *counts)
+
+    assert [(r.error_code, r.error_message) for r in result.response.results] == [(error, message)]
+    assert result.records == [] and result.changed_partitions == []
+    assert cluster.controller.image.partitions_of("t") == before
+
+
+def test_partitions_are_not_added_with_fewer_live_brokers_than_the_replication_factor() -> None:
+    cluster = three_brokers_one_partition()
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(1, 2)
+    cluster.tick()  # broker 3 fenced: two live brokers for a topic of replication factor 3
+
+    result = add_partitions(cluster, ("t", 2))
+
+    (answer,) = result.response.results
+    assert answer.error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert answer.error_message == "replication factor 3 of topic t is larger than the 2 available brokers"
+    assert result.records == []
+    assert cluster.controller.image.topics["t"].num_partitions == 1
+
+
+# -- topic configs (INCREMENTAL_ALTER_CONFIGS) ---------------------------------------------------
+
+SET, DELETE = AlterConfigOp.SET, AlterConfigOp.DELETE
+
+
+def alter_configs(
+    cluster: Cluster, topic: str, *ops: tuple[str, int, str | None], validate_only: bool = False
+) -> ControllerResult[IncrementalAlterConfigsResponse]:
+    resource = AlterConfigsResource(2, topic, [AlterableConfig(name, op, value) for name, op, value in ops])
+    return cluster.controller.incremental_alter_configs(IncrementalAlterConfigsRequest([resource], validate_only))
+
+
+def test_topic_configs_set_and_deleted_are_committed_pushed_and_replayed_after_a_restart(tmp_path: Path) -> None:
+    time = ManualTime()
+    cluster = Cluster(store=MetadataStore(tmp_path), time=time, min_insync_replicas=2)
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 1, 3, **{"retention.ms": "1000"})
+    # only what the topic sets is stored; METADATA adds the controller's min.insync.replicas
+    assert cluster.controller.image.topics["t"].configs == {"retention.ms": "1000"}
+    assert cluster.controller.topic_configs("t") == {"min.insync.replicas": "2", "retention.ms": "1000"}
+
+    result = alter_configs(
+        cluster, "t", ("min.insync.replicas", SET, "3"), ("segment.bytes", SET, "65536"), ("retention.ms", DELETE, None)
+    )
+
+    assert [(r.resource_name, r.error_code) for r in result.response.responses] == [("t", ErrorCode.NONE)]
+    assert result.records == [
+        ConfigRecord(2, "t", "min.insync.replicas", "3"),
+        ConfigRecord(2, "t", "segment.bytes", "65536"),
+        ConfigRecord(2, "t", "retention.ms", None),
+    ]
+    assert result.changed_partitions == []  # brokers learn configs from UPDATE_METADATA, not LEADER_AND_ISR
+    assert cluster.controller.image.topics["t"].configs == {"min.insync.replicas": "3", "segment.bytes": "65536"}
+    assert cluster.controller.metadata(["t"]).topics[0].configs == {
+        "min.insync.replicas": "3",
+        "segment.bytes": "65536",
+    }
+    # the same values again, or a delete of a key the topic does not set: nothing to commit
+    assert alter_configs(cluster, "t", ("segment.bytes", SET, "65536"), ("retention.ms", DELETE, None)).records == []
+
+    restarted = Cluster(store=MetadataStore(tmp_path), time=time, min_insync_replicas=2)
+    assert restarted.controller.image.topics == cluster.controller.image.topics
+    # deleting min.insync.replicas falls back to the controller's
+    alter_configs(restarted, "t", ("min.insync.replicas", DELETE, None))
+    assert restarted.controller.topic_configs("t") == {"min.insync.replicas": "2", "segment.bytes": "65536"}
+
+
+def test_topic_configs_survive_a_restart_from_a_snapshot(tmp_path: Path) -> None:
+    time = ManualTime()
+    cluster = Cluster(store=MetadataStore(tmp_path, snapshot_interval_records=1), time=time)
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 1, 3)
+    alter_configs(cluster, "t", ("retention.ms", SET, "60000"), ("unclean.leader.election.enable", SET, "true"))
+    alter_configs(cluster, "t", ("retention.ms", SET, "120000"))
+
+    restarted = Controller(cluster.config, time, MetadataStore(tmp_path))
+
+    assert restarted.image.topics["t"].configs == {"retention.ms": "120000", "unclean.leader.election.enable": "true"}
+
+
+@pytest.mark.parametrize(
+    ("ops", "error", "message"),
+    [
+        pytest.param(
+            [("segment.byte", SET, "65536")],
+            ErrorCode.INVALID_CONFIG,
+            "unknown topic config 'segment.byte'; did you mean segment.bytes?",
+            id="unknown-key",
+        ),
+        pytest.param(
+            [("retention.m", DELETE, None)],
+            ErrorCode.INVALID_CONFIG,
+            "unknown topic config 'retention.m'; did you mean retention.ms?",
+            id="delete-of-an-unknown-key",
+        ),
+        pytest.param(
+            [("retention.ms", SET, "soon")],
+            ErrorCode.INVALID_CONFIG,
+            "topic config retention.ms: expected an integer, got 'soon'",
+            id="bad-value",
+        ),
+        pytest.param(
+            [("min.insync.replicas", SET, "0")],
+            ErrorCode.INVALID_CONFIG,
+            "topic config min.insync.replicas: must be in [1, 2147483647], got 0",
+            id="out-of-range",
+        ),
+        pytest.param(
+            [("retention.ms", SET, "1"), ("retention.ms", DELETE, None)],
+            ErrorCode.INVALID_REQUEST,
+            "duplicate config keys: retention.ms",
+            id="duplicate-key",
+        ),
+        pytest.param(
+            [("retention.ms", SET, None)], ErrorCode.INVALID_REQUEST, "SET retention.ms without a value", id="no-value"
+        ),
+        pytest.param(
+            [("retention.ms", AlterConfigOp.APPEND, "1")],
+            ErrorCode.INVALID_CONFIG,
+            "APPEND applies to list configs and retention.ms is not one",
+            id="append",
+        ),
+        pytest.param(
+            [("retention.ms", 9, "1")],
+            ErrorCode.INVALID_REQUEST,
+            "unknown config operation 9 for retention.ms",
+            id="unknown-operation",
+        ),
+    ],
+)
+def test_a_refused_config_change_changes_none_of_the_resources_configs(
+    ops: list[tuple[str, int, str | None]], error: ErrorCode, message: str
+) -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1)
+    cluster.create("t", 1, 1, **{"segment.bytes": "65536"})
+
+    # a valid change listed before the bad one is not applied either
+    result = alter_configs(cluster, "t", ("flush.messages", SET, "10"), *ops)
+
+    assert [(r.error_code, r.error_message) for r in result.response.responses] == [(error, message)]
+    assert result.records == []
+    assert cluster.controller.image.topics["t"].configs == {"segment.bytes": "65536"}
+
+
+def test_config_changes_to_an_unknown_topic_a_broker_or_a_resource_named_twice_are_refused() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1)
+    cluster.create("t", 1, 1)
+    request = IncrementalAlterConfigsRequest(
+        [
+            AlterConfigsResource(2, "nope", [AlterableConfig("retention.ms", SET, "1")]),
+            AlterConfigsResource(4, "1", [AlterableConfig("log.retention.ms", SET, "1")]),
+            AlterConfigsResource(2, "t", [AlterableConfig("retention.ms", SET, "1")]),
+            AlterConfigsResource(2, "t", [AlterableConfig("retention.ms", SET, "2")]),
+        ]
+    )
+
+    result = cluster.controller.incremental_alter_configs(request)
+
+    assert [(r.resource_type, r.resource_name, r.error_code, r.error_message) for r in result.response.responses] == [
+        (2, "nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic nope does not exist"),
+        (4, "1", ErrorCode.INVALID_REQUEST, "only topic configs (resource type 2) can be altered, not resource type 4"),
+        (2, "t", ErrorCode.INVALID_REQUEST, "resource t is listed 2 times in one request"),
+    ]
+    assert result.records == [] and cluster.controller.image.topics["t"].configs == {}
+
+
+def test_validate_only_answers_as_the_change_would_and_commits_nothing() -> None:
+    cluster = Cluster()
+    cluster.start_brokers(1)
+    cluster.create("t", 1, 1)
+
+    good = alter_configs(cluster, "t", ("retention.ms", SET, "1"), validate_only=True)
+    bad = alter_configs(cluster, "t", ("retention.m", SET, "1"), validate_only=True)
+
+    assert good.response.responses[0].error_code == ErrorCode.NONE and good.records == []
+    assert bad.response.responses[0].error_code == ErrorCode.INVALID_CONFIG
+    assert cluster.controller.image.topics["t"].configs == {}
+
+
+def test_a_topic_config_of_unclean_leader_election_set_at_runtime_decides_the_next_election() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.alter(preferred, [preferred])  # the followers fell out of the ISR
+    alter_configs(cluster, "t", ("unclean.leader.election.enable", SET, "true"))
+
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second, third)
+    cluster.tick()  # the only ISR member is fenced
+
+    assert (cluster.partition().leader, cluster.partition().isr) == (second, (second,))
 
 
 # -- producer ids (KIP-98) -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from cluster.metadata import (
     NO_LEADER,
     BrokerShutdownRecord,
+    ConfigRecord,
     FenceBrokerRecord,
     MetadataImage,
     MetadataRecord,
@@ -50,6 +51,8 @@ ALL_RECORD_KINDS: list[MetadataRecord] = [
     PartitionChangeRecord(topic="t", partition=0, isr=(1, 2)),
     PartitionChangeRecord(topic="t", partition=0, leader=2, isr=(2,)),
     PartitionChangeRecord(topic="t", partition=0, leader=NO_LEADER),
+    ConfigRecord(resource_type=2, resource_name="t", name="retention.ms", value="1000"),
+    ConfigRecord(resource_type=2, resource_name="t", name="min.insync.replicas", value=None),
 ]
 
 
@@ -145,6 +148,8 @@ def test_a_re_registration_replaces_the_broker_with_its_new_epoch_fenced() -> No
         pytest.param(PartitionChangeRecord(topic="t", partition=0, isr=(2, 1)), id="isr-out-of-replica-order"),
         pytest.param(PartitionChangeRecord(topic="t", partition=0, leader=3, isr=(1, 2)), id="leader-outside-isr"),
         pytest.param(PartitionChangeRecord(topic="t", partition=1, isr=(1,)), id="unknown-partition"),
+        pytest.param(ConfigRecord(2, "u", "retention.ms", "1"), id="config-of-unknown-topic"),
+        pytest.param(ConfigRecord(4, "1", "log.retention.ms", "1"), id="config-of-a-broker"),
     ],
 )
 def test_replay_refuses_a_record_that_breaks_an_image_invariant(bad_record: MetadataRecord) -> None:
@@ -175,6 +180,7 @@ def test_an_unknown_record_type_is_a_replay_error() -> None:
 def test_an_image_rebuilt_from_its_own_records_is_equal() -> None:
     image = replay_all(ALL_RECORD_KINDS)
 
+    assert image.topics["t"].configs == {"retention.ms": "1000"}  # set after creation, min ISR deleted
     assert replay_all(list(image.to_records())) == image
 
 

@@ -1,0 +1,68 @@
+"""DESCRIBE_CONFIGS for topics, as Kafka's ConfigHelper answers it: every topic config with the value in
+effect on this broker and where that value comes from.
+
+A topic config's value is, in order of precedence:
+
+1. the topic's own (DYNAMIC_TOPIC_CONFIG): set at creation or by INCREMENTAL_ALTER_CONFIGS;
+2. the cluster's setting of the broker-level key it stands for, when that differs from Kafka's default
+   (STATIC_BROKER_CONFIG): this broker's `log.*` keys and `message.max.bytes`, and the controller's
+   `min.insync.replicas` and `unclean.leader.election.enable` (pushed in UPDATE_METADATA);
+3. Kafka's default (DEFAULT_CONFIG).
+
+Each entry lists that chain as its synonyms, first the one in effect, so a user sees what deleting the
+topic's own value falls back to. A setting equal to Kafka's default is reported as the default: the two
+cannot be told apart and mean the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from broker.log.log_config import KAFKA_TOPIC_CONFIG_DEFAULTS, TOPIC_CONFIG_SYNONYMS, LogConfig, log_config_values
+from protocol.messages import ConfigSource, DescribeConfigsResourceResult, DescribeConfigsSynonym
+
+# Kafka's topic-level name for the key, and the broker-level name topics may also be created with.
+_ALIASES = {"max.message.bytes": "message.max.bytes"}
+
+
+def topic_config_defaults(
+    log_config: LogConfig, min_insync_replicas: int, controller_defaults: Mapping[str, str]
+) -> dict[str, str]:
+    """What a topic that sets no key of its own gets on this broker: the broker's log settings and its
+    min.insync.replicas, overridden by the defaults the controller gives topics (when it runs with one)."""
+    return {
+        **log_config_values(log_config),
+        "min.insync.replicas": str(min_insync_replicas),
+        **controller_defaults,
+    }
+
+
+def describe_topic_configs(
+    topic_configs: Mapping[str, str], defaults: Mapping[str, str], keys: Iterable[str] | None = None
+) -> list[DescribeConfigsResourceResult]:
+    """Every topic config (or those named in `keys`), sorted by name. `topic_configs` are the ones set on
+    the topic, `defaults` what it has otherwise (`topic_config_defaults`)."""
+    names = set(TOPIC_CONFIG_SYNONYMS) | set(topic_configs)
+    if keys is not None:
+        names &= set(keys)
+    return [_entry(name, topic_configs, defaults) for name in sorted(names)]
+
+
+def _entry(name: str, topic_configs: Mapping[str, str], defaults: Mapping[str, str]) -> DescribeConfigsResourceResult:
+    synonyms: list[DescribeConfigsSynonym] = []
+    own = topic_configs.get(name)
+    if own is None and name in _ALIASES:
+        own = topic_configs.get(_ALIASES[name])
+    if own is not None:
+        synonyms.append(DescribeConfigsSynonym(name, own, int(ConfigSource.DYNAMIC_TOPIC_CONFIG)))
+    broker_key = TOPIC_CONFIG_SYNONYMS.get(name)
+    if broker_key is not None:
+        kafka_default = KAFKA_TOPIC_CONFIG_DEFAULTS[name]
+        default = defaults.get(name, kafka_default)
+        if default != kafka_default:
+            synonyms.append(DescribeConfigsSynonym(broker_key, default, int(ConfigSource.STATIC_BROKER_CONFIG)))
+        synonyms.append(DescribeConfigsSynonym(broker_key, kafka_default, int(ConfigSource.DEFAULT_CONFIG)))
+    in_effect = synonyms[0]
+    return DescribeConfigsResourceResult(
+        name=name, value=in_effect.value, config_source=in_effect.source, synonyms=synonyms
+    )

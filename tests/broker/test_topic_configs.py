@@ -1,0 +1,188 @@
+"""Topic configs changed at runtime, as a broker sees them: UPDATE_METADATA carries each topic's own configs
+and the controller's defaults; partitions already here apply them at once (min.insync.replicas decides
+acks=all, the log's config its segments), and DESCRIBE_CONFIGS answers every config with where its value
+comes from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker.config_helper import describe_topic_configs
+from broker.fetch_session import FetchManager, FetchSessionCache
+from broker.kafka_apis import KafkaApis
+from broker.log.log import LogConfig
+from broker.metadata_cache import MetadataCache
+from broker.server import ConnectionContext
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    ConfigSource,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsSynonym,
+    LeaderAndIsrPartition,
+    MetadataRequest,
+    MetadataResponse,
+    UpdateMetadataRequest,
+)
+from tests.broker.leader_fixtures import FOLLOWER_ID, LOCAL_ID, TOPIC, TP0, LeaderBroker
+
+TOPIC_CONFIG, STATIC, DEFAULT = (
+    int(ConfigSource.DYNAMIC_TOPIC_CONFIG),
+    int(ConfigSource.STATIC_BROKER_CONFIG),
+    int(ConfigSource.DEFAULT_CONFIG),
+)
+CTX = ConnectionContext(1, "test")
+CONTROLLER_DEFAULTS = {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"}
+
+
+def broker_apis(broker: LeaderBroker) -> KafkaApis:
+    return KafkaApis(
+        LOCAL_ID,
+        broker.replica_manager,
+        MetadataCache(LOCAL_ID),
+        FetchManager(FetchSessionCache(), broker.time),
+        broker.time,
+    )
+
+
+async def push(apis: KafkaApis, configs: dict[str, str], defaults: dict[str, str] | None = None) -> None:
+    """UPDATE_METADATA as the controller sends it: TOPIC's partition 0 and the topic's configs."""
+    state = LeaderAndIsrPartition(TOPIC, 0, LOCAL_ID, 1, [LOCAL_ID], 1, [LOCAL_ID, FOLLOWER_ID])
+    request = UpdateMetadataRequest(
+        controller_id=3000,
+        controller_epoch=1,
+        brokers=[],
+        partitions=[state],
+        topic_configs={TOPIC: configs},
+        topic_config_defaults=CONTROLLER_DEFAULTS if defaults is None else defaults,
+    )
+    response = await apis.handle_update_metadata(CTX, request)
+    assert response.error_code == ErrorCode.NONE
+
+
+async def describe(apis: KafkaApis, *resources: DescribeConfigsResource) -> DescribeConfigsResponse:
+    response = await apis.handle_describe_configs(CTX, DescribeConfigsRequest(list(resources)))
+    assert isinstance(response, DescribeConfigsResponse)
+    return response
+
+
+async def test_a_min_insync_replicas_change_reaches_a_leader_already_here_and_acks_all_follows_it(
+    tmp_path: Path,
+) -> None:
+    broker = LeaderBroker(tmp_path)
+    partition = broker.make_leader(isr=(LOCAL_ID,), replicas=(LOCAL_ID, FOLLOWER_ID))  # the follower is out
+    apis = broker_apis(broker)
+    await push(apis, {})
+    assert (await broker.produce(TP0, b"a", acks=-1)).error_code == ErrorCode.NONE
+
+    await push(apis, {"min.insync.replicas": "2"})
+
+    assert partition.min_insync_replicas == 2
+    assert (await broker.produce(TP0, b"b", acks=-1)).error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+
+    await push(apis, {})  # deleted: back to the controller's default
+
+    assert partition.min_insync_replicas == 1
+    assert (await broker.produce(TP0, b"c", acks=-1)).error_code == ErrorCode.NONE
+
+
+async def test_the_controllers_default_min_insync_replicas_applies_where_a_topic_sets_none(tmp_path: Path) -> None:
+    broker = LeaderBroker(tmp_path, min_insync_replicas=1)
+    partition = broker.make_leader(isr=(LOCAL_ID,))
+    apis = broker_apis(broker)
+
+    await push(apis, {}, defaults={"min.insync.replicas": "2"})
+
+    assert partition.min_insync_replicas == 2
+    metadata = await apis.handle_metadata(CTX, MetadataRequest([TOPIC]))
+    assert isinstance(metadata, MetadataResponse)
+    assert metadata.topics[0].configs == {"min.insync.replicas": "2"}  # what producers check acks=all against
+
+
+async def test_a_log_config_change_reaches_the_log_of_a_partition_already_here(tmp_path: Path) -> None:
+    broker = LeaderBroker(tmp_path, log_config=LogConfig(retention_ms=3_600_000))
+    partition = broker.make_leader()
+    apis = broker_apis(broker)
+
+    await push(apis, {"segment.bytes": "65536", "max.message.bytes": "2000"})
+
+    assert (partition.log.config.segment_bytes, partition.log.config.max_message_bytes) == (65536, 2000)
+    assert partition.log.config.retention_ms == 3_600_000  # the broker's own, not set on the topic
+    assert (await broker.produce(TP0, b"x" * 3000)).error_code == ErrorCode.MESSAGE_TOO_LARGE
+
+    await push(apis, {})
+
+    assert partition.log.config == LogConfig(retention_ms=3_600_000)
+
+
+async def test_describe_configs_lists_every_topic_config_with_its_value_and_source(tmp_path: Path) -> None:
+    broker = LeaderBroker(tmp_path, log_config=LogConfig(retention_ms=3_600_000))
+    broker.make_leader()
+    apis = broker_apis(broker)
+    await push(apis, {"min.insync.replicas": "3"}, defaults={**CONTROLLER_DEFAULTS, "min.insync.replicas": "2"})
+
+    (result,) = (await describe(apis, DescribeConfigsResource(2, TOPIC))).results
+
+    assert result.error_code == ErrorCode.NONE
+    by_name = {c.name: c for c in result.configs}
+    assert [c.name for c in result.configs] == [
+        "flush.messages",
+        "flush.ms",
+        "max.message.bytes",
+        "min.insync.replicas",
+        "retention.bytes",
+        "retention.ms",
+        "segment.bytes",
+        "segment.ms",
+        "unclean.leader.election.enable",
+    ]
+    # set on the topic, over the controller's default, over Kafka's
+    assert by_name["min.insync.replicas"] == DescribeConfigsResourceResult(
+        "min.insync.replicas",
+        "3",
+        config_source=TOPIC_CONFIG,
+        synonyms=[
+            DescribeConfigsSynonym("min.insync.replicas", "3", TOPIC_CONFIG),
+            DescribeConfigsSynonym("min.insync.replicas", "2", STATIC),
+            DescribeConfigsSynonym("min.insync.replicas", "1", DEFAULT),
+        ],
+    )
+    # the broker's log.retention.ms
+    assert (by_name["retention.ms"].value, by_name["retention.ms"].config_source) == ("3600000", STATIC)
+    assert by_name["retention.ms"].synonyms[-1] == DescribeConfigsSynonym("log.retention.ms", "604800000", DEFAULT)
+    # Kafka's defaults
+    assert (by_name["segment.bytes"].value, by_name["segment.bytes"].config_source) == (str(1 << 30), DEFAULT)
+    assert (by_name["flush.ms"].value, by_name["flush.ms"].config_source) == (str(2**63 - 1), DEFAULT)
+    assert by_name["unclean.leader.election.enable"].value == "false"
+
+
+async def test_describe_configs_of_named_keys_an_unknown_topic_and_a_broker(tmp_path: Path) -> None:
+    broker = LeaderBroker(tmp_path)
+    broker.make_leader()
+    apis = broker_apis(broker)
+    await push(apis, {})
+
+    named, unknown, of_broker = (
+        await describe(
+            apis,
+            DescribeConfigsResource(2, TOPIC, ["retention.ms", "no.such.key"]),
+            DescribeConfigsResource(2, "nope"),
+            DescribeConfigsResource(4, "0"),
+        )
+    ).results
+
+    assert [c.name for c in named.configs] == ["retention.ms"]
+    assert (unknown.error_code, unknown.error_message) == (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        "topic nope does not exist",
+    )
+    assert of_broker.error_code == ErrorCode.INVALID_REQUEST and of_broker.configs == []
+
+
+def test_a_topic_created_with_the_broker_level_message_max_bytes_shows_it_as_its_max_message_bytes() -> None:
+    configs = {c.name: c for c in describe_topic_configs({"message.max.bytes": "20000"}, {})}
+
+    assert (configs["max.message.bytes"].value, configs["max.message.bytes"].config_source) == ("20000", TOPIC_CONFIG)
+    assert (configs["message.max.bytes"].value, configs["message.max.bytes"].config_source) == ("20000", TOPIC_CONFIG)
