@@ -22,17 +22,29 @@ from protocol.errors import ErrorCode
 from protocol.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
     BrokerEndpoint,
+    ConfigResourceType,
     CreatableTopic,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResponse,
     FetchPartition,
     FetchRequest,
     FetchResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ListOffsetsPartition,
@@ -189,15 +201,24 @@ class ClusterClient:
             raise KeyError(f"unknown partition {tp}")
         return info
 
-    async def wait_for_leaders(self, topic: str, timeout_s: float = 30.0) -> None:
+    async def wait_for_leaders(self, topic: str, timeout_s: float = 30.0, partitions: int = 1) -> None:
+        """Until METADATA lists at least `partitions` partitions of `topic`, each with a leader."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             resp = await self.refresh_metadata([topic])
             t = resp.topics[0] if resp.topics else None
-            if t and t.error_code == ErrorCode.NONE and t.partitions and all(p.leader_id >= 0 for p in t.partitions):
+            if (
+                t
+                and t.error_code == ErrorCode.NONE
+                and len(t.partitions) >= max(partitions, 1)
+                and all(p.leader_id >= 0 for p in t.partitions)
+            ):
                 return
             if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"topic {topic!r} has no leader for every partition after {timeout_s}s")
+                raise TimeoutError(
+                    f"topic {topic!r} does not have {max(partitions, 1)} partitions each with a leader after "
+                    f"{timeout_s}s"
+                )
             await asyncio.sleep(0.05)
 
     # -- admin --------------------------------------------------------------------------------------
@@ -211,6 +232,28 @@ class ClusterClient:
 
     async def delete_topics(self, names: list[str]) -> DeleteTopicsResponse:
         response: DeleteTopicsResponse = await self.send_any(DeleteTopicsRequest(list(names)))
+        return response
+
+    async def create_partitions(self, name: str, count: int) -> CreatePartitionsResponse:
+        """Grow `name` to `count` partitions in all."""
+        response: CreatePartitionsResponse = await self.send_any(
+            CreatePartitionsRequest([CreatePartitionsTopic(name, count)])
+        )
+        return response
+
+    async def describe_topic_configs(self, name: str) -> DescribeConfigsResponse:
+        request = DescribeConfigsRequest([DescribeConfigsResource(int(ConfigResourceType.TOPIC), name)])
+        response: DescribeConfigsResponse = await self.send_any(request)
+        return response
+
+    async def alter_topic_configs(
+        self, name: str, set_configs: dict[str, str], delete: list[str]
+    ) -> IncrementalAlterConfigsResponse:
+        """INCREMENTAL_ALTER_CONFIGS: SET each of `set_configs`, DELETE each of `delete`, all or none."""
+        ops = [AlterableConfig(k, int(AlterConfigOp.SET), v) for k, v in set_configs.items()]
+        ops += [AlterableConfig(k, int(AlterConfigOp.DELETE)) for k in delete]
+        request = IncrementalAlterConfigsRequest([AlterConfigsResource(int(ConfigResourceType.TOPIC), name, ops)])
+        response: IncrementalAlterConfigsResponse = await self.send_any(request)
         return response
 
     async def alter_partition_reassignments(

@@ -663,6 +663,200 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _controller_answer(resp: Any, what: str) -> None:
+    """Raise for a top-level error: the brokers cannot reach the controller (exit 3), or it refused (exit 4)."""
+    from protocol.errors import ErrorCode
+
+    if resp.error_code == ErrorCode.NOT_CONTROLLER:
+        raise CliError(
+            f"{what} failed: the brokers cannot reach the controller ({resp.error_message}); "
+            "is it running? (`minibroker cluster status`)",
+            EXIT_UNREACHABLE,
+        )
+    if resp.error_code != ErrorCode.NONE:
+        raise CliError(f"{what} failed: {ErrorCode(resp.error_code).name}: {resp.error_message}", EXIT_CLUSTER_ERROR)
+
+
+def cmd_topic_alter(args: argparse.Namespace) -> int:
+    from client.cluster_client import ClusterUnavailableError
+    from protocol.errors import ErrorCode
+
+    if args.partitions is None:
+        raise CliError("give --partitions N, the topic's new partition count", EXIT_USAGE)
+
+    async def go() -> None:
+        async with _client(args) as client:
+            try:
+                resp = await client.create_partitions(args.topic, args.partitions)
+                _controller_answer(resp, "alter")
+                (result,) = resp.results
+                if result.error_code != ErrorCode.NONE:
+                    raise CliError(
+                        f"cannot alter {args.topic}: {ErrorCode(result.error_code).name}: {result.error_message}",
+                        EXIT_CLUSTER_ERROR,
+                    )
+                await client.wait_for_leaders(args.topic, timeout_s=30.0, partitions=args.partitions)
+            except ClusterUnavailableError as exc:
+                raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+
+    _run(go())
+    data = {"topic": args.topic, "partitions": args.partitions}
+    _emit(args, data, lambda: f"topic {args.topic} now has {args.partitions} partitions")
+    return EXIT_OK
+
+
+# -- topic configs (kafka-configs.sh) -------------------------------------------------------------
+
+
+def _configs_topic(args: argparse.Namespace) -> str | None:
+    """--topic T, or kafka-configs.sh's --entity-type topics --entity-name T; None: every topic."""
+    if args.topic and args.entity_name and args.topic != args.entity_name:
+        raise CliError(f"--topic {args.topic} and --entity-name {args.entity_name} name different topics", EXIT_USAGE)
+    return args.topic or args.entity_name or None
+
+
+def _config_source_name(source: int) -> str:
+    from protocol.messages import ConfigSource
+
+    try:
+        return ConfigSource(source).name
+    except ValueError:
+        return f"UNKNOWN({source})"
+
+
+def cmd_configs_describe(args: argparse.Namespace) -> int:
+    from client.cluster_client import ClusterUnavailableError
+    from protocol.errors import ErrorCode
+
+    topic = _configs_topic(args)
+
+    async def go() -> list[Any]:
+        async with _client(args) as client:
+            try:
+                names = [topic] if topic else [t.topic for t in (await client.refresh_metadata(None)).topics]
+                results = []
+                for name in names:
+                    resp = await client.describe_topic_configs(name)
+                    _controller_answer(resp, "describe")
+                    results.extend(resp.results)
+                return results
+            except ClusterUnavailableError as exc:
+                raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+
+    out = []
+    for result in _run(go()):
+        if result.error_code != ErrorCode.NONE:
+            raise CliError(
+                f"cannot describe configs of {result.resource_name}: {ErrorCode(result.error_code).name}: "
+                f"{result.error_message}",
+                EXIT_CLUSTER_ERROR,
+            )
+        configs = [
+            {
+                "name": c.name,
+                "value": c.value,
+                "source": _config_source_name(c.config_source),
+                "sensitive": c.is_sensitive,
+                "synonyms": [
+                    {"name": s.name, "value": s.value, "source": _config_source_name(s.source)} for s in c.synonyms
+                ],
+            }
+            for c in result.configs
+        ]
+        out.append({"topic": result.resource_name, "configs": configs})
+
+    def text() -> str:
+        # kafka-configs.sh --describe --all's layout
+        lines = []
+        for t in out:
+            lines.append(f"All configs for topic {t['topic']} are:")
+            for c in t["configs"]:
+                synonyms = ", ".join(f"{s['source']}:{s['name']}={s['value']}" for s in c["synonyms"])
+                lines.append(
+                    f"  {c['name']}={c['value']} sensitive={str(c['sensitive']).lower()} synonyms={{{synonyms}}}"
+                )
+        return "\n".join(lines) if lines else "(no topics)"
+
+    _emit(args, out, text)
+    return EXIT_OK
+
+
+def _config_changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
+    """--add-config k=v[,k2=v2] and --delete-config k[,k2] (each repeatable), checked as `topic create` checks
+    --config, so a typo is a usage error that needs no cluster."""
+    from broker.log.log_config import topic_config_error, topic_config_key_error
+
+    adds: dict[str, str] = {}
+    for group in args.add_config or []:
+        for item in group.split(","):
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise CliError(f"--add-config expects key=value[,key=value...], got {item!r}", EXIT_USAGE)
+            adds[key.strip()] = value.strip()
+    deletes = [k.strip() for group in args.delete_config or [] for k in group.split(",") if k.strip()]
+    if not adds and not deletes:
+        raise CliError("give --add-config key=value[,...] and/or --delete-config key[,...]", EXIT_USAGE)
+    if both := sorted(set(adds) & set(deletes)):
+        raise CliError(f"{', '.join(both)}: both added and deleted", EXIT_USAGE)
+    if (problem := topic_config_error(adds)) is not None:
+        raise CliError(problem, EXIT_USAGE)
+    for key in deletes:
+        if (problem := topic_config_key_error(key)) is not None:
+            raise CliError(problem, EXIT_USAGE)
+    return adds, list(dict.fromkeys(deletes))
+
+
+async def _until_shown(client: Any, topic: str, adds: dict[str, str], deletes: list[str], timeout_s: float) -> bool:
+    """Whether the broker the client asks shows the change within `timeout_s`: the controller has committed it,
+    and brokers learn it from its next push."""
+    import asyncio
+
+    from protocol.messages import ConfigSource
+
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        (result,) = (await client.describe_topic_configs(topic)).results
+        own = {c.name: c.value for c in result.configs if c.config_source == ConfigSource.DYNAMIC_TOPIC_CONFIG}
+        if all(own.get(k) == v for k, v in adds.items()) and not any(k in own for k in deletes):
+            return True
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+
+
+def cmd_configs_alter(args: argparse.Namespace) -> int:
+    from client.cluster_client import ClusterUnavailableError
+    from protocol.errors import ErrorCode
+
+    topic = _configs_topic(args)
+    if topic is None:
+        raise CliError("give --topic TOPIC (or --entity-type topics --entity-name TOPIC)", EXIT_USAGE)
+    adds, deletes = _config_changes(args)
+
+    async def go() -> bool:
+        async with _client(args) as client:
+            try:
+                resp = await client.alter_topic_configs(topic, adds, deletes)
+                _controller_answer(resp, "alter")
+                (result,) = resp.responses
+                if result.error_code != ErrorCode.NONE:
+                    raise CliError(
+                        f"cannot alter configs of {topic}: {ErrorCode(result.error_code).name}: {result.error_message}",
+                        EXIT_CLUSTER_ERROR,
+                    )
+                return await _until_shown(client, topic, adds, deletes, timeout_s=10.0)
+            except ClusterUnavailableError as exc:
+                raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+
+    if not _run(go()):
+        print(
+            f"minibroker: note: the change is committed; {args.bootstrap_server} does not show it yet", file=sys.stderr
+        )
+    data = {"topic": topic, "set": adds, "deleted": deletes}
+    _emit(args, data, lambda: f"Completed updating config for topic {topic}.")
+    return EXIT_OK
+
+
 def _properties(items: list[str] | None, known: dict[str, str]) -> dict[str, str]:
     from client.console import parse_properties
 
@@ -925,7 +1119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cluster_status)
 
     tp = sub.add_parser(
-        "topic", help="create, delete, reassign, list and describe topics", description="Topic administration."
+        "topic",
+        help="create, delete, alter, reassign, list and describe topics",
+        description="Topic administration.",
     )
     tsub = tp.add_subparsers(dest="topic_command", required=True, metavar="SUBCOMMAND")
     p = tsub.add_parser(
@@ -950,6 +1146,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _add_client(p)
     p.set_defaults(func=cmd_topic_delete)
+    p = tsub.add_parser(
+        "alter",
+        help="add partitions to a topic",
+        description="Grow a topic to --partitions partitions, like kafka-topics.sh --alter: the new ones are "
+        "placed on the live brokers as Kafka places them, with the replication factor of partition 0, and get "
+        "leaders at once; existing partitions and their data stay where they are (keys may map to other "
+        "partitions from now on). Fewer or as many partitions as now is an error (exit 4), as is an unknown "
+        "topic. Configs are changed with `minibroker configs alter`.",
+    )
+    p.add_argument("topic")
+    p.add_argument("--partitions", type=int, help="the new total number of partitions")
+    p.add_argument("--json", action="store_true")
+    _add_client(p)
+    p.set_defaults(func=cmd_topic_alter)
     p = tsub.add_parser(
         "reassign",
         help="move a partition's replicas (KIP-455)",
@@ -985,6 +1195,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _add_client(p)
     p.set_defaults(func=cmd_topic_describe)
+
+    cf = sub.add_parser(
+        "configs",
+        help="describe and change topic configs at runtime",
+        description="Topic configs, like kafka-configs.sh --entity-type topics.",
+    )
+    cfsub = cf.add_subparsers(dest="configs_command", required=True, metavar="SUBCOMMAND")
+    describe_p = cfsub.add_parser(
+        "describe",
+        help="every config of a topic, its value and where it comes from",
+        description="Every config of a topic (or of all topics) with the value in effect and its source: "
+        "DYNAMIC_TOPIC_CONFIG (set on the topic), STATIC_BROKER_CONFIG (the cluster's setting of the "
+        "broker-level key) or DEFAULT_CONFIG (Kafka's default); the synonyms list what the value falls back "
+        "to. Unknown topic: exit 4.",
+    )
+    describe_p.add_argument(
+        "--all", action="store_true", help="kafka-configs.sh spelling: every config is always listed here"
+    )
+    describe_p.set_defaults(func=cmd_configs_describe)
+    alter_p = cfsub.add_parser(
+        "alter",
+        help="set or delete topic configs",
+        description="Set (--add-config) or delete (--delete-config) configs of a topic, all or none. Brokers "
+        "apply them at once to the topic's partitions: min.insync.replicas decides the next acks=all produce. "
+        "A deleted config falls back to the cluster's setting. An unknown key is a usage error (exit 2) with "
+        "the closest known one; an unknown topic exits 4.",
+    )
+    alter_p.add_argument(
+        "--add-config",
+        action="append",
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="configs to set, e.g. min.insync.replicas=2,retention.ms=3600000 (repeatable)",
+    )
+    alter_p.add_argument(
+        "--delete-config", action="append", metavar="KEY[,KEY]", help="configs to delete from the topic (repeatable)"
+    )
+    alter_p.set_defaults(func=cmd_configs_alter)
+    for p in (describe_p, alter_p):
+        p.add_argument("--topic", help="the topic")
+        p.add_argument("--entity-type", choices=["topics"], help="kafka-configs.sh spelling: only topics")
+        p.add_argument("--entity-name", metavar="TOPIC", help="kafka-configs.sh spelling of --topic")
+        p.add_argument("--json", action="store_true")
+        _add_client(p)
 
     p = sub.add_parser(
         "produce",
