@@ -6,6 +6,7 @@ comes from."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from broker.config_helper import describe_topic_configs
 from broker.fetch_session import FetchManager, FetchSessionCache
@@ -13,14 +14,21 @@ from broker.kafka_apis import KafkaApis
 from broker.log.log import LogConfig
 from broker.metadata_cache import MetadataCache
 from broker.server import ConnectionContext
+from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages import (
+    AlterableConfig,
+    AlterConfigsResource,
     ConfigSource,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
     DescribeConfigsRequest,
     DescribeConfigsResource,
     DescribeConfigsResourceResult,
     DescribeConfigsResponse,
     DescribeConfigsSynonym,
+    IncrementalAlterConfigsRequest,
     LeaderAndIsrPartition,
     MetadataRequest,
     MetadataResponse,
@@ -37,17 +45,20 @@ CTX = ConnectionContext(1, "test")
 CONTROLLER_DEFAULTS = {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"}
 
 
-def broker_apis(broker: LeaderBroker) -> KafkaApis:
+def broker_apis(broker: LeaderBroker, **kwargs: Any) -> KafkaApis:
     return KafkaApis(
         LOCAL_ID,
         broker.replica_manager,
         MetadataCache(LOCAL_ID),
         FetchManager(FetchSessionCache(), broker.time),
         broker.time,
+        **kwargs,
     )
 
 
-async def push(apis: KafkaApis, configs: dict[str, str], defaults: dict[str, str] | None = None) -> None:
+async def push(
+    apis: KafkaApis, configs: dict[str, str], defaults: dict[str, str] | None = None, ctx: ConnectionContext = CTX
+) -> None:
     """UPDATE_METADATA as the controller sends it: TOPIC's partition 0 and the topic's configs."""
     state = LeaderAndIsrPartition(TOPIC, 0, LOCAL_ID, 1, [LOCAL_ID], 1, [LOCAL_ID, FOLLOWER_ID])
     request = UpdateMetadataRequest(
@@ -58,7 +69,7 @@ async def push(apis: KafkaApis, configs: dict[str, str], defaults: dict[str, str
         topic_configs={TOPIC: configs},
         topic_config_defaults=CONTROLLER_DEFAULTS if defaults is None else defaults,
     )
-    response = await apis.handle_update_metadata(CTX, request)
+    response = await apis.handle_update_metadata(ctx, request)
     assert response.error_code == ErrorCode.NONE
 
 
@@ -186,3 +197,37 @@ def test_a_topic_created_with_the_broker_level_message_max_bytes_shows_it_as_its
 
     assert (configs["max.message.bytes"].value, configs["max.message.bytes"].config_source) == ("20000", TOPIC_CONFIG)
     assert (configs["message.max.bytes"].value, configs["message.max.bytes"].config_source) == ("20000", TOPIC_CONFIG)
+
+
+async def test_adding_partitions_and_altering_configs_need_the_cluster_secret_and_describing_does_not(
+    tmp_path: Path,
+) -> None:
+    broker = LeaderBroker(tmp_path)
+    broker.make_leader()
+    forwarded: list[Message] = []
+
+    async def to_controller(request: Message) -> Message:
+        forwarded.append(request)
+        return CreatePartitionsResponse()
+
+    apis = broker_apis(broker, cluster_secret="s3cret", forward_to_controller=to_controller)
+    admin = ConnectionContext(2, "admin", authenticated=True)
+    await push(apis, {}, ctx=admin)
+    anonymous = ConnectionContext(3, "anonymous")
+    grow = CreatePartitionsRequest([CreatePartitionsTopic(TOPIC, 3)])
+    alter = IncrementalAlterConfigsRequest([AlterConfigsResource(2, TOPIC, [AlterableConfig("retention.ms", 0, "1")])])
+
+    refused = [
+        await apis.handle_create_partitions(anonymous, grow),
+        await apis.handle_incremental_alter_configs(anonymous, alter),
+    ]
+    described = await apis.handle_describe_configs(
+        anonymous, DescribeConfigsRequest([DescribeConfigsResource(2, TOPIC)])
+    )
+
+    assert [r.error_code for r in refused] == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED] * 2
+    assert forwarded == []
+    assert isinstance(described, DescribeConfigsResponse) and described.results[0].error_code == ErrorCode.NONE
+    await apis.handle_create_partitions(admin, grow)
+    await apis.handle_incremental_alter_configs(admin, alter)
+    assert forwarded == [grow, alter]
