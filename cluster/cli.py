@@ -808,15 +808,20 @@ def _config_changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]
 
 async def _until_shown(client: Any, topic: str, adds: dict[str, str], deletes: list[str], timeout_s: float) -> bool:
     """Whether the broker the client asks shows the change within `timeout_s`: the controller has committed it,
-    and brokers learn it from its next push."""
+    and brokers learn it from its next push. A broker that cannot be asked does not show it (the change stands)."""
     import asyncio
 
+    from client.cluster_client import ClusterUnavailableError
     from protocol.messages import ConfigSource
 
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        (result,) = (await client.describe_topic_configs(topic)).results
-        own = {c.name: c.value for c in result.configs if c.config_source == ConfigSource.DYNAMIC_TOPIC_CONFIG}
+        try:
+            results = (await client.describe_topic_configs(topic)).results
+        except ClusterUnavailableError:
+            return False
+        configs = results[0].configs if len(results) == 1 else []
+        own = {c.name: c.value for c in configs if c.config_source == ConfigSource.DYNAMIC_TOPIC_CONFIG}
         if all(own.get(k) == v for k, v in adds.items()) and not any(k in own for k in deletes):
             return True
         if asyncio.get_running_loop().time() > deadline:
