@@ -132,6 +132,7 @@ class BrokerNode:
             cluster_secret=config.get("cluster.secret"),
             forward_to_controller=self._forward_to_controller if self.controller else None,
         )
+        self.apis.replication_quotas = {"leader": self.leader_quota, "follower": self.follower_quota}
 
     async def handle(self, ctx: ConnectionContext, header: RequestHeader, request: Message) -> Message | None:
         return await self.apis.handle(ctx, header, request)

@@ -42,7 +42,7 @@ def describe_topic_configs(
 ) -> list[DescribeConfigsResourceResult]:
     """Every topic config (or those named in `keys`), sorted by name. `topic_configs` are the ones set on
     the topic, `defaults` what it has otherwise (`topic_config_defaults`)."""
-    names = set(TOPIC_CONFIG_SYNONYMS) | set(topic_configs)
+    names = set(TOPIC_CONFIG_SYNONYMS) | set(KAFKA_TOPIC_CONFIG_DEFAULTS) | set(topic_configs)
     if keys is not None:
         names &= set(keys)
     return [_entry(name, topic_configs, defaults) for name in sorted(names)]
@@ -62,6 +62,10 @@ def _entry(name: str, topic_configs: Mapping[str, str], defaults: Mapping[str, s
         if default != kafka_default:
             synonyms.append(DescribeConfigsSynonym(broker_key, default, int(ConfigSource.STATIC_BROKER_CONFIG)))
         synonyms.append(DescribeConfigsSynonym(broker_key, kafka_default, int(ConfigSource.DEFAULT_CONFIG)))
+    elif name in KAFKA_TOPIC_CONFIG_DEFAULTS:  # a topic-only key (the throttled replica lists)
+        synonyms.append(
+            DescribeConfigsSynonym(name, KAFKA_TOPIC_CONFIG_DEFAULTS[name], int(ConfigSource.DEFAULT_CONFIG))
+        )
     in_effect = synonyms[0]
     return DescribeConfigsResourceResult(
         name=name, value=in_effect.value, config_source=in_effect.source, synonyms=synonyms

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from broker.config_helper import describe_topic_configs, topic_config_defaults
@@ -25,6 +25,7 @@ from broker.delayed_operation import DelayedOperation
 from broker.fetch_session import FetchManager
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import FetchParams, ReplicaManager
+from broker.replication_quota import ReplicationQuotaManager, dynamic_throttles
 from broker.server import ConnectionContext
 from protocol.codec import Message
 from protocol.errors import ErrorCode, KafkaError, errors_into
@@ -157,6 +158,8 @@ class KafkaApis:
         on_leader_and_isr: Callable[[LeaderAndIsrRequest], LeaderAndIsrResponse] | None = None,
     ) -> None:
         self.broker_id = broker_id
+        # "leader" and "follower" replication quota managers, when the broker has them (set by BrokerNode).
+        self.replication_quotas: dict[str, ReplicationQuotaManager] = {}
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
         self.fetch_manager = fetch_manager
@@ -332,8 +335,20 @@ class KafkaApis:
         if refused is not None:
             return refused
         self.metadata_cache.update(request)
-        self.replica_manager.update_topic_configs(self.metadata_cache.topic_configs_in_effect())
+        in_effect = self.metadata_cache.topic_configs_in_effect()
+        self.replica_manager.update_topic_configs(in_effect)
+        self._apply_replication_throttles(in_effect)
         return UpdateMetadataResponse()
+
+    def _apply_replication_throttles(self, topic_configs: Mapping[str, Mapping[str, str]]) -> None:
+        """KIP-73 at runtime: which replicas the topics throttle on this broker, and the cluster's dynamic
+        rates (this broker's own entry over the default), as kafka-reassign-partitions --throttle sets them."""
+        dynamic = {**self.metadata_cache.broker_configs.get("", {})}
+        dynamic.update(self.metadata_cache.broker_configs.get(str(self.broker_id), {}))
+        for side, quota in self.replication_quotas.items():
+            quota.set_dynamic_throttles(dynamic_throttles(topic_configs, side, self.broker_id))
+            rate = dynamic.get(f"{side}.replication.throttled.rate")
+            quota.set_dynamic_rate(None if rate is None else float(rate))
 
     async def handle_stop_replica(self, ctx: ConnectionContext, request: StopReplicaRequest) -> Message:
         refused = check_secret(ctx, self.cluster_secret)

@@ -26,6 +26,7 @@ class MetadataCache:
         self.partitions: dict[TopicPartition, LeaderAndIsrPartition] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}  # the configs set on each topic
         self.topic_config_defaults: dict[str, str] = {}  # the controller's, for keys a topic does not set
+        self.broker_configs: dict[str, dict[str, str]] = {}  # dynamic broker configs ("" = cluster default)
         self.controller_id = -1
         self.controller_epoch = -1
 
@@ -39,6 +40,7 @@ class MetadataCache:
         self.partitions = {TopicPartition(p.topic, p.partition): p for p in request.partitions}
         self.topic_configs = dict(request.topic_configs)
         self.topic_config_defaults = dict(request.topic_config_defaults)
+        self.broker_configs = {entity: dict(configs) for entity, configs in request.broker_configs.items()}
 
     def merge_partition_states(self, states: list[LeaderAndIsrPartition], leaders: list[BrokerEndpoint]) -> None:
         for b in leaders:

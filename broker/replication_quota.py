@@ -19,6 +19,12 @@ Configuration keeps Kafka's names: `leader.replication.throttled.rate` /
 `follower.replication.throttled.rate` (bytes/s; absent = unthrottled) and
 `leader.replication.throttled.replicas` / `follower.replication.throttled.replicas`, a comma list of
 `topic:partition` entries, `topic:*` for every partition of a topic, or `*` for everything.
+
+At runtime, as Kafka's dynamic configs do it (what `kafka-reassign-partitions --throttle` sets): each
+topic's `leader.replication.throttled.replicas` / `follower.replication.throttled.replicas` (Kafka's
+`partition:broker` list, or `*`) marks the partitions listed with this broker's id, and the cluster's
+dynamic `<side>.replication.throttled.rate` (UPDATE_METADATA's broker_configs) replaces the broker's own
+rate until it is deleted (`set_dynamic_throttles`, `set_dynamic_rate`; broker/kafka_apis.py applies both).
 """
 
 from __future__ import annotations
@@ -56,10 +62,14 @@ class ReplicationQuotaManager:
         self._num_windows = num_windows
         self._window_ms = window_ms
         self._rate_bytes_s = UNLIMITED_RATE if rate_bytes_s is None else rate_bytes_s
+        self._static_rate = self._rate_bytes_s
         self._samples: list[_Sample] = []
         self._current = 0
         self._throttled: dict[str, set[int] | None] = {}
         self._all_throttled = False
+        # Set at runtime: the topics' <side>.replication.throttled.replicas and the cluster's dynamic
+        # <side>.replication.throttled.rate (what kafka-reassign-partitions --throttle sets).
+        self._dynamic: dict[str, set[int] | None] = {}
 
     # -- which replicas ---------------------------------------------------------------------------
 
@@ -77,13 +87,24 @@ class ReplicationQuotaManager:
         self._throttled.clear()
         self._all_throttled = False
 
+    def set_dynamic_throttles(self, marks: Mapping[str, set[int] | None]) -> None:
+        """Replace the throttles that come from topic configs (None: every partition of the topic); those
+        of the broker's own config stay."""
+        self._dynamic = {topic: None if p is None else set(p) for topic, p in marks.items()}
+
+    def set_dynamic_rate(self, rate_bytes_s: float | None) -> None:
+        """The cluster's dynamic rate, or None to fall back to the broker's own config."""
+        self._rate_bytes_s = self._static_rate if rate_bytes_s is None else rate_bytes_s
+
     def is_throttled(self, tp: TopicPartition) -> bool:
         if self._all_throttled:
             return True
-        if tp.topic not in self._throttled:
-            return False
-        partitions = self._throttled[tp.topic]
-        return partitions is _ALL or tp.partition in partitions
+        for marks in (self._throttled, self._dynamic):
+            if tp.topic in marks:
+                partitions = marks[tp.topic]
+                if partitions is _ALL or tp.partition in partitions:
+                    return True
+        return False
 
     # -- how fast ---------------------------------------------------------------------------------
 
@@ -93,6 +114,7 @@ class ReplicationQuotaManager:
 
     def update_quota(self, rate_bytes_s: float | None) -> None:
         self._rate_bytes_s = UNLIMITED_RATE if rate_bytes_s is None else rate_bytes_s
+        self._static_rate = self._rate_bytes_s
 
     def record(self, num_bytes: int) -> None:
         now = self._time.milliseconds()
@@ -190,3 +212,32 @@ def quota_manager_from_kafka_props(
             for topic, partitions in parsed.items():
                 manager.mark_throttled(topic, partitions)
     return manager
+
+
+def throttled_partitions_of(value: str, broker_id: int) -> set[int] | None:
+    """The partitions a topic's `<side>.replication.throttled.replicas` (Kafka's `partition:broker` list,
+    or `*`) throttles on `broker_id`: None for every partition, an empty set for none."""
+    text = value.strip()
+    if text == "*":
+        return None
+    partitions: set[int] = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        partition, _, broker = item.partition(":")
+        if partition.isdigit() and broker.isdigit() and int(broker) == broker_id:
+            partitions.add(int(partition))
+    return partitions
+
+
+def dynamic_throttles(
+    topic_configs: Mapping[str, Mapping[str, str]], side: str, broker_id: int
+) -> dict[str, set[int] | None]:
+    """Per topic, what its `<side>.replication.throttled.replicas` throttles on `broker_id`."""
+    key = f"{side}.replication.throttled.replicas"
+    marks: dict[str, set[int] | None] = {}
+    for topic, configs in topic_configs.items():
+        value = configs.get(key)
+        if value:
+            partitions = throttled_partitions_of(value, broker_id)
+            if partitions is None or partitions:
+                marks[topic] = partitions
+    return marks

@@ -250,9 +250,21 @@ class ClusterClient:
         self, name: str, set_configs: dict[str, str], delete: list[str]
     ) -> IncrementalAlterConfigsResponse:
         """INCREMENTAL_ALTER_CONFIGS: SET each of `set_configs`, DELETE each of `delete`, all or none."""
+        return await self.alter_configs(ConfigResourceType.TOPIC, name, set_configs, delete)
+
+    async def alter_broker_configs(
+        self, entity: str, set_configs: dict[str, str], delete: list[str]
+    ) -> IncrementalAlterConfigsResponse:
+        """Dynamic broker configs (the replication throttle rates) of broker `entity`, or with "" the
+        cluster-wide default."""
+        return await self.alter_configs(ConfigResourceType.BROKER, entity, set_configs, delete)
+
+    async def alter_configs(
+        self, resource_type: int, name: str, set_configs: dict[str, str], delete: list[str]
+    ) -> IncrementalAlterConfigsResponse:
         ops = [AlterableConfig(k, int(AlterConfigOp.SET), v) for k, v in set_configs.items()]
         ops += [AlterableConfig(k, int(AlterConfigOp.DELETE)) for k in delete]
-        request = IncrementalAlterConfigsRequest([AlterConfigsResource(int(ConfigResourceType.TOPIC), name, ops)])
+        request = IncrementalAlterConfigsRequest([AlterConfigsResource(int(resource_type), name, ops)])
         response: IncrementalAlterConfigsResponse = await self.send_any(request)
         return response
 

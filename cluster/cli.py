@@ -496,6 +496,65 @@ def _reassignment_plan(args: argparse.Namespace) -> list[tuple[Any, list[int] | 
     return [(TopicPartition(args.topic, args.partition), replicas)]
 
 
+THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+THROTTLED_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+
+
+async def _set_reassignment_throttle(client: Any, targets: list[tuple[Any, list[int] | None]], rate: int) -> None:
+    """What kafka-reassign-partitions --throttle sets: the cluster-wide leader and follower throttled rates,
+    and per topic the replicas they apply to: on the leader side the partition's current replicas (any of
+    them may be the one the new replicas fetch from), on the follower side the replicas being added."""
+
+    topics = sorted({tp.topic for tp, _ in targets})
+    meta = await client.refresh_metadata(topics)
+    current = {t.topic: dict(t.configs) for t in meta.topics}
+    leader_side: dict[str, list[str]] = {}
+    follower_side: dict[str, list[str]] = {}
+    for tp, replicas in targets:
+        info = client.partitions.get(tp)
+        if info is None or replicas is None:
+            continue
+        leader_side.setdefault(tp.topic, []).extend(f"{tp.partition}:{b}" for b in info.replicas)
+        follower_side.setdefault(tp.topic, []).extend(f"{tp.partition}:{b}" for b in replicas if b not in info.replicas)
+    for topic in topics:
+        configs: dict[str, str] = {}
+        for key, entries in zip(THROTTLED_REPLICAS, (leader_side, follower_side), strict=True):
+            existing = [e for e in current.get(topic, {}).get(key, "").split(",") if e]
+            if "*" in existing:
+                continue
+            merged = list(dict.fromkeys([*existing, *entries.get(topic, [])]))
+            if merged:
+                configs[key] = ",".join(merged)
+        if configs:
+            _check_altered(await client.alter_topic_configs(topic, configs, []), "throttle")
+    _check_altered(await client.alter_broker_configs("", {key: str(rate) for key in THROTTLE_RATES}, []), "throttle")
+
+
+def _check_altered(resp: Any, what: str) -> None:
+    from protocol.errors import ErrorCode
+
+    _controller_answer(resp, what)
+    for r in resp.responses:
+        if r.error_code != ErrorCode.NONE:
+            raise CliError(f"{what} failed: {ErrorCode(r.error_code).name}: {r.error_message}", EXIT_CLUSTER_ERROR)
+
+
+async def _clear_reassignment_throttle(client: Any, topics: list[str] | None) -> list[str]:
+    """Once nothing moves, remove what `--throttle` set (as kafka-reassign-partitions --verify does): the
+    topics' throttled replica lists and the cluster-wide rates. Returns what was removed."""
+    meta = await client.refresh_metadata(topics)
+    removed: list[str] = []
+    for t in meta.topics:
+        keys = [key for key in THROTTLED_REPLICAS if t.configs.get(key)]
+        if keys:
+            _check_altered(await client.alter_topic_configs(t.topic, {}, keys), "removing the throttle")
+            removed.append(f"{', '.join(keys)} of topic {t.topic}")
+    if removed:
+        _check_altered(await client.alter_broker_configs("", {}, list(THROTTLE_RATES)), "removing the throttle")
+        removed.append(f"{', '.join(THROTTLE_RATES)} of every broker")
+    return removed
+
+
 async def _reassignment_progress(client: Any, topics: list[str] | None) -> list[dict[str, Any]]:
     """Reassignments in progress, with each adding replica's log end offset beside the leader's."""
     from protocol.messages import DescribeLogDirsRequest, TopicPartition
@@ -541,10 +600,18 @@ def cmd_topic_reassign(args: argparse.Namespace) -> int:
     if args.verify and (args.topic or args.plan):
         wanted = [args.topic] if args.topic else sorted({tp.topic for tp, _ in _reassignment_plan(args)})
 
+    if args.throttle is not None and (args.throttle < 1 or args.verify or args.cancel):
+        raise CliError(
+            "--throttle takes bytes/s >= 1, with a reassignment to start (not --verify or --cancel)", EXIT_USAGE
+        )
+    throttle_removed: list[str] = []
+
     async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         async with _client(args) as client:
             try:
                 answers: list[dict[str, Any]] = []
+                if targets and args.throttle is not None:
+                    await _set_reassignment_throttle(client, targets, args.throttle)
                 if targets:
                     resp = await client.alter_partition_reassignments(targets)
                     if resp.error_code != ErrorCode.NONE:
@@ -559,13 +626,15 @@ def cmd_topic_reassign(args: argparse.Namespace) -> int:
                         for r in resp.responses
                     ]
                 progress = await _reassignment_progress(client, wanted)
+                if args.verify and not progress:
+                    throttle_removed.extend(await _clear_reassignment_throttle(client, wanted))
             except ClusterUnavailableError as exc:
                 raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
             return answers, progress
 
     answers, progress = _run(go())
     if args.json:
-        _emit(args, {"results": answers, "in_progress": progress}, str)
+        _emit(args, {"results": answers, "in_progress": progress, "throttle_removed": throttle_removed}, str)
     else:
         for a in answers:
             tp = f"{a['topic']}-{a['partition']}"
@@ -582,6 +651,10 @@ def cmd_topic_reassign(args: argparse.Namespace) -> int:
             )
         if args.verify and not progress:
             print("no reassignment in progress" + (f" for {', '.join(wanted)}" if wanted else ""))
+        for what in throttle_removed:
+            print(f"throttle removed: {what}")
+        if args.throttle is not None and any(a["error"] is None for a in answers):
+            print(f"throttle: {args.throttle} bytes/s on the moving replicas until --verify reports the move done")
     if any(a["error"] is not None for a in answers):
         return EXIT_CLUSTER_ERROR
     if args.verify and progress:
@@ -781,6 +854,22 @@ def cmd_configs_describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _split_config_items(text: str) -> list[str]:
+    """`a=1,b=[0:1,0:2]` -> ["a=1", "b=0:1,0:2"]: as kafka-configs.sh, a list value goes in square brackets."""
+    items: list[str] = []
+    current, depth = "", 0
+    for ch in text:
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        current += ch
+    items.append(current)
+    return [item.replace("[", "").replace("]", "") for item in items]
+
+
 def _config_changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
     """--add-config k=v[,k2=v2] and --delete-config k[,k2] (each repeatable), checked as `topic create` checks
     --config, so a typo is a usage error that needs no cluster."""
@@ -788,7 +877,7 @@ def _config_changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]
 
     adds: dict[str, str] = {}
     for group in args.add_config or []:
-        for item in group.split(","):
+        for item in _split_config_items(group):
             key, sep, value = item.partition("=")
             if not sep or not key.strip():
                 raise CliError(f"--add-config expects key=value[,key=value...], got {item!r}", EXIT_USAGE)
@@ -833,6 +922,8 @@ def cmd_configs_alter(args: argparse.Namespace) -> int:
     from client.cluster_client import ClusterUnavailableError
     from protocol.errors import ErrorCode
 
+    if args.entity_type == "brokers":
+        return _alter_broker_configs(args)
     topic = _configs_topic(args)
     if topic is None:
         raise CliError("give --topic TOPIC (or --entity-type topics --entity-name TOPIC)", EXIT_USAGE)
@@ -859,6 +950,62 @@ def cmd_configs_alter(args: argparse.Namespace) -> int:
         )
     data = {"topic": topic, "set": adds, "deleted": deletes}
     _emit(args, data, lambda: f"Completed updating config for topic {topic}.")
+    return EXIT_OK
+
+
+def _alter_broker_configs(args: argparse.Namespace) -> int:
+    """kafka-configs.sh --entity-type brokers (--entity-default | --entity-name ID): the dynamic replication
+    throttle rates."""
+    import difflib
+
+    from client.cluster_client import ClusterUnavailableError
+    from cluster.controller import DYNAMIC_BROKER_CONFIGS
+    from protocol.errors import ErrorCode
+
+    if args.entity_default == (args.entity_name is not None):
+        raise CliError("brokers: give --entity-default or --entity-name BROKER_ID", EXIT_USAGE)
+    entity = "" if args.entity_default else str(args.entity_name)
+    if entity and not entity.isdigit():
+        raise CliError(f"--entity-name {entity!r}: a broker id", EXIT_USAGE)
+    adds: dict[str, str] = {}
+    for group in args.add_config or []:
+        for item in _split_config_items(group):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise CliError(f"--add-config expects key=value[,key=value...], got {item!r}", EXIT_USAGE)
+            adds[key.strip()] = value.strip()
+    deletes = [k.strip() for group in args.delete_config or [] for k in group.split(",") if k.strip()]
+    if not adds and not deletes:
+        raise CliError("give --add-config key=value[,...] and/or --delete-config key[,...]", EXIT_USAGE)
+    for key in [*adds, *deletes]:
+        if key not in DYNAMIC_BROKER_CONFIGS:
+            close = difflib.get_close_matches(key, DYNAMIC_BROKER_CONFIGS, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise CliError(
+                f"broker config {key!r} cannot be changed at runtime (only {', '.join(DYNAMIC_BROKER_CONFIGS)}){hint}",
+                EXIT_USAGE,
+            )
+    for key, value in adds.items():
+        if not value.isdigit() or int(value) < 1:
+            raise CliError(f"{key}: expected bytes/s >= 1, got {value!r}", EXIT_USAGE)
+
+    async def go() -> None:
+        async with _client(args) as client:
+            try:
+                resp = await client.alter_broker_configs(entity, adds, deletes)
+            except ClusterUnavailableError as exc:
+                raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+            _controller_answer(resp, "alter")
+            (result,) = resp.responses
+            if result.error_code != ErrorCode.NONE:
+                raise CliError(
+                    f"cannot alter broker configs: {ErrorCode(result.error_code).name}: {result.error_message}",
+                    EXIT_CLUSTER_ERROR,
+                )
+
+    _run(go())
+    what = "default config for brokers in the cluster" if not entity else f"config for broker {entity}"
+    _emit(args, {"broker": entity or None, "set": adds, "deleted": deletes}, lambda: f"Completed updating {what}.")
     return EXIT_OK
 
 
@@ -1179,6 +1326,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", metavar="FILE", help='kafka-reassign-partitions JSON: {"version":1,"partitions":[...]}')
     p.add_argument("--cancel", action="store_true", help="cancel the reassignment of these partitions")
     p.add_argument("--verify", action="store_true", help="show what is still moving; exit 1 until done")
+    p.add_argument(
+        "--throttle",
+        type=int,
+        metavar="BYTES_PER_S",
+        help="limit the moving replicas' replication to this rate (KIP-73), as kafka-reassign-partitions does: "
+        "sets the brokers' leader/follower.replication.throttled.rate and the topics' throttled replica lists; "
+        "--verify removes them once nothing moves",
+    )
     p.add_argument("--json", action="store_true")
     _add_client(p)
     p.set_defaults(func=cmd_topic_reassign)
@@ -1239,8 +1394,20 @@ def build_parser() -> argparse.ArgumentParser:
     alter_p.set_defaults(func=cmd_configs_alter)
     for p in (describe_p, alter_p):
         p.add_argument("--topic", help="the topic")
-        p.add_argument("--entity-type", choices=["topics"], help="kafka-configs.sh spelling: only topics")
-        p.add_argument("--entity-name", metavar="TOPIC", help="kafka-configs.sh spelling of --topic")
+        p.add_argument(
+            "--entity-type",
+            choices=["topics", "brokers"] if p is alter_p else ["topics"],
+            help="kafka-configs.sh spelling: topics, or (alter) brokers for the dynamic replication throttle rates",
+        )
+        p.add_argument(
+            "--entity-name", metavar="NAME", help="the topic (kafka-configs.sh spelling of --topic), or a broker id"
+        )
+        if p is alter_p:
+            p.add_argument(
+                "--entity-default",
+                action="store_true",
+                help="with --entity-type brokers: the cluster-wide default of every broker",
+            )
         p.add_argument("--json", action="store_true")
         _add_client(p)
 

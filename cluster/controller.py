@@ -43,6 +43,7 @@ Partition epochs follow KRaft (metadata.py): a leader change bumps `leader_epoch
 
 from __future__ import annotations
 
+import difflib
 import re
 import zlib
 from collections import Counter
@@ -52,6 +53,7 @@ from typing import Any, Generic, TypeVar
 
 from broker.log.log_config import topic_config_error, topic_config_key_error
 from cluster.metadata import (
+    BROKER_RESOURCE,
     NO_LEADER,
     TOPIC_RESOURCE,
     BrokerRegistration,
@@ -114,6 +116,8 @@ from protocol.messages import (
 from protocol.time import Time
 
 MAX_PRODUCER_EPOCH = 2**15 - 1  # an int16 in the batch header
+# Broker configs INCREMENTAL_ALTER_CONFIGS may change at runtime (Kafka's dynamic replication quotas).
+DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
 R = TypeVar("R")
 
@@ -793,12 +797,50 @@ class Controller:
                 self._commit(records, committed)
         return self._result(committed, IncrementalAlterConfigsResponse(responses=answers))
 
+    def _broker_config_changes(self, resource: AlterConfigsResource) -> list[MetadataRecord]:
+        """Dynamic broker configs: only the replication throttle rates (what kafka-reassign-partitions
+        --throttle sets), for the cluster default (name "") or one broker (its id)."""
+        entity = resource.resource_name
+        if entity != "" and not entity.isdigit():
+            raise KafkaError(
+                f"broker resource name {entity!r}: a broker id, or empty for the cluster-wide default",
+                ErrorCode.INVALID_REQUEST,
+            )
+        current = self._image.broker_configs.get(entity, {})
+        records: list[MetadataRecord] = []
+        for c in resource.configs:
+            if c.name not in DYNAMIC_BROKER_CONFIGS:
+                close = difflib.get_close_matches(c.name, DYNAMIC_BROKER_CONFIGS, n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                raise KafkaError(
+                    f"broker config {c.name!r} cannot be changed at runtime here (only "
+                    f"{', '.join(sorted(DYNAMIC_BROKER_CONFIGS))}){hint}",
+                    ErrorCode.INVALID_CONFIG,
+                )
+            if c.config_operation == AlterConfigOp.SET:
+                if c.value is None or not c.value.isdigit() or int(c.value) < 1:
+                    raise KafkaError(
+                        f"broker config {c.name}: expected bytes/s >= 1, got {c.value!r}", ErrorCode.INVALID_CONFIG
+                    )
+                value: str | None = str(int(c.value))
+            elif c.config_operation == AlterConfigOp.DELETE:
+                value = None
+            else:
+                raise KafkaError(
+                    f"config operation {c.config_operation} does not apply to {c.name}", ErrorCode.INVALID_CONFIG
+                )
+            if current.get(c.name) != value:
+                records.append(ConfigRecord(BROKER_RESOURCE, entity, c.name, value))
+        return records
+
     def _topic_config_changes(self, resource: AlterConfigsResource) -> list[MetadataRecord]:
         """The ConfigRecords that apply `resource`'s operations; KafkaError when any of them is refused."""
+        if resource.resource_type == BROKER_RESOURCE:
+            return self._broker_config_changes(resource)
         if resource.resource_type != TOPIC_RESOURCE:
             raise KafkaError(
-                f"only topic configs (resource type {TOPIC_RESOURCE}) can be altered, not resource type "
-                f"{resource.resource_type}",
+                f"only topic ({TOPIC_RESOURCE}) and broker ({BROKER_RESOURCE}) configs can be altered, not resource "
+                f"type {resource.resource_type}",
                 ErrorCode.INVALID_REQUEST,
             )
         topic = self._image.topics.get(resource.resource_name)

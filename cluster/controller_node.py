@@ -229,6 +229,7 @@ class ControllerNode:
             partitions=[p.to_leader_and_isr() for p in image.partitions.values()],
             topic_configs={name: dict(t.configs) for name, t in image.topics.items()},
             topic_config_defaults=self.controller.topic_config_defaults(),
+            broker_configs={entity: dict(configs) for entity, configs in image.broker_configs.items()},
         )
 
     def _channel(self, broker_id: int) -> BrokerChannel:

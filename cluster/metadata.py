@@ -39,7 +39,8 @@ from typing import Any
 from protocol.messages import BrokerEndpoint, LeaderAndIsrPartition, TopicPartition
 
 NO_LEADER = -1
-TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC, the only resource with configs here
+TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC
+BROKER_RESOURCE = 4  # Kafka's ConfigResource.Type.BROKER: name "" is the cluster-wide default, else a broker id
 
 
 class MetadataReplayError(Exception):
@@ -96,9 +97,10 @@ class TopicRecord:
 
 @dataclass(frozen=True, slots=True)
 class ConfigRecord:
-    """A config of a resource set (`value`) or removed (`value` None), as Kafka's ConfigRecord. Only topics
-    (resource type 2) have configs here: replay changes the topic's configs, which `TopicRecord` carries in
-    a snapshot."""
+    """A config of a resource set (`value`) or removed (`value` None), as Kafka's ConfigRecord. A topic's
+    (resource type 2) changes the topic's configs, which `TopicRecord` carries in a snapshot; a broker's
+    (type 4: the dynamic replication throttle rates, for one broker or, with name "", the cluster default)
+    lives in the image's `broker_configs`."""
 
     resource_type: int
     resource_name: str
@@ -297,6 +299,7 @@ class MetadataImage:
         self._topics: dict[str, TopicImage] = {}
         self._partitions: dict[TopicPartition, PartitionRegistration] = {}
         self.next_producer_id = 0
+        self.broker_configs: dict[str, dict[str, str]] = {}  # dynamic broker configs by entity ("" = default)
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -366,6 +369,9 @@ class MetadataImage:
                 )
         if self.next_producer_id:
             yield ProducerIdsRecord(next_producer_id=self.next_producer_id)
+        for entity, configs in sorted(self.broker_configs.items()):
+            for name, value in sorted(configs.items()):
+                yield ConfigRecord(BROKER_RESOURCE, entity, name, value)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MetadataImage):
@@ -375,6 +381,7 @@ class MetadataImage:
             and self._topics == other._topics
             and self._partitions == other._partitions
             and self.next_producer_id == other.next_producer_id
+            and self.broker_configs == other.broker_configs
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable through replay
@@ -455,8 +462,19 @@ class MetadataImage:
         )
 
     def _replay_config(self, record: ConfigRecord) -> None:
+        if record.resource_type == BROKER_RESOURCE:
+            entity = dict(self.broker_configs.get(record.resource_name, {}))
+            if record.value is None:
+                entity.pop(record.name, None)
+            else:
+                entity[record.name] = record.value
+            if entity:
+                self.broker_configs[record.resource_name] = entity
+            else:
+                self.broker_configs.pop(record.resource_name, None)
+            return
         if record.resource_type != TOPIC_RESOURCE:
-            raise MetadataReplayError(f"config of resource type {record.resource_type}: only topics ({TOPIC_RESOURCE})")
+            raise MetadataReplayError(f"config of resource type {record.resource_type}: only topics and brokers")
         topic = self._topics.get(record.resource_name)
         if topic is None:
             raise MetadataReplayError(f"config {record.name} of unknown topic {record.resource_name}")

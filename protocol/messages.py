@@ -327,6 +327,9 @@ class UpdateMetadataRequest(Message):
     # gives a topic that sets none of its own: min.insync.replicas and unclean.leader.election.enable.
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topic_config_defaults: dict[str, str] = field(default_factory=dict)
+    # Dynamic broker configs (INCREMENTAL_ALTER_CONFIGS on a broker resource): by broker id as a string,
+    # "" for the cluster-wide default; a broker applies its own entry over the default.
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -449,7 +452,8 @@ class CreatePartitionsResponse(Message):
 
 
 class ConfigResourceType(IntEnum):
-    """Kafka's ConfigResource.Type numbers; only TOPIC is served here."""
+    """Kafka's ConfigResource.Type numbers. TOPIC configs can be described and altered; BROKER configs (the
+    dynamic replication throttle rates) can be altered."""
 
     UNKNOWN = 0
     TOPIC = 2

@@ -102,6 +102,18 @@ def _boolean(value: str) -> str | None:
     return None if value.strip().lower() in ("true", "false") else f"expected true or false, got {value!r}"
 
 
+def _throttled_replicas(value: str) -> str | None:
+    """Kafka's list of `partition:broker` replicas, `*` for all, or empty for none."""
+    text = value.strip()
+    if text in ("", "*"):
+        return None
+    for item in text.split(","):
+        partition, sep, broker = item.strip().partition(":")
+        if not (sep and partition.isdigit() and broker.isdigit()):
+            return f"expected '*' or a comma-separated list of partition:broker, got {item.strip()!r}"
+    return None
+
+
 TOPIC_CONFIG_KEYS: dict[str, Callable[[str], str | None]] = {
     "segment.bytes": _int_in(14, _MAX_SEGMENT_BYTES),
     "segment.ms": _int_in(1, LONG_MAX),
@@ -113,6 +125,10 @@ TOPIC_CONFIG_KEYS: dict[str, Callable[[str], str | None]] = {
     "message.max.bytes": _int_in(0, 2**31 - 1),
     "min.insync.replicas": _int_in(1, 2**31 - 1),
     "unclean.leader.election.enable": _boolean,
+    # KIP-73: the replicas whose replication the leader.* / follower.* throttled rates apply to (the brokers
+    # listed are the ones that send, for the leader key, and that fetch, for the follower key).
+    "leader.replication.throttled.replicas": _throttled_replicas,
+    "follower.replication.throttled.replicas": _throttled_replicas,
 }
 
 
@@ -196,4 +212,6 @@ KAFKA_TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     **log_config_values(LogConfig()),
     "min.insync.replicas": "1",
     "unclean.leader.election.enable": "false",
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
 }

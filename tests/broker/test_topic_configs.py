@@ -141,6 +141,8 @@ async def test_describe_configs_lists_every_topic_config_with_its_value_and_sour
     assert [c.name for c in result.configs] == [
         "flush.messages",
         "flush.ms",
+        "follower.replication.throttled.replicas",
+        "leader.replication.throttled.replicas",
         "max.message.bytes",
         "min.insync.replicas",
         "retention.bytes",

@@ -16,13 +16,14 @@ from cluster.controller import (
     elect_leader,
     partition_change,
 )
-from cluster.metadata import NO_LEADER, ConfigRecord, PartitionRecord, PartitionRegistration
+from cluster.metadata import NO_LEADER, ConfigRecord, MetadataImage, PartitionRecord, PartitionRegistration
 from cluster.metadata_store import MetadataStore
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
+    AlterConfigsResourceResponse,
     AlterPartitionItem,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
@@ -31,6 +32,7 @@ from protocol.messages import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
+    ConfigResourceType,
     CreatableTopic,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -1023,7 +1025,7 @@ def test_a_refused_config_change_changes_none_of_the_resources_configs(
     assert cluster.controller.image.topics["t"].configs == {"segment.bytes": "65536"}
 
 
-def test_config_changes_to_an_unknown_topic_a_broker_or_a_resource_named_twice_are_refused() -> None:
+def test_config_changes_to_an_unknown_topic_a_static_broker_key_or_a_resource_named_twice_are_refused() -> None:
     cluster = Cluster()
     cluster.start_brokers(1)
     cluster.create("t", 1, 1)
@@ -1031,6 +1033,7 @@ def test_config_changes_to_an_unknown_topic_a_broker_or_a_resource_named_twice_a
         [
             AlterConfigsResource(2, "nope", [AlterableConfig("retention.ms", SET, "1")]),
             AlterConfigsResource(4, "1", [AlterableConfig("log.retention.ms", SET, "1")]),
+            AlterConfigsResource(8, "1", [AlterableConfig("kafka.log", SET, "DEBUG")]),
             AlterConfigsResource(2, "t", [AlterableConfig("retention.ms", SET, "1")]),
             AlterConfigsResource(2, "t", [AlterableConfig("retention.ms", SET, "2")]),
         ]
@@ -1040,7 +1043,19 @@ def test_config_changes_to_an_unknown_topic_a_broker_or_a_resource_named_twice_a
 
     assert [(r.resource_type, r.resource_name, r.error_code, r.error_message) for r in result.response.responses] == [
         (2, "nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic nope does not exist"),
-        (4, "1", ErrorCode.INVALID_REQUEST, "only topic configs (resource type 2) can be altered, not resource type 4"),
+        (
+            4,
+            "1",
+            ErrorCode.INVALID_CONFIG,
+            "broker config 'log.retention.ms' cannot be changed at runtime here (only "
+            "follower.replication.throttled.rate, leader.replication.throttled.rate)",
+        ),
+        (
+            8,
+            "1",
+            ErrorCode.INVALID_REQUEST,
+            "only topic (2) and broker (4) configs can be altered, not resource type 8",
+        ),
         (2, "t", ErrorCode.INVALID_REQUEST, "resource t is listed 2 times in one request"),
     ]
     assert result.records == [] and cluster.controller.image.topics["t"].configs == {}
@@ -1070,6 +1085,43 @@ def test_a_topic_config_of_unclean_leader_election_set_at_runtime_decides_the_ne
     cluster.tick()  # the only ISR member is fenced
 
     assert (cluster.partition().leader, cluster.partition().isr) == (second, (second,))
+
+
+# -- dynamic broker configs (the replication throttle rates) -------------------------------------------
+
+
+def test_dynamic_broker_throttle_rates_are_committed_replayed_and_kept_in_snapshots(tmp_path: Path) -> None:
+    time = ManualTime()
+    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+
+    def alter(entity: str, *ops: AlterableConfig) -> AlterConfigsResourceResponse:
+        request = IncrementalAlterConfigsRequest(
+            [AlterConfigsResource(int(ConfigResourceType.BROKER), entity, list(ops))]
+        )
+        (answer,) = cluster.controller.incremental_alter_configs(request).response.responses
+        return answer
+
+    rate = "leader.replication.throttled.rate"
+    assert alter("", AlterableConfig(rate, int(AlterConfigOp.SET), "1000")).error_code == ErrorCode.NONE
+    assert alter("2", AlterableConfig(rate, int(AlterConfigOp.SET), "5")).error_code == ErrorCode.NONE
+    assert cluster.controller.image.broker_configs == {"": {rate: "1000"}, "2": {rate: "5"}}
+    # only the throttle rates can change at runtime, and only to a positive rate
+    typo = alter("", AlterableConfig("leader.replication.throttled.rat", int(AlterConfigOp.SET), "1"))
+    assert typo.error_code == ErrorCode.INVALID_CONFIG and "did you mean leader.replication.throttled.rate" in (
+        typo.error_message or ""
+    )
+    assert alter("", AlterableConfig(rate, int(AlterConfigOp.SET), "-3")).error_code == ErrorCode.INVALID_CONFIG
+    assert alter("nope", AlterableConfig(rate, int(AlterConfigOp.SET), "1")).error_code == ErrorCode.INVALID_REQUEST
+    # a restarted controller has them (replayed), and deleting one removes the entity
+    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    assert restarted.controller.image.broker_configs == cluster.controller.image.broker_configs
+    assert alter("2", AlterableConfig(rate, int(AlterConfigOp.DELETE))).error_code == ErrorCode.NONE
+    assert cluster.controller.image.broker_configs == {"": {rate: "1000"}}
+    # and a snapshot keeps them
+    rebuilt = MetadataImage()
+    for record in cluster.controller.image.to_records():
+        rebuilt.replay(record)
+    assert rebuilt.broker_configs == {"": {rate: "1000"}}
 
 
 # -- producer ids (KIP-98) -----------------------------------------------------------------------

@@ -149,7 +149,7 @@ def test_a_re_registration_replaces_the_broker_with_its_new_epoch_fenced() -> No
         pytest.param(PartitionChangeRecord(topic="t", partition=0, leader=3, isr=(1, 2)), id="leader-outside-isr"),
         pytest.param(PartitionChangeRecord(topic="t", partition=1, isr=(1,)), id="unknown-partition"),
         pytest.param(ConfigRecord(2, "u", "retention.ms", "1"), id="config-of-unknown-topic"),
-        pytest.param(ConfigRecord(4, "1", "log.retention.ms", "1"), id="config-of-a-broker"),
+        pytest.param(ConfigRecord(8, "1", "kafka.log", "DEBUG"), id="config-of-a-broker-logger"),
     ],
 )
 def test_replay_refuses_a_record_that_breaks_an_image_invariant(bad_record: MetadataRecord) -> None:

@@ -6,8 +6,10 @@ import pytest
 
 from broker.replication_quota import (
     ReplicationQuotaManager,
+    dynamic_throttles,
     parse_throttled_replicas,
     quota_manager_from_kafka_props,
+    throttled_partitions_of,
 )
 from protocol.messages import TopicPartition
 from protocol.time import ManualTime
@@ -75,3 +77,36 @@ def test_malformed_throttled_replica_lists_are_rejected() -> None:
     for bad in ("orders", "orders:x", ":1"):
         with pytest.raises(ValueError):
             parse_throttled_replicas(bad)
+
+
+def test_topic_throttled_replica_lists_name_partitions_per_broker_as_kafka_does() -> None:
+    # Kafka's partition:broker entries: each broker throttles the partitions listed with its own id
+    assert throttled_partitions_of("0:1,0:2,3:1", 1) == {0, 3}
+    assert throttled_partitions_of("0:1,0:2,3:1", 2) == {0}
+    assert throttled_partitions_of("0:1", 5) == set()
+    assert throttled_partitions_of("*", 5) is None
+    configs = {
+        "a": {"leader.replication.throttled.replicas": "0:1,1:2", "follower.replication.throttled.replicas": "0:3"},
+        "b": {"leader.replication.throttled.replicas": "*"},
+        "c": {"min.insync.replicas": "2"},
+    }
+    assert dynamic_throttles(configs, "leader", 1) == {"a": {0}, "b": None}
+    assert dynamic_throttles(configs, "follower", 3) == {"a": {0}}
+    assert dynamic_throttles(configs, "follower", 1) == {}
+
+
+def test_dynamic_throttles_and_rate_come_and_go_without_touching_the_static_ones() -> None:
+    quota = ReplicationQuotaManager(None, ManualTime())  # the broker's own config: unthrottled
+    quota.mark_throttled("static", {0})
+    quota.set_dynamic_throttles({"moving": {1}})
+    quota.set_dynamic_rate(1000)
+    assert quota.is_throttled(TopicPartition("moving", 1)) and quota.is_throttled(TopicPartition("static", 0))
+    assert not quota.is_throttled(TopicPartition("moving", 0))
+    assert quota.rate_bytes_s == 1000
+    quota.record(5000)
+    assert quota.is_quota_exceeded()
+    # the reassignment is done: --verify deletes the topic lists and the rates
+    quota.set_dynamic_throttles({})
+    quota.set_dynamic_rate(None)
+    assert not quota.is_throttled(TopicPartition("moving", 1)) and quota.is_throttled(TopicPartition("static", 0))
+    assert not quota.is_quota_exceeded()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,5 +94,48 @@ def test_moving_a_partition_off_its_leader_under_load_loses_nothing(tmp_path: Pa
             what="identical replicas",
         )
         assert len(log_bytes(cluster_dir, newcomer, "moving-0")) > 6000 * 6
+    finally:
+        cli("cluster", "down", *d, timeout=60)
+
+
+@pytest.mark.timeout(120)
+def test_a_throttled_move_copies_at_the_throttle_and_verify_removes_it(tmp_path: Path) -> None:
+    # Given a 1-replica topic holding ~1.5 MB on one of two brokers
+    cluster_dir = tmp_path / "c"
+    d = cluster_up(cluster_dir, 2)
+    try:
+        assert cli("topic", "create", "big", "--partitions", "1", "--replication-factor", "1", *d).returncode == 0
+        produced = cli("produce", "big", "--count", "1500", "--size", "1000", *d)
+        assert produced.returncode == 0, produced.stderr
+        leader = int(describe(d, "big")["leader"])  # type: ignore[call-overload]
+        other = 3 - leader
+
+        # When it gains a replica on the other broker with --throttle 200000 (200 kB/s)
+        start = time.monotonic()
+        moved = cli(
+            "topic",
+            "reassign",
+            "big",
+            "--partition",
+            "0",
+            "--replicas",
+            f"{leader},{other}",
+            "--throttle",
+            "200000",
+            *d,
+        )
+        assert moved.returncode == 0, moved.stderr
+        # then the brokers throttle exactly the moving replicas, as kafka-reassign-partitions sets them
+        configs = json.loads(cli("topic", "describe", "big", "--json", *d).stdout)[0]["configs"]
+        assert configs["leader.replication.throttled.replicas"] == f"0:{leader}"
+        assert configs["follower.replication.throttled.replicas"] == f"0:{other}"
+        # and the copy takes seconds (unthrottled it takes well under one: 1 MiB per fetch)
+        eventually(lambda: cli("topic", "reassign", "--verify", "big", *d).returncode == 0, what="move done")
+        took = time.monotonic() - start
+        assert took >= 3.0, f"1.5 MB at 200 kB/s (after a first 1 MiB fetch) took only {took:.1f} s"
+        # and --verify removed the throttle once the move was done
+        after = json.loads(cli("topic", "describe", "big", "--json", *d).stdout)[0]["configs"]
+        assert not any("throttled" in key for key in after), after
+        assert log_bytes(cluster_dir, leader, "big-0") == log_bytes(cluster_dir, other, "big-0")
     finally:
         cli("cluster", "down", *d, timeout=60)
