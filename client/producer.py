@@ -46,6 +46,7 @@ ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
 
 
 PROGRESS_INTERVAL_S = 2.0
+MAX_IN_FLIGHT_PER_PARTITION = 5  # an idempotent producer's unanswered batches per partition (Kafka's limit)
 
 
 async def send_batch(
@@ -73,11 +74,14 @@ async def send_record_set(
     timeout_ms: int = 30000,
     on_retry: Callable[[str], None] | None = None,
     idempotent: bool = False,
+    behind_an_earlier_batch: Callable[[], bool] | None = None,
 ) -> tuple[str, int, str]:
     """`send_batch` for a record set that is already built. `idempotent`: the records carry a producer id
     and sequence, so an answer that leaves them indeterminate (a timeout, a broken connection,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT) is resent too: the leader answers a copy it
-    already has with the original offset instead of appending it again."""
+    already has with the original offset instead of appending it again. OUT_OF_ORDER_SEQUENCE_NUMBER is
+    resent too while `behind_an_earlier_batch()` says an earlier batch of the partition is still
+    unanswered (it is being resent, and this one must follow it), as Kafka's producer does."""
     last = ""
     indeterminate = False
     for attempt in range(retries + 1):
@@ -101,6 +105,12 @@ async def send_record_set(
             last = f"{name}: {reason}" if reason else name
             if idempotent and ErrorCode(code) in MAYBE_WRITTEN:
                 last, indeterminate = f"indeterminate: {last}", True
+            elif (
+                code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+                and behind_an_earlier_batch is not None
+                and behind_an_earlier_batch()
+            ):
+                pass  # not written; resent once the earlier batch is in
             elif ErrorCode(code) not in NOT_WRITTEN:
                 return "failed", -1, last
             elif code == ErrorCode.NOT_ENOUGH_REPLICAS and acks == -1 and client.min_isr_unreachable(tp):
@@ -130,9 +140,10 @@ class Producer:
     from INIT_PRODUCER_ID before its first batch and numbers each partition's records from 0. A batch
     whose answer leaves it indeterminate (a timeout, a broken connection, NOT_ENOUGH_REPLICAS_AFTER_APPEND)
     is resent with the same sequence, and the leader answers a copy it already has with the original
-    offset, so a retried write lands exactly once. Each partition has one batch in flight at a time (Kafka
-    keeps up to five and reorders on OUT_OF_ORDER_SEQUENCE_NUMBER; one keeps the sequences simple and the
-    sender still puts every partition of a broker in one request). A batch that finally fails leaves the
+    offset, so a retried write lands exactly once. Each partition has at most
+    `MAX_IN_FLIGHT_PER_PARTITION` (5, Kafka's limit with idempotence, which is also how many batches the
+    leader remembers per producer) batches unanswered; when an earlier one is being resent, a later one
+    answered OUT_OF_ORDER_SEQUENCE_NUMBER is resent after it. A batch that finally fails leaves the
     partition's sequence unknown, so the producer bumps its epoch (INIT_PRODUCER_ID with its id, as
     KIP-360 does) and every partition starts again at sequence 0.
 
@@ -174,7 +185,8 @@ class Producer:
         self.producer_id = -1
         self.producer_epoch = -1
         self._next_sequence: dict[TopicPartition, int] = {}
-        self._busy: set[TopicPartition] = set()  # partitions with a batch in flight (idempotent only)
+        # Idempotent only: each partition's unanswered batches in sequence order, and those waiting for room.
+        self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
         self._waiting: dict[TopicPartition, list[ProducerBatch]] = {}
         self._epoch_lock = asyncio.Lock()
         self.batches_sent = 0
@@ -225,14 +237,16 @@ class Producer:
     def _dispatch_ready(self, now_ms: int) -> None:
         for batch in self.accumulator.drain(now_ms):
             self._in_flight_bytes += batch.size_bytes - BATCH_OVERHEAD
-            if self.idempotent and batch.tp in self._busy:
-                self._waiting.setdefault(batch.tp, []).append(batch)  # after the one in flight
+            if self.idempotent and (
+                len(self._in_flight.get(batch.tp, ())) >= MAX_IN_FLIGHT_PER_PARTITION or batch.tp in self._waiting
+            ):
+                self._waiting.setdefault(batch.tp, []).append(batch)  # after those in flight
             else:
                 self._start(batch)
 
     def _start(self, batch: ProducerBatch) -> None:
         if self.idempotent:
-            self._busy.add(batch.tp)
+            self._in_flight.setdefault(batch.tp, []).append(batch)
         task = asyncio.get_running_loop().create_task(self._complete(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -257,6 +271,7 @@ class Producer:
                 self.request_timeout_ms,
                 self._on_retry,
                 idempotent=self.idempotent,
+                behind_an_earlier_batch=(lambda: self._earlier_unanswered(batch)) if self.idempotent else None,
             )
         except asyncio.CancelledError:
             outcome, base, message = "failed", -1, "indeterminate: the producer was closed"
@@ -276,12 +291,18 @@ class Producer:
                 else:
                     callback(-1, message)
         if self.idempotent:
-            self._busy.discard(batch.tp)
+            in_flight = self._in_flight[batch.tp]
+            in_flight.remove(batch)
+            if not in_flight:
+                del self._in_flight[batch.tp]
             waiting = self._waiting.get(batch.tp)
             if waiting:
                 self._start(waiting.pop(0))
                 if not waiting:
                     del self._waiting[batch.tp]
+
+    def _earlier_unanswered(self, batch: ProducerBatch) -> bool:
+        return self._in_flight[batch.tp][0] is not batch
 
     def _on_retry(self, message: str) -> None:
         if message.startswith("indeterminate"):

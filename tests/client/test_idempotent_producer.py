@@ -33,6 +33,11 @@ class ScriptedLeader:
         self.in_flight: dict[TopicPartition, int] = defaultdict(int)
         self.max_in_flight = 0
         self.inits: list[tuple[int, int]] = []
+        self.next_offset: dict[TopicPartition, int] = defaultdict(int)
+        self.ends: dict[TopicPartition, list[tuple[int, int, int]]] = defaultdict(list)  # (epoch, seq, next seq)
+
+    def expected_next(self, tp: TopicPartition) -> list[tuple[int, int, int]]:
+        return self.ends[tp]
 
     async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
         self.inits.append((producer_id, producer_epoch))
@@ -55,14 +60,23 @@ class ScriptedLeader:
             action = self.script.get((tp, attempt))
             if isinstance(action, ErrorCode):
                 return ProduceResponse([ProducePartitionResponse(tp.topic, tp.partition, int(action))])
-            # append unless this (epoch, sequence) is already there, as the leader does
+            # append unless this (epoch, sequence) is already there, and only in sequence, as the leader does
             key = (header.producer_epoch, header.base_sequence)
-            known = [o for e, s, o in self.log[tp] if (e, s) == key]
+            known = [o for e, s, o in self.log[tp] if (e, s) == key and header.producer_id >= 0]
             if known:
                 offset = known[0]
             else:
-                offset = sum(1 for _ in self.log[tp])
+                same_epoch = [(s, n) for e, s, n in self.expected_next(tp) if e == header.producer_epoch]
+                expected = same_epoch[-1][1] if same_epoch else 0
+                if header.producer_id >= 0 and header.base_sequence != expected:
+                    code = int(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+                    return ProduceResponse([ProducePartitionResponse(tp.topic, tp.partition, code)])
+                offset = self.next_offset[tp]
+                self.next_offset[tp] += header.record_count
                 self.log[tp].append((*key, offset))
+                self.ends[tp].append(
+                    (header.producer_epoch, header.base_sequence, header.base_sequence + header.record_count)
+                )
             if action == "lose-answer":  # appended, but the answer never comes back
                 raise TimeoutError("no answer")
             return ProduceResponse([ProducePartitionResponse(tp.topic, tp.partition, 0, None, offset)])
@@ -89,24 +103,40 @@ async def produce(producer: Producer, items: list[tuple[TopicPartition, bytes]])
     return results
 
 
-async def test_each_partition_numbers_its_records_and_has_one_batch_in_flight() -> None:
+async def test_each_partition_numbers_its_records_and_has_at_most_five_batches_in_flight() -> None:
     leader = ScriptedLeader()
-    producer = Producer(leader, acks=-1, linger_ms=0)  # type: ignore[arg-type]
+    producer = Producer(leader, acks=-1, linger_ms=0, batch_size=80)  # type: ignore[arg-type]
     assert producer.idempotent, "idempotence is the default with acks=all"
-    for i in range(3):
+    for i in range(30):
         await producer.send(P0, b"a%d" % i)
         await producer.send(P0, b"b%d" % i)
         await producer.send(P1, b"c%d" % i)
     await producer.close()
     assert leader.inits == [(-1, -1)]
-    assert leader.max_in_flight == 1
+    assert 1 < leader.max_in_flight <= 5
     p0 = sequences(leader, P0)
     assert {pid for pid, _, _ in p0} == {42}
     # each batch starts where the previous one of its partition ended
     starts = [seq for _, _, seq in p0]
     counts = [read_header(r).record_count for t, r in leader.sent if t == P0]
     assert starts == [sum(counts[:i]) for i in range(len(counts))]
-    assert sum(counts) == 6
+    assert sum(counts) == 60
+
+
+async def test_batches_behind_a_refused_one_are_resent_after_it_in_sequence() -> None:
+    # the first batch is refused (not written); those sent behind it are answered
+    # OUT_OF_ORDER_SEQUENCE_NUMBER by the leader, and resent once it is in
+    leader = ScriptedLeader({(P0, 0): ErrorCode.NOT_LEADER_OR_FOLLOWER})
+    producer = Producer(leader, acks=-1, linger_ms=0, batch_size=70)  # type: ignore[arg-type]
+    results: list[tuple[int, str | None]] = []
+    for i in range(10):
+        await producer.send(P0, b"v%d" % i, callback=lambda o, e: results.append((o, e)))
+    await producer.close()
+    assert sorted(results) == [(i, None) for i in range(10)], results
+    assert [s for _, s, _ in leader.log[P0]] == sorted(s for _, s, _ in leader.log[P0])
+    assert producer.epoch_bumps == 0
+    first_sends = [read_header(r).base_sequence for t, r in leader.sent[:4] if t == P0]
+    assert max(first_sends) > 0, "later batches were in flight while the first was refused"
 
 
 async def test_an_indeterminate_batch_is_resent_as_is_and_lands_once() -> None:
