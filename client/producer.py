@@ -187,6 +187,7 @@ class Producer:
         self._next_sequence: dict[TopicPartition, int] = {}
         # Idempotent only: each partition's unanswered batches in sequence order, and those waiting for room.
         self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
+        self._answered: set[int] = set()  # ids of batches in a window that are answered, behind one that is not
         self._waiting: dict[TopicPartition, list[ProducerBatch]] = {}
         self._epoch_lock = asyncio.Lock()
         self.batches_sent = 0
@@ -291,18 +292,23 @@ class Producer:
                 else:
                     callback(-1, message)
         if self.idempotent:
+            # A batch leaves the window only with every batch before it: while an earlier one is being resent
+            # no sixth batch may be appended, or the leader (which remembers five per producer) would no longer
+            # recognise the earlier one when it arrives.
+            self._answered.add(id(batch))
             in_flight = self._in_flight[batch.tp]
-            in_flight.remove(batch)
+            while in_flight and id(in_flight[0]) in self._answered:
+                self._answered.discard(id(in_flight.pop(0)))
             if not in_flight:
                 del self._in_flight[batch.tp]
             waiting = self._waiting.get(batch.tp)
-            if waiting:
+            while waiting and len(self._in_flight.get(batch.tp, ())) < MAX_IN_FLIGHT_PER_PARTITION:
                 self._start(waiting.pop(0))
-                if not waiting:
-                    del self._waiting[batch.tp]
+            if waiting == []:
+                del self._waiting[batch.tp]
 
     def _earlier_unanswered(self, batch: ProducerBatch) -> bool:
-        return self._in_flight[batch.tp][0] is not batch
+        return self._in_flight[batch.tp][0] is not batch  # the head of a window is never answered
 
     def _on_retry(self, message: str) -> None:
         if message.startswith("indeterminate"):

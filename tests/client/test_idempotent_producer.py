@@ -62,7 +62,8 @@ class ScriptedLeader:
                 return ProduceResponse([ProducePartitionResponse(tp.topic, tp.partition, int(action))])
             # append unless this (epoch, sequence) is already there, and only in sequence, as the leader does
             key = (header.producer_epoch, header.base_sequence)
-            known = [o for e, s, o in self.log[tp] if (e, s) == key and header.producer_id >= 0]
+            # like a leader, it remembers the last five batches of the producer
+            known = [o for e, s, o in self.log[tp][-5:] if (e, s) == key and header.producer_id >= 0]
             if known:
                 offset = known[0]
             else:
@@ -176,3 +177,18 @@ def test_idempotence_with_acks_1_is_refused_as_kafka_refuses_it() -> None:
     with pytest.raises(ValueError, match="acks=all"):
         Producer(ScriptedLeader(), acks=1, enable_idempotence=True)  # type: ignore[arg-type]
     assert not Producer(ScriptedLeader(), acks=1).idempotent  # type: ignore[arg-type]
+
+
+async def test_no_batch_passes_one_being_resent_by_more_than_the_leaders_window() -> None:
+    # the first batch's answer is lost; the four behind it are acked meanwhile. A sixth batch must wait:
+    # appended, it would push the first out of the five the leader remembers, and the resend of the
+    # first would be refused as out of order instead of answered with its offset
+    leader = ScriptedLeader({(P0, 0): "lose-answer"})
+    producer = Producer(leader, acks=-1, linger_ms=0, batch_size=70)  # type: ignore[arg-type]
+    results: list[tuple[int, str | None]] = []
+    for i in range(12):
+        await producer.send(P0, b"v%d" % i, callback=lambda o, e: results.append((o, e)))
+    await producer.close()
+    assert sorted(results) == [(i, None) for i in range(12)], results
+    assert len(leader.log[P0]) == 12 and producer.epoch_bumps == 0
+    assert producer.resent_indeterminate == 1
