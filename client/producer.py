@@ -74,17 +74,19 @@ async def send_record_set(
     timeout_ms: int = 30000,
     on_retry: Callable[[str], None] | None = None,
     idempotent: bool = False,
-    behind_an_earlier_batch: Callable[[], bool] | None = None,
+    order: BatchOrder | None = None,
 ) -> tuple[str, int, str]:
     """`send_batch` for a record set that is already built. `idempotent`: the records carry a producer id
     and sequence, so an answer that leaves them indeterminate (a timeout, a broken connection,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT) is resent too: the leader answers a copy it
     already has with the original offset instead of appending it again. OUT_OF_ORDER_SEQUENCE_NUMBER is
-    resent too while `behind_an_earlier_batch()` says an earlier batch of the partition is still
-    unanswered (it is being resent, and this one must follow it), as Kafka's producer does."""
+    resent too when `order` says an earlier batch of the partition is still unanswered or was answered
+    meanwhile (it is being resent, and this one must follow it), as Kafka's producer does: at once after
+    the earlier batch's answer, not after a backoff."""
     last = ""
     indeterminate = False
     for attempt in range(retries + 1):
+        mark = order.mark() if order is not None else 0
         try:
             resp = await client.produce(tp, records, acks=acks, timeout_ms=timeout_ms)
         except (ConnectionRefusedError, ClusterUnavailableError) as exc:
@@ -105,12 +107,9 @@ async def send_record_set(
             last = f"{name}: {reason}" if reason else name
             if idempotent and ErrorCode(code) in MAYBE_WRITTEN:
                 last, indeterminate = f"indeterminate: {last}", True
-            elif (
-                code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-                and behind_an_earlier_batch is not None
-                and behind_an_earlier_batch()
-            ):
-                pass  # not written; resent once the earlier batch is in
+            elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and order is not None and order.behind(mark):
+                await order.wait()  # not written; resent as soon as the batch before it is answered
+                continue
             elif ErrorCode(code) not in NOT_WRITTEN:
                 return "failed", -1, last
             elif code == ErrorCode.NOT_ENOUGH_REPLICAS and acks == -1 and client.min_isr_unreachable(tp):
@@ -128,6 +127,27 @@ async def send_record_set(
 
 
 DeliveryCallback = Callable[[int, str | None], None]
+
+
+class BatchOrder:
+    """Where an idempotent batch stands among the unanswered batches of its partition (Producer's window):
+    `behind(mark)` is whether an earlier one is unanswered, or was answered since `mark()` was taken;
+    `wait()` returns once an earlier one is answered (at once when none is left)."""
+
+    def __init__(self, producer: Producer, batch: ProducerBatch) -> None:
+        self._producer = producer
+        self._batch = batch
+
+    def mark(self) -> int:
+        return self._producer._answers.get(self._batch.tp, 0)  # noqa: SLF001
+
+    def behind(self, mark: int) -> bool:
+        return self._producer._earlier_unanswered(self._batch) or self.mark() != mark  # noqa: SLF001
+
+    async def wait(self) -> None:
+        if self._producer._earlier_unanswered(self._batch):  # noqa: SLF001
+            event = self._producer._progress.setdefault(self._batch.tp, asyncio.Event())  # noqa: SLF001
+            await event.wait()
 
 
 class Producer:
@@ -188,6 +208,8 @@ class Producer:
         # Idempotent only: each partition's unanswered batches in sequence order, and those waiting for room.
         self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
         self._answered: set[int] = set()  # ids of batches in a window that are answered, behind one that is not
+        self._answers: dict[TopicPartition, int] = {}  # batches answered so far, per partition
+        self._progress: dict[TopicPartition, asyncio.Event] = {}  # set when a batch of the partition is answered
         self._waiting: dict[TopicPartition, list[ProducerBatch]] = {}
         self._epoch_lock = asyncio.Lock()
         self.batches_sent = 0
@@ -272,7 +294,7 @@ class Producer:
                 self.request_timeout_ms,
                 self._on_retry,
                 idempotent=self.idempotent,
-                behind_an_earlier_batch=(lambda: self._earlier_unanswered(batch)) if self.idempotent else None,
+                order=BatchOrder(self, batch) if self.idempotent else None,
             )
         except asyncio.CancelledError:
             outcome, base, message = "failed", -1, "indeterminate: the producer was closed"
@@ -296,6 +318,9 @@ class Producer:
             # no sixth batch may be appended, or the leader (which remembers five per producer) would no longer
             # recognise the earlier one when it arrives.
             self._answered.add(id(batch))
+            self._answers[batch.tp] = self._answers.get(batch.tp, 0) + 1
+            if (event := self._progress.pop(batch.tp, None)) is not None:
+                event.set()  # batches waiting behind this one are resent now
             in_flight = self._in_flight[batch.tp]
             while in_flight and id(in_flight[0]) in self._answered:
                 self._answered.discard(id(in_flight.pop(0)))
