@@ -620,8 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-idempotence",
         action="store_true",
-        help="enable.idempotence=false: up to max.in.flight batches of a partition in flight (default: idempotent, "
-        "one batch of a partition in flight)",
+        help="enable.idempotence=false: batches that may have been written are not resent (default: idempotent, "
+        "as Kafka's producer since 3.0)",
     )
     parser.add_argument("--producer-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
