@@ -1142,6 +1142,21 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
             "--rounds, --producers and --partitions must be >= 1, --interval-ms and --down-ms >= 0", EXIT_USAGE
         )
 
+    if not args.restart:
+        from cluster.local_cluster import LocalClusterState
+
+        try:
+            brokers = len(LocalClusterState.load(Path(args.dir)).brokers) if args.dir else 3
+        except ClusterError as exc:
+            raise CliError(str(exc), EXIT_UNREACHABLE) from None
+        if args.rounds >= brokers:
+            # Each round kills a broker for good: the last would leave none to lead or to check.
+            raise CliError(
+                f"without --restart each round kills a broker for good, and --rounds {args.rounds} would kill "
+                f"all {brokers}: add --restart, or use at most {brokers - 1} rounds",
+                EXIT_USAGE,
+            )
+
     def progress(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 

@@ -217,6 +217,18 @@ def test_client_flag_errors_are_usage_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(30)
+def test_leader_kill_without_restart_refuses_rounds_that_would_kill_every_broker() -> None:
+    # before, the last round found no broker left and the run ended in a traceback
+    result = cli("chaos", "leader-kill", "--rounds", "3")
+    assert (result.returncode, error_line(result)) == (
+        2,
+        "minibroker: error: without --restart each round kills a broker for good, and --rounds 3 would kill "
+        "all 3: add --restart, or use at most 2 rounds",
+    )
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.timeout(30)
 def test_a_bad_bootstrap_server_is_a_usage_error() -> None:
     result = cli("topic", "list", "--bootstrap-server", "nonsense")
     assert result.returncode == 2
