@@ -395,17 +395,8 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
                 resp = await client.create_topic(args.topic, args.partitions, args.replication_factor, configs)
             except ClusterUnavailableError as exc:
                 raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
-            if resp.error_code == ErrorCode.NOT_CONTROLLER:
-                # The broker answered but could not reach the controller: nothing in the cluster can create.
-                raise CliError(
-                    f"create failed: the brokers cannot reach the controller ({resp.error_message}); "
-                    "is it running? (`minibroker cluster status`)",
-                    EXIT_UNREACHABLE,
-                )
-            if resp.error_code != ErrorCode.NONE:
-                raise CliError(
-                    f"create failed: {ErrorCode(resp.error_code).name}: {resp.error_message}", EXIT_CLUSTER_ERROR
-                )
+            # A broker that answered but could not reach the controller: nothing in the cluster can create.
+            _controller_answer(resp, "create")
             result = resp.topics[0]
             if result.error_code != ErrorCode.NONE:
                 raise CliError(
@@ -438,8 +429,7 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
                 resp = await client.delete_topics(args.topics)
             except ClusterUnavailableError as exc:
                 raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
-            if resp.error_code != ErrorCode.NONE:
-                raise CliError(f"delete failed: {resp.error_message}", EXIT_CLUSTER_ERROR)
+            _controller_answer(resp, "delete")
             return resp
 
     resp = _run(go())
@@ -614,8 +604,7 @@ def cmd_topic_reassign(args: argparse.Namespace) -> int:
                     await _set_reassignment_throttle(client, targets, args.throttle)
                 if targets:
                     resp = await client.alter_partition_reassignments(targets)
-                    if resp.error_code != ErrorCode.NONE:
-                        raise CliError(f"reassign failed: {resp.error_message}", EXIT_CLUSTER_ERROR)
+                    _controller_answer(resp, "reassign")
                     answers = [
                         {
                             "topic": r.topic,
