@@ -15,7 +15,9 @@ includes the reaper's work and every expiration due meanwhile; CPU time rather t
 the machine is shared and wall time mostly measured the neighbours), `ratio` (wheel/call_later),
 `lateness_p99_ms` (wheel variant, expiring operations: time `on_expiration` ran minus the deadline, on the
 real monotonic clock), `mem_baseline_mb` / `mem_after_mb` (process RSS before the wheel run, with an
-empty purgatory, and after every operation completed and the watch lists were purged), `ops`.
+empty purgatory, and after every operation completed and the watch lists were purged), `bytes_per_op` /
+`call_later_bytes_per_op` (tracemalloc's count of the bytes 50,000 waiting operations hold, watch-list
+entry, timer entry and the operation object included, per operation), `ops`.
 """
 
 from __future__ import annotations
@@ -217,6 +219,41 @@ async def run_call_later(num_ops: int, seed: int) -> tuple[float, RunStats, int]
     return elapsed_s, stats, purgatory.watched
 
 
+async def pending_bytes_per_op(num_ops: int = 50_000) -> tuple[float, float]:
+    """Memory per pending operation (bytes traced by tracemalloc while `num_ops` operations wait, each watched
+    on one of NUM_KEYS keys with a timeout no run reaches): (wheel, call_later). The operation object itself
+    is counted in both, so the difference is what each timer costs."""
+    import tracemalloc
+
+    loop = asyncio.get_running_loop()
+    results: list[float] = []
+    for variant in ("wheel", "call_later"):
+        stats = RunStats(num_ops, loop.create_future())
+        partitions = [PartitionState(stats) for _ in range(NUM_KEYS)]
+        keys: list[tuple[Hashable, ...]] = [(("t", p),) for p in range(NUM_KEYS)]
+        timer: Any = SystemTimer(CLOCK) if variant == "wheel" else CallLaterTimer(loop)
+        make_op = BenchFetch if variant == "wheel" else CallLaterFetch
+        purgatory: DelayedOperationPurgatory[BenchFetch] = DelayedOperationPurgatory("fetch", cast(SystemTimer, timer))
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        ops = []
+        for i in range(num_ops):
+            op = make_op(3_600_000 + i % 1000, partitions[i % NUM_KEYS], NEVER)
+            purgatory.try_complete_else_watch(op, keys[i % NUM_KEYS])
+            ops.append(op)
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        # the list holding the operations is not the timer's: take it out
+        results.append((after - before - sys.getsizeof(ops)) / num_ops)
+        for op in ops:
+            op.cancel()
+        if variant == "wheel":
+            purgatory.shutdown()
+        del ops
+    return results[0], results[1]
+
+
 def p99(values: list[float]) -> float:
     if len(values) < 2:
         return values[0] if values else 0.0
@@ -260,6 +297,7 @@ async def main(num_ops: int, rounds: int) -> dict[str, float | int]:
                     flush=True,
                 )
     total = per_round * rounds
+    bytes_per_op, call_later_bytes_per_op = await pending_bytes_per_op()
     print(
         f"expired: wheel {len(lateness)} (p50 {statistics.median(lateness):.2f} ms,"
         f" max {max(lateness):.2f} ms);"
@@ -275,6 +313,8 @@ async def main(num_ops: int, rounds: int) -> dict[str, float | int]:
         "lateness_p99_ms": round(p99(lateness), 3),
         "mem_after_mb": round(mem_after_mb, 2),
         "mem_baseline_mb": round(mem_baseline_mb, 2),
+        "bytes_per_op": round(bytes_per_op),
+        "call_later_bytes_per_op": round(call_later_bytes_per_op),
         "ops": total,
     }
 
