@@ -429,9 +429,9 @@ class Log:
         if active.is_empty:
             return active
         active.index.flush(fsync=False)
-        if self.producer_state.producers:
-            # As Kafka: a snapshot at each roll bounds what a rebuild (open, truncation) has to read.
-            self.producer_state.take_snapshot(self.log_end_offset)
+        # As Kafka: a snapshot at each roll (empty or not) bounds what a rebuild (open, truncation) has to read
+        # to the segments after it.
+        self.producer_state.take_snapshot(self.log_end_offset)
         segment = _new_segment(self._dir, self.log_end_offset, self.config, self._time, self._storage)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
@@ -589,7 +589,11 @@ class Log:
             self._persist_log_start_offset()
         self._high_watermark = min(self._high_watermark, log_end)
         self._high_watermark = max(self._high_watermark, self._log_start_offset)
-        self._rebuild_producer_state()
+        if self.producer_state.producers:
+            self._rebuild_producer_state()
+        else:
+            # No producer state: the log holds no idempotent batch, and cutting it cannot add one.
+            self.producer_state.delete_snapshots_above(log_end)
         return True
 
     def _rebuild_producer_state(self) -> None:
@@ -736,9 +740,8 @@ class Log:
         self.flush()
         self._epoch_cache.flush()
         self._persist_log_start_offset()
-        if self.producer_state.producers:
-            # As Kafka on a clean shutdown: the next open reads the state instead of the batch headers.
-            self.producer_state.take_snapshot(self.log_end_offset)
+        # As Kafka on a clean shutdown: the next open reads the state instead of the batch headers.
+        self.producer_state.take_snapshot(self.log_end_offset)
         for segment in self._segments:
             segment.close()
         write_atomically(self._dir / CLEAN_SHUTDOWN_FILE, b"")

@@ -123,3 +123,20 @@ def test_a_corrupt_snapshot_is_ignored_and_the_state_rebuilt_from_the_log(open_l
     reopened = open_log(segment_bytes=300)
     assert reopened.append_as_leader(pbatch(10, b"x" * 40), 0).duplicate
     assert reopened.producer_state.snapshot_offsets() == []
+
+
+def test_a_log_without_idempotent_producers_snapshots_too_so_opening_it_reads_no_old_segment(
+    open_log: OpenLog,
+) -> None:
+    # Without snapshots, every open would read the headers of every segment to rebuild an empty state.
+    log = open_log(segment_bytes=300)
+    for _ in range(12):
+        log.append_as_leader(build_batch([b"x" * 40], timestamp_ms=START_MS), 0)
+    rolls = [s.base_offset for s in log.segments[1:]]
+    assert set(rolls) <= set(log.producer_state.snapshot_offsets())
+    log.close()
+    assert log.log_end_offset in log.producer_state.snapshot_offsets()  # the clean shutdown's
+    reopened = open_log(segment_bytes=300)
+    assert reopened.producer_state.producers == {}
+    reopened.truncate_to(5)
+    assert max(reopened.producer_state.snapshot_offsets()) <= 5
