@@ -177,12 +177,15 @@ def publish(
     title: str,
     faults: Sequence[dashboard.TimelineEvent] = (),
     refresh_s: int | None = None,
+    phases: dict[str, float] | None = None,
 ) -> tuple[dict[str, str], dict[str, int], dict[str, int], int]:
     """Compute and write every table and the page from ``records`` (read once; not cached by the caller).
 
     ``refresh_s``: the page reloads itself this often (``--follow``); None for a page that stays put.
+    ``phases``: when given, filled with the wall seconds of each phase (``<phase>_s``).
     Returns (table paths, table row counts, follower status counts, record count).
     """
+    mark = _PhaseTimer(phases)
     samples = lag_job.replica_samples(records).persist(StorageLevel.MEMORY_AND_DISK)
     cached: list[DataFrame] = [samples]
     try:
@@ -192,6 +195,7 @@ def publish(
         if n == 0:
             raise NoMetricsError("the metrics files hold no readable records")
         now_ms = max(run.last_ts_ms for run in runs)
+        mark("read_sort")
         tables = lag_job.tables_of_samples(samples, config, now_ms=now_ms)
         # The aggregated tables are small: each write fills its cache, and the page's aggregates then
         # read them there (still clustered by partition, so without a shuffle) instead of from the
@@ -201,11 +205,13 @@ def publish(
             cached.append(tables[name])
         progress(f"{n} records from {len(runs)} broker runs; writing {len(tables)} tables")
         paths = write_tables(tables, out_dir)
+        mark("tables")
         progress("building the page")
         data = dashboard.collect_dashboard_data(
             title, tables, config.window_ms, runs, faults=faults, health_bucket_ms=config.health_bucket_ms
         )
         data.refresh_s = refresh_s
+        mark("page_queries")
     finally:
         for df in cached:
             df.unpersist()
@@ -214,7 +220,22 @@ def publish(
     tmp = page.with_suffix(".html.tmp")
     tmp.write_text(dashboard.render_dashboard(data), encoding="utf-8")
     tmp.replace(page)  # a browser reloading mid-refresh never sees half a page
+    mark("page_render")
     return paths, counts, data.status_counts, n
+
+
+class _PhaseTimer:
+    """``mark(name)`` stores the wall seconds since the previous mark as ``<name>_s`` (no-op without a dict)."""
+
+    def __init__(self, phases: dict[str, float] | None) -> None:
+        self._phases = phases
+        self._last = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        if self._phases is not None:
+            self._phases[f"{name}_s"] = round(now - self._last, 3)
+        self._last = now
 
 
 def progress(message: str) -> None:
@@ -275,6 +296,7 @@ def snapshot_metric_files(
 
 def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: LagJobConfig) -> DashboardResult:
     started = time.monotonic()
+    phases: dict[str, float] = {}
     out_dir.mkdir(parents=True, exist_ok=True)
     snapshot = Path(tempfile.mkdtemp(prefix=".metrics-snapshot-", dir=out_dir))
     try:
@@ -284,7 +306,12 @@ def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: Lag
             raise NoMetricsError(f"no broker-*.jsonl files in {metrics_dir} or {metrics_dir / ACTIVE_DIR}")
         records = read_records(spark, files)
         paths, counts, statuses, n = publish(
-            records, out_dir, config, _title(metrics_dir), dashboard.fault_events(metrics_dir / s.FAULTS_FILE)
+            records,
+            out_dir,
+            config,
+            _title(metrics_dir),
+            dashboard.fault_events(metrics_dir / s.FAULTS_FILE),
+            phases=phases,
         )
     finally:
         shutil.rmtree(snapshot, ignore_errors=True)
@@ -297,6 +324,7 @@ def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: Lag
         files=len(files),
         status_counts=statuses,
         wall_s=round(time.monotonic() - started, 3),
+        extra=phases,
     )
 
 
