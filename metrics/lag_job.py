@@ -10,9 +10,10 @@ Ordered facts ("the previous sample of this replica") come from ONE shuffle and 
 (counter deltas and the sampled interval, the replica's role at its latest record). The batch job
 caches that frame once; the tables are groupBy aggregations over it. The follower status reads the
 previous follower samples with a window over the same key and order, which on the cached rows is a
-pass without a shuffle or sort; only the per-partition leader sequence (``under_replicated``) and the
-per-follower ISR flags (``isr_changes``), ordered by another key, sort their (leader) rows again,
-still without a shuffle.
+pass without a shuffle or sort; only the per-partition leader sequence (``leader_samples``, read by
+``under_replicated`` and ``cluster_health``) and the per-follower ISR flags (``isr_changes``, whose sums
+``under_replicated`` reports too), ordered by another key, sort their (leader) rows again, still
+without a shuffle, and each is computed once (``tables_of_samples``' ``keep``).
 
 Keys: a follower is ``(topic, partition, follower_id)``; a replica's counters are keyed by
 ``(broker_id, topic, partition)`` because each broker keeps its own running totals. A follower's
@@ -28,6 +29,7 @@ counted); the last sample of a key stands for 0 ms.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
@@ -364,7 +366,39 @@ def byte_rates(counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
     )
 
 
-def under_replicated(partition_records_df: DataFrame, isr_changes_df: DataFrame, config: LagJobConfig) -> DataFrame:
+NEXT_TS_MS = "next_ts_ms"  # ts_ms of the partition's next leader sample (null for its last)
+
+
+def leader_samples(samples: DataFrame) -> DataFrame:
+    """The partitions' leader samples in time order, each with the time of the partition's next one.
+
+    ``samples`` is ``replica_samples`` output (or partition records: ``interval_ms`` is then null).
+    Per (topic, partition), ordered by (ts_ms, broker_id) whichever broker led, ``next_ts_ms`` is the
+    ts_ms of the next leader sample. ``under_replicated`` and ``cluster_health`` both read this one
+    ordered pass (the batch job caches it). Columns: topic, partition, ts_ms, broker_id,
+    under_replicated, under_min_isr, isr_size, interval_ms, next_ts_ms.
+    """
+    by_partition = Window.partitionBy(s.TOPIC, s.PARTITION).orderBy(s.TS_MS, s.BROKER_ID)
+    interval = F.col(INTERVAL_MS) if INTERVAL_MS in samples.columns else F.lit(None).cast("long")
+    return samples.where(F.col(s.ROLE) == s.ROLE_LEADER).select(
+        s.TOPIC,
+        s.PARTITION,
+        s.TS_MS,
+        s.BROKER_ID,
+        s.UNDER_REPLICATED,
+        s.UNDER_MIN_ISR,
+        s.ISR_SIZE,
+        interval.alias(INTERVAL_MS),
+        F.lead(s.TS_MS).over(by_partition).alias(NEXT_TS_MS),
+    )
+
+
+def under_replicated(
+    partition_records_df: DataFrame,
+    isr_changes_df: DataFrame,
+    config: LagJobConfig,
+    leaders: DataFrame | None = None,
+) -> DataFrame:
     """``under_replicated``: per partition, how long its leaders reported it under-replicated.
 
     From the leaders' samples of a partition (whichever broker led), ordered by ts_ms: a sample with
@@ -375,11 +409,11 @@ def under_replicated(partition_records_df: DataFrame, isr_changes_df: DataFrame,
     leaders' IsrShrinksPerSec counter misses the shrinks the controller makes when it fences a dead
     broker, so it is not used here.) Columns: topic, partition, leader_samples, first_ts_ms,
     last_ts_ms, observed_ms, under_replicated_ms, under_min_isr_ms, isr_size_min, isr_shrinks,
-    isr_expands.
+    isr_expands. ``leaders``: ``leader_samples`` of the same records when already computed.
     """
-    leaders = partition_records_df.where(F.col(s.ROLE) == s.ROLE_LEADER)
-    by_partition = Window.partitionBy(s.TOPIC, s.PARTITION).orderBy(s.TS_MS, s.BROKER_ID)
-    duration = _sample_duration(F.lead(s.TS_MS).over(by_partition), F.col(s.TS_MS), config.gap_max_ms)
+    if leaders is None:
+        leaders = leader_samples(partition_records_df)
+    duration = _sample_duration(F.col(NEXT_TS_MS), F.col(s.TS_MS), config.gap_max_ms)
     timed = leaders.select(
         s.TOPIC, s.PARTITION, s.TS_MS, s.UNDER_REPLICATED, s.UNDER_MIN_ISR, s.ISR_SIZE, duration.alias("d")
     )
@@ -456,7 +490,7 @@ def isr_changes(partition_records_df: DataFrame, config: LagJobConfig) -> DataFr
     )
 
 
-def cluster_health(samples: DataFrame, config: LagJobConfig) -> DataFrame:
+def cluster_health(samples: DataFrame, config: LagJobConfig, leaders: DataFrame | None = None) -> DataFrame:
     """``cluster_health``: the SRE's health row over time, one row per bucket of ``health_bucket_ms``.
 
     Columns: bucket_start_ms, partitions (known by then: a partition counts from its first record),
@@ -469,16 +503,18 @@ def cluster_health(samples: DataFrame, config: LagJobConfig) -> DataFrame:
     partition one or two intervals later, so a partition nobody leads reads offline, not led by the
     dead broker. In a bucket, a partition is under-replicated (under min ISR) when any leader sample
     standing for part of it says so, and led by the broker of its newest such sample.
+    ``leaders``: ``leader_samples`` of ``samples`` when already computed.
     """
     bucket = config.health_bucket_ms
     step = F.lit(bucket).cast("long")
     ts = F.col(s.TS_MS)
     parts = partition_records(samples)
-    by_partition = Window.partitionBy(s.TOPIC, s.PARTITION).orderBy(s.TS_MS, s.BROKER_ID)
+    if leaders is None:
+        leaders = leader_samples(parts)
     interval = F.coalesce(F.col(INTERVAL_MS), F.lit(0))
     cap = F.least(F.lit(config.gap_max_ms), F.greatest(interval * 2, F.lit(bucket))).cast("long")
-    stands_for = F.least(F.coalesce(F.lead(s.TS_MS).over(by_partition) - ts, cap), cap)
-    timed = parts.where(F.col(s.ROLE) == s.ROLE_LEADER).select(
+    stands_for = F.least(F.coalesce(F.col(NEXT_TS_MS) - ts, cap), cap)
+    timed = leaders.select(
         s.TOPIC,
         s.PARTITION,
         s.TS_MS,
@@ -499,16 +535,17 @@ def cluster_health(samples: DataFrame, config: LagJobConfig) -> DataFrame:
         F.max("_umi").alias("_umi"),
         F.max_by(s.BROKER_ID, s.TS_MS).alias("_leader"),
     )
-    counts = per_partition.groupBy("bucket_start_ms").agg(
-        F.count(F.lit(1)).alias("led_partitions"),
-        F.sum("_ur").cast("long").alias("under_replicated_partitions"),
-        F.sum("_umi").cast("long").alias("under_min_isr_partitions"),
-    )
-    leaders = (
+    # One pass over the per-partition rows: per leader first, then per bucket (the totals are the sums).
+    counts = (
         per_partition.groupBy("bucket_start_ms", "_leader")
-        .agg(F.count(F.lit(1)).alias("_n"))
+        .agg(F.count(F.lit(1)).alias("_n"), F.sum("_ur").alias("_ur"), F.sum("_umi").alias("_umi"))
         .groupBy("bucket_start_ms")
-        .agg(F.map_from_entries(F.collect_list(F.struct("_leader", "_n"))).alias("leaders"))
+        .agg(
+            F.sum("_n").cast("long").alias("led_partitions"),
+            F.sum("_ur").cast("long").alias("under_replicated_partitions"),
+            F.sum("_umi").cast("long").alias("under_min_isr_partitions"),
+            F.map_from_entries(F.collect_list(F.struct("_leader", "_n"))).alias("leaders"),
+        )
     )
     # Every bucket of the data set's span, and how many partitions had appeared by each.
     span = parts.agg(F.min(s.TS_MS).alias("_first"), F.max(s.TS_MS).alias("_last"))
@@ -530,7 +567,6 @@ def cluster_health(samples: DataFrame, config: LagJobConfig) -> DataFrame:
     return (
         buckets.join(appeared, "bucket_start_ms", "left")
         .join(counts, "bucket_start_ms", "left")
-        .join(leaders, "bucket_start_ms", "left")
         .select(
             "bucket_start_ms",
             known.alias("partitions"),
@@ -749,21 +785,31 @@ def leader_timeline(partition_records_df: DataFrame) -> DataFrame:
     )
 
 
-def tables_of_samples(samples: DataFrame, config: LagJobConfig, now_ms: int | None = None) -> dict[str, DataFrame]:
-    """Every output table from ``replica_samples`` output (cache it: every table reads it)."""
+def tables_of_samples(
+    samples: DataFrame,
+    config: LagJobConfig,
+    now_ms: int | None = None,
+    keep: Callable[[DataFrame], DataFrame] = lambda df: df,
+) -> dict[str, DataFrame]:
+    """Every output table from ``replica_samples`` output (cache it: every table reads it).
+
+    ``keep`` is applied to the intermediates more than one table reads (the leader sequence, the ISR
+    changes): the batch job passes a function that caches them, so each is computed once.
+    """
     partitions = partition_records(samples)
     lag = follower_lag(partitions)
-    changes = isr_changes(partitions, config)
+    changes = keep(isr_changes(partitions, config))
+    leaders = keep(leader_samples(partitions))
     return {
         s.TABLE_FOLLOWER_LAG: lag,
         s.TABLE_REPLICA_LAG: replica_lag(partitions),
         s.TABLE_LAG_WINDOWS: lag_windows(lag, config),
-        s.TABLE_UNDER_REPLICATED: under_replicated(partitions, changes, config),
+        s.TABLE_UNDER_REPLICATED: under_replicated(partitions, changes, config, leaders),
         s.TABLE_ISR_CHANGES: changes,
         s.TABLE_BYTE_RATES: byte_rates(partitions, config),
         s.TABLE_FOLLOWER_STATUS: follower_status_of_samples(partitions, config, now_ms),
         s.TABLE_LEADER_TIMELINE: leader_timeline(partitions),
-        s.TABLE_CLUSTER_HEALTH: cluster_health(partitions, config),
+        s.TABLE_CLUSTER_HEALTH: cluster_health(partitions, config, leaders),
     }
 
 

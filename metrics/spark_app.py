@@ -196,13 +196,19 @@ def publish(
             raise NoMetricsError("the metrics files hold no readable records")
         now_ms = max(run.last_ts_ms for run in runs)
         mark("read_sort")
-        tables = lag_job.tables_of_samples(samples, config, now_ms=now_ms)
+
+        def keep(df: DataFrame) -> DataFrame:
+            cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+            return df
+
+        # Intermediates several tables read are cached by ``keep``, so each is computed once.
+        tables = lag_job.tables_of_samples(samples, config, now_ms=now_ms, keep=keep)
         # The aggregated tables are small: each write fills its cache, and the page's aggregates then
         # read them there (still clustered by partition, so without a shuffle) instead of from the
         # records or from Parquet. follower_lag is a filter of the cached samples already.
         for name in SMALL_TABLES:
-            tables[name] = tables[name].persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(tables[name])
+            if not tables[name].is_cached:
+                keep(tables[name])
         progress(f"{n} records from {len(runs)} broker runs; writing {len(tables)} tables")
         paths = write_tables(tables, out_dir)
         mark("tables")
