@@ -1362,8 +1362,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cf = sub.add_parser(
         "configs",
-        help="describe and change topic configs at runtime",
-        description="Topic configs, like kafka-configs.sh --entity-type topics.",
+        help="describe and change topic configs (and the brokers' replication throttle rates) at runtime",
+        description="Topic configs, like kafka-configs.sh --entity-type topics; `alter --entity-type brokers` "
+        "sets the brokers' dynamic leader/follower.replication.throttled.rate.",
     )
     cfsub = cf.add_subparsers(dest="configs_command", required=True, metavar="SUBCOMMAND")
     describe_p = cfsub.add_parser(
