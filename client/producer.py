@@ -40,6 +40,10 @@ from protocol.record_batch import Header, build_batch, next_sequence
 from protocol.time import SYSTEM_TIME, Time
 
 NOT_WRITTEN = REFRESH_ERRORS | {ErrorCode.NOT_ENOUGH_REPLICAS}
+# Answers to a batch that reached the leader before an earlier one of its partition: not written. A leader
+# that has not seen the earlier one has no state for the producer yet (UNKNOWN_PRODUCER_ID), or expects
+# a lower sequence (OUT_OF_ORDER_SEQUENCE_NUMBER); either way it is resent after the earlier one.
+OUT_OF_TURN = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID})
 # Answers after which the records may or may not be in the log: resent only by an idempotent producer.
 MAYBE_WRITTEN = frozenset({ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT})
 ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
@@ -79,10 +83,10 @@ async def send_record_set(
     """`send_batch` for a record set that is already built. `idempotent`: the records carry a producer id
     and sequence, so an answer that leaves them indeterminate (a timeout, a broken connection,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT) is resent too: the leader answers a copy it
-    already has with the original offset instead of appending it again. OUT_OF_ORDER_SEQUENCE_NUMBER is
-    resent too when `order` says an earlier batch of the partition is still unanswered or was answered
-    meanwhile (it is being resent, and this one must follow it), as Kafka's producer does: at once after
-    the earlier batch's answer, not after a backoff."""
+    already has with the original offset instead of appending it again. OUT_OF_ORDER_SEQUENCE_NUMBER and
+    UNKNOWN_PRODUCER_ID are resent too when `order` says an earlier batch of the partition is still
+    unanswered or was answered meanwhile (it is being resent, and this one must follow it), as Kafka's
+    producer does: at once after the earlier batch's answer, not after a backoff."""
     last = ""
     indeterminate = False
     for attempt in range(retries + 1):
@@ -107,7 +111,7 @@ async def send_record_set(
             last = f"{name}: {reason}" if reason else name
             if idempotent and ErrorCode(code) in MAYBE_WRITTEN:
                 last, indeterminate = f"indeterminate: {last}", True
-            elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and order is not None and order.behind(mark):
+            elif code in OUT_OF_TURN and order is not None and order.behind(mark):
                 await order.wait()  # not written; resent as soon as the batch before it is answered
                 continue
             elif ErrorCode(code) not in NOT_WRITTEN:

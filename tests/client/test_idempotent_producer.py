@@ -192,3 +192,17 @@ async def test_no_batch_passes_one_being_resent_by_more_than_the_leaders_window(
     assert sorted(results) == [(i, None) for i in range(12)], results
     assert len(leader.log[P0]) == 12 and producer.epoch_bumps == 0
     assert producer.resent_indeterminate == 1
+
+
+async def test_a_batch_that_reaches_a_new_leader_before_the_first_one_is_resent_after_it() -> None:
+    # Right after a topic is created the first batch can be refused (the broker does not lead yet) while
+    # the second, sent behind it, reaches the leader first: no state for the producer, sequence not 0,
+    # UNKNOWN_PRODUCER_ID. Not written: it is resent once the first is in.
+    leader = ScriptedLeader({(P0, 0): ErrorCode.NOT_LEADER_OR_FOLLOWER, (P0, 1): ErrorCode.UNKNOWN_PRODUCER_ID})
+    producer = Producer(leader, acks=-1, linger_ms=0, batch_size=70)  # type: ignore[arg-type]
+    results: list[tuple[int, str | None]] = []
+    for i in range(6):
+        await producer.send(P0, b"v%d" % i, callback=lambda o, e: results.append((o, e)))
+    await producer.close()
+    assert sorted(results) == [(i, None) for i in range(6)], results
+    assert producer.epoch_bumps == 0
