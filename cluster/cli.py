@@ -859,11 +859,11 @@ def _split_config_items(text: str) -> list[str]:
     return [item.replace("[", "").replace("]", "") for item in items]
 
 
-def _config_changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
-    """--add-config k=v[,k2=v2] and --delete-config k[,k2] (each repeatable), checked as `topic create` checks
-    --config, so a typo is a usage error that needs no cluster."""
-    from broker.log.log_config import topic_config_error, topic_config_key_error
-
+def _config_changes(
+    args: argparse.Namespace, problem_of: Callable[[str, str | None], str | None]
+) -> tuple[dict[str, str], list[str]]:
+    """--add-config k=v[,k2=v2] and --delete-config k[,k2] (each repeatable), each key checked by `problem_of(key,
+    value)` (value None: deleted) before any cluster is asked, so a typo is a usage error."""
     adds: dict[str, str] = {}
     for group in args.add_config or []:
         for item in _split_config_items(group):
@@ -871,17 +871,24 @@ def _config_changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str]
             if not sep or not key.strip():
                 raise CliError(f"--add-config expects key=value[,key=value...], got {item!r}", EXIT_USAGE)
             adds[key.strip()] = value.strip()
-    deletes = [k.strip() for group in args.delete_config or [] for k in group.split(",") if k.strip()]
+    deleted = (k.strip() for group in args.delete_config or [] for k in group.split(","))
+    deletes = list(dict.fromkeys(k for k in deleted if k))
     if not adds and not deletes:
         raise CliError("give --add-config key=value[,...] and/or --delete-config key[,...]", EXIT_USAGE)
     if both := sorted(set(adds) & set(deletes)):
         raise CliError(f"{', '.join(both)}: both added and deleted", EXIT_USAGE)
-    if (problem := topic_config_error(adds)) is not None:
-        raise CliError(problem, EXIT_USAGE)
-    for key in deletes:
-        if (problem := topic_config_key_error(key)) is not None:
+    changes: list[tuple[str, str | None]] = [*adds.items(), *((k, None) for k in deletes)]
+    for name, new_value in changes:
+        if (problem := problem_of(name, new_value)) is not None:
             raise CliError(problem, EXIT_USAGE)
-    return adds, list(dict.fromkeys(deletes))
+    return adds, deletes
+
+
+def _topic_config_problem(key: str, value: str | None) -> str | None:
+    """Checked as `topic create` checks --config."""
+    from broker.log.log_config import topic_config_error, topic_config_key_error
+
+    return topic_config_key_error(key) if value is None else topic_config_error({key: value})
 
 
 async def _until_shown(client: Any, topic: str, adds: dict[str, str], deletes: list[str], timeout_s: float) -> bool:
@@ -916,7 +923,7 @@ def cmd_configs_alter(args: argparse.Namespace) -> int:
     topic = _configs_topic(args)
     if topic is None:
         raise CliError("give --topic TOPIC (or --entity-type topics --entity-name TOPIC)", EXIT_USAGE)
-    adds, deletes = _config_changes(args)
+    adds, deletes = _config_changes(args, _topic_config_problem)
 
     async def go() -> bool:
         async with _client(args) as client:
@@ -945,10 +952,8 @@ def cmd_configs_alter(args: argparse.Namespace) -> int:
 def _alter_broker_configs(args: argparse.Namespace) -> int:
     """kafka-configs.sh --entity-type brokers (--entity-default | --entity-name ID): the dynamic replication
     throttle rates."""
-    import difflib
-
+    from broker.replication_quota import dynamic_broker_config_error
     from client.cluster_client import ClusterUnavailableError
-    from cluster.controller import DYNAMIC_BROKER_CONFIGS
     from protocol.errors import ErrorCode
 
     if args.entity_default == (args.entity_name is not None):
@@ -956,27 +961,7 @@ def _alter_broker_configs(args: argparse.Namespace) -> int:
     entity = "" if args.entity_default else str(args.entity_name)
     if entity and not entity.isdigit():
         raise CliError(f"--entity-name {entity!r}: a broker id", EXIT_USAGE)
-    adds: dict[str, str] = {}
-    for group in args.add_config or []:
-        for item in _split_config_items(group):
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise CliError(f"--add-config expects key=value[,key=value...], got {item!r}", EXIT_USAGE)
-            adds[key.strip()] = value.strip()
-    deletes = [k.strip() for group in args.delete_config or [] for k in group.split(",") if k.strip()]
-    if not adds and not deletes:
-        raise CliError("give --add-config key=value[,...] and/or --delete-config key[,...]", EXIT_USAGE)
-    for key in [*adds, *deletes]:
-        if key not in DYNAMIC_BROKER_CONFIGS:
-            close = difflib.get_close_matches(key, DYNAMIC_BROKER_CONFIGS, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            raise CliError(
-                f"broker config {key!r} cannot be changed at runtime (only {', '.join(DYNAMIC_BROKER_CONFIGS)}){hint}",
-                EXIT_USAGE,
-            )
-    for key, value in adds.items():
-        if not value.isdigit() or int(value) < 1:
-            raise CliError(f"{key}: expected bytes/s >= 1, got {value!r}", EXIT_USAGE)
+    adds, deletes = _config_changes(args, dynamic_broker_config_error)
 
     async def go() -> None:
         async with _client(args) as client:

@@ -43,7 +43,6 @@ Partition epochs follow KRaft (metadata.py): a leader change bumps `leader_epoch
 
 from __future__ import annotations
 
-import difflib
 import re
 import zlib
 from collections import Counter
@@ -52,6 +51,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
 from broker.log.log_config import topic_config_error, topic_config_key_error
+from broker.replication_quota import dynamic_broker_config_error
 from cluster.metadata import (
     BROKER_RESOURCE,
     NO_LEADER,
@@ -116,8 +116,6 @@ from protocol.messages import (
 from protocol.time import Time
 
 MAX_PRODUCER_EPOCH = 2**15 - 1  # an int16 in the batch header
-# Broker configs INCREMENTAL_ALTER_CONFIGS may change at runtime (Kafka's dynamic replication quotas).
-DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
 R = TypeVar("R")
 
@@ -809,26 +807,18 @@ class Controller:
         current = self._image.broker_configs.get(entity, {})
         records: list[MetadataRecord] = []
         for c in resource.configs:
-            if c.name not in DYNAMIC_BROKER_CONFIGS:
-                close = difflib.get_close_matches(c.name, DYNAMIC_BROKER_CONFIGS, n=1)
-                hint = f"; did you mean {close[0]}?" if close else ""
-                raise KafkaError(
-                    f"broker config {c.name!r} cannot be changed at runtime here (only "
-                    f"{', '.join(sorted(DYNAMIC_BROKER_CONFIGS))}){hint}",
-                    ErrorCode.INVALID_CONFIG,
-                )
             if c.config_operation == AlterConfigOp.SET:
-                if c.value is None or not c.value.isdigit() or int(c.value) < 1:
-                    raise KafkaError(
-                        f"broker config {c.name}: expected bytes/s >= 1, got {c.value!r}", ErrorCode.INVALID_CONFIG
-                    )
-                value: str | None = str(int(c.value))
+                value: str | None = c.value if c.value is not None else ""  # SET without a value: refused as not a rate
             elif c.config_operation == AlterConfigOp.DELETE:
                 value = None
             else:
                 raise KafkaError(
                     f"config operation {c.config_operation} does not apply to {c.name}", ErrorCode.INVALID_CONFIG
                 )
+            if (problem := dynamic_broker_config_error(c.name, value)) is not None:
+                raise KafkaError(problem, ErrorCode.INVALID_CONFIG)
+            if value is not None:
+                value = str(int(value))
             if current.get(c.name) != value:
                 records.append(ConfigRecord(BROKER_RESOURCE, entity, c.name, value))
         return records

@@ -253,6 +253,43 @@ def test_an_unknown_config_key_names_the_key(tmp_path: Path) -> None:
     assert "replica.fetch.max.byte" in result.stderr
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("entity", "change", "message"),
+    [
+        (
+            ["--entity-type", "brokers", "--entity-default"],
+            ["--add-config", "follower.replication.throttled.rat=5"],
+            "did you mean follower.replication.throttled.rate?",
+        ),
+        (
+            ["--entity-type", "brokers", "--entity-name", "1"],
+            ["--add-config", "leader.replication.throttled.rate=0"],
+            "expected bytes/s >= 1, got '0'",
+        ),
+        (
+            ["--entity-type", "brokers", "--entity-name", "1"],
+            ["--delete-config", "log.retention.ms"],
+            "cannot be changed at runtime",
+        ),
+        (["--topic", "t"], ["--add-config", "min.insync.replica=2"], "did you mean min.insync.replicas?"),
+        (["--topic", "t"], ["--delete-config", "retention.msx"], "unknown topic config 'retention.msx'"),
+        (
+            ["--topic", "t"],
+            ["--add-config", "retention.ms=1", "--delete-config", "retention.ms"],
+            "retention.ms: both added and deleted",
+        ),
+    ],
+)
+def test_a_bad_config_change_is_a_usage_error_before_any_cluster_is_asked(
+    entity: list[str], change: list[str], message: str
+) -> None:
+    (port,) = free_ports(1)  # nothing listens: a usage error must come before the cluster is asked
+    result = cli("configs", "alter", "--bootstrap-server", f"127.0.0.1:{port}", *entity, *change)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+
+
 def free_base_port() -> int:
     """A base port for `cluster up`: brokers take base, base+1, base+2 and the controller base+100."""
     import socket
