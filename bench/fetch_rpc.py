@@ -15,7 +15,9 @@ neighbour's burst should not decide the ratio):
   the sizes of that FETCH request and response;
 * `fetch_mb_s`: sequential FETCHes from offset 0 to the log end with partition_max_bytes = max_bytes =
   1 MiB, replica_id=-1 (a consumer), counting record bytes received;
-  whole passes over the log until at least 1 s (3 s full) went by;
+  whole passes over the log until at least 1 s (3 s full) went by; FETCH version 1, whose records
+  travel beside the msgpack (protocol/fetch_frame.py), as consumers send it; `fetch_v0_mb_s` is the
+  same with version 0, records inside the msgpack;
 * `raw_mb_s`: a stream of 1 MiB length-prefixed messages from a source process, read here through an
   asyncio BufferedProtocol: as many bytes, and at least 4 times the log;
 * `ratio_mb` = fetch_mb_s / raw_mb_s (target >= 0.5), `ratio_rps` = fetch_rps / raw_rps.
@@ -54,6 +56,7 @@ from bench.common import (
 from client.connection import BrokerConnection
 from protocol.codec import packb, to_wire
 from protocol.errors import ErrorCode
+from protocol.fetch_frame import FETCH_RECORDS_APART
 from protocol.messages import (
     BrokerEndpoint,
     FetchPartition,
@@ -174,20 +177,31 @@ async def fetch_round_trips(conn: BrokerConnection, offset: int, duration_s: flo
     return trips / (time.perf_counter() - started)
 
 
-async def fetch_sequential(conn: BrokerConnection, log_end: int) -> tuple[int, float]:
+async def fetch_sequential(conn: BrokerConnection, log_end: int, api_version: int) -> tuple[int, float]:
     """Read the whole log, 1 MiB per FETCH; (record bytes, seconds)."""
     offset = 0
     received = 0
     started = time.perf_counter()
     while offset < log_end:
         req = FetchRequest(-1, 0, 1, MIB, [FetchPartition(TOPIC, 0, offset, MIB)])
-        resp: FetchResponse = await conn.send(req, timeout_s=30.0)
+        resp: FetchResponse = await conn.send(req, timeout_s=30.0, api_version=api_version)
         p = resp.partitions[0]
         if p.error_code != ErrorCode.NONE or not p.records:
             raise RuntimeError(f"fetch at {offset} failed: {ErrorCode(p.error_code).name} {p.error_message}")
         received += len(p.records)
         offset = next_offset_of(p.records)
     return received, time.perf_counter() - started
+
+
+async def fetch_passes(conn: BrokerConnection, log_end: int, seconds: float, api_version: int) -> tuple[int, float]:
+    """Whole passes over the log until `seconds` went by; (record bytes, seconds)."""
+    got = 0
+    secs = 0.0
+    while secs < seconds:
+        pass_bytes, pass_secs = await fetch_sequential(conn, log_end, api_version)
+        got += pass_bytes
+        secs += pass_secs
+    return got, secs
 
 
 def process_usage(pid: int) -> tuple[float, float, int]:
@@ -200,7 +214,7 @@ def process_usage(pid: int) -> tuple[float, float, int]:
     return int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7])
 
 
-def next_offset_of(records: bytes) -> int:
+def next_offset_of(records: bytes | memoryview) -> int:
     """The offset after the last batch, reading only base offsets and lengths (a consumer would decode
     the records; here the client's own work is kept small so the broker path is what is measured)."""
     position = 0
@@ -244,25 +258,26 @@ async def run(reaper: ProcessReaper, quick: bool) -> dict[str, Any]:
             echo, echo_port = start_peer(reaper, "echo", work / "echo.log", reply_bytes=resp_bytes)
             source, source_port = start_peer(reaper, "source", work / "source.log", message_bytes=MIB)
             request_body = os.urandom(req_bytes)
-            fetch_rps = raw_rps = fetch_mb_s = raw_mb_s = 0.0
+            fetch_rps = raw_rps = fetch_mb_s = raw_mb_s = v0_mb_s = 0.0
             costs: dict[str, float] = {}
             for attempt in (1, 2):
                 rps = await fetch_round_trips(conn, log_end, rps_seconds)
                 raw = await ping_pong("127.0.0.1", echo_port, request_body, resp_bytes, rps_seconds)
                 progress(f"round {attempt}: fetch {rps:,.0f} round trips/s, raw {raw:,.0f} round trips/s")
                 fetch_rps, raw_rps = max(fetch_rps, rps), max(raw_rps, raw)
-                got = 0
-                secs = 0.0
+                v0_got, v0_secs = await fetch_passes(conn, log_end, mb_seconds, api_version=0)
+                v0_mb_s = max(v0_mb_s, v0_got / MIB / v0_secs)
                 broker_before, client_before = process_usage(broker.pid), os.times()
-                while secs < mb_seconds:  # whole passes over the log until long enough to time
-                    pass_bytes, pass_secs = await fetch_sequential(conn, log_end)
-                    got += pass_bytes
-                    secs += pass_secs
+                got, secs = await fetch_passes(conn, log_end, mb_seconds, api_version=FETCH_RECORDS_APART)
                 mb = got / MIB / secs
                 broker_after, client_after = process_usage(broker.pid), os.times()
                 raw_got, raw_secs = await stream_reader("127.0.0.1", source_port, max(got, 4 * total_bytes))
                 raw_mb = raw_got / MIB / raw_secs
-                progress(f"round {attempt}: fetch {mb:,.0f} MiB/s ({got // MIB} MiB), raw stream {raw_mb:,.0f} MiB/s")
+                progress(
+                    f"round {attempt}: fetch {mb:,.0f} MiB/s ({got // MIB} MiB;"
+                    f" version 0: {v0_got / MIB / v0_secs:,.0f}),"
+                    f" raw stream {raw_mb:,.0f} MiB/s"
+                )
                 if mb > fetch_mb_s:
                     mib = got / MIB
                     costs = {
@@ -290,6 +305,8 @@ async def run(reaper: ProcessReaper, quick: bool) -> dict[str, Any]:
             "fetch_mb_s": round(fetch_mb_s, 1),
             "raw_mb_s": round(raw_mb_s, 1),
             "ratio_mb": rounded(fetch_mb_s / raw_mb_s if raw_mb_s else None, 3),
+            "fetch_v0_mb_s": round(v0_mb_s, 1),
+            "ratio_mb_v0": rounded(v0_mb_s / raw_mb_s if raw_mb_s else None, 3),
             "target_ratio_mb": 0.5,
             "log_mib": total_bytes // MIB,
             **{k: round(v, 3) for k, v in costs.items()},

@@ -41,8 +41,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.api_keys import ApiKey
 from protocol.codec import Message, packb, to_wire, unpackb
 from protocol.errors import ErrorCode, ProtocolError
+from protocol.fetch_frame import FETCH_RECORDS_APART, encode_fetch_response
 from protocol.frame_protocol import FrameProtocol
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame_prefix
 from protocol.messages import ErrorResponse, RequestDecodeError, RequestHeader, decode_request_value
@@ -244,8 +246,11 @@ class _ServerConnection(FrameProtocol):
                     response = task.result()
                     if response is None or self.peer_gone or self.transport is None:
                         continue
-                    payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
-                    self.transport.writelines([frame_prefix(len(payload)), payload])
+                    if header.api_key == ApiKey.FETCH and header.api_version == FETCH_RECORDS_APART:
+                        self.transport.writelines(encode_fetch_response(header.correlation_id, response))
+                    else:
+                        payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
+                        self.transport.writelines([frame_prefix(len(payload)), payload])
                     self.last_active_s = loop.time()
                     if self.context.close_after_response:
                         self.close_for("the handler asked to close it after its answer")

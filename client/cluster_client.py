@@ -19,6 +19,7 @@ from client.connection import BrokerConnection
 from client.sender import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_REQUEST_BYTES, Sender
 from protocol.codec import Message
 from protocol.errors import ErrorCode
+from protocol.fetch_frame import FETCH_RECORDS_APART
 from protocol.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -147,13 +148,15 @@ class ClusterClient:
             self._connections[key] = conn
         return conn
 
-    async def send_to(self, broker_id: int, request: Message, timeout_s: float | None = None) -> Any:
+    async def send_to(
+        self, broker_id: int, request: Message, timeout_s: float | None = None, api_version: int = 0
+    ) -> Any:
         ep = self.brokers.get(broker_id)
         if ep is None:
             raise ClusterUnavailableError(f"broker {broker_id} is not in the cluster metadata")
         conn = await self.connection(ep.host, ep.port)
         try:
-            return await conn.send(request, timeout_s=timeout_s or self.request_timeout_s)
+            return await conn.send(request, timeout_s=timeout_s or self.request_timeout_s, api_version=api_version)
         except (ConnectionError, OSError):
             self._connections.pop((ep.host, ep.port), None)
             raise
@@ -334,9 +337,10 @@ class ClusterClient:
         max_bytes: int = 50 * 1024 * 1024,
         replica_id: int = -1,
     ) -> FetchResponse:
+        """One FETCH in version 1: each partition's `records` is a view of the answer's frame (bytes-like)."""
         req = FetchRequest(replica_id, max_wait_ms, min_bytes, max_bytes, list(partitions))
         response: FetchResponse = await self.send_to(
-            broker_id, req, timeout_s=max_wait_ms / 1000.0 + self.request_timeout_s
+            broker_id, req, timeout_s=max_wait_ms / 1000.0 + self.request_timeout_s, api_version=FETCH_RECORDS_APART
         )
         return response
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from protocol.api_keys import ApiKey
 from protocol.codec import Message, from_wire, packb, to_wire, unpackb
 from protocol.errors import ProtocolError
+from protocol.fetch_frame import FETCH_RECORDS_APART, fetch_response_of, is_records_apart, split_frame
 from protocol.frame_protocol import FrameProtocol
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame_prefix
 from protocol.messages import RESPONSE_TYPES, ApiVersionsRequest, api_key_of
@@ -34,7 +35,8 @@ class _ClientProtocol(FrameProtocol):
         # The server's answers are trusted to be as large as they say (responses to what we asked for), so
         # a 1 MiB fetch response is read straight into a buffer of its size.
         super().__init__(FrameDecoder(max_frame_bytes=max_frame_bytes, trust_prefix=True))
-        self.pending: dict[int, tuple[asyncio.Future[Message], ApiKey]] = {}
+        # correlation id -> (future, API, whether the answer comes in FETCH v1's layout)
+        self.pending: dict[int, tuple[asyncio.Future[Message], ApiKey, bool]] = {}
         self.closed: asyncio.Future[None] = self.loop.create_future()
 
     def on_bad_frame(self, exc: ProtocolError) -> None:
@@ -44,18 +46,28 @@ class _ClientProtocol(FrameProtocol):
             self.transport.close()
 
     def on_frame(self, frame: bytes | bytearray) -> None:
-        value = unpackb(frame)
-        if type(value) is not list or len(value) != 2 or type(value[0]) is not dict:
-            raise ProtocolError("a response is a 2-element array [header, body]")
-        correlation_id = value[0].get("correlation_id")
+        parts: list[memoryview] | None = None
+        if is_records_apart(frame):  # an answer to a FETCH v1: records follow the msgpack part
+            header, body, parts = split_frame(frame)
+        else:
+            value = unpackb(frame)
+            if type(value) is not list or len(value) != 2 or type(value[0]) is not dict:
+                raise ProtocolError("a response is a 2-element array [header, body]")
+            header, body = value
+        correlation_id = header.get("correlation_id")
         entry = self.pending.pop(correlation_id, None) if type(correlation_id) is int else None
         if entry is None:
             return  # a response to a request that timed out
-        future, api_key = entry
+        future, api_key, records_apart = entry
         if future.done():
             return
         try:
-            future.set_result(from_wire(RESPONSE_TYPES[api_key], value[1]))
+            if parts is None:  # also a broker's refusal of a version it does not support
+                future.set_result(from_wire(RESPONSE_TYPES[api_key], body))
+            elif records_apart:
+                future.set_result(fetch_response_of(body, parts))
+            else:
+                raise ProtocolError(f"answer to correlation id {correlation_id} in FETCH v1's layout, not asked for")
         except ProtocolError as exc:
             future.set_exception(exc)
 
@@ -70,7 +82,7 @@ class _ClientProtocol(FrameProtocol):
 
     def _fail_all(self, exc: Exception) -> None:
         pending, self.pending = self.pending, {}
-        for future, _ in pending.values():
+        for future, _, _ in pending.values():
             if not future.done():
                 future.set_exception(exc)
 
@@ -119,16 +131,22 @@ class BrokerConnection:
     def in_flight(self) -> int:
         return len(self._protocol.pending)
 
-    async def send(self, body: M | Message, timeout_s: float | None = 30.0, expect_response: bool = True) -> Any:
-        """Send a request and return its typed response (None when `expect_response` is False)."""
+    async def send(
+        self, body: M | Message, timeout_s: float | None = 30.0, expect_response: bool = True, api_version: int = 0
+    ) -> Any:
+        """Send a request and return its typed response (None when `expect_response` is False).
+
+        A FETCH sent with `api_version=1` gets its records as views of the answer's frame, not copies
+        (protocol/fetch_frame.py): bytes-like objects to read, valid as long as they are referenced."""
         api_key = api_key_of(body)
+        records_apart = api_key == ApiKey.FETCH and api_version == FETCH_RECORDS_APART
         transport = self._protocol.transport
         if transport is None or transport.is_closing():
             raise ConnectionError(f"connection to {self.host}:{self.port} is closed")
         correlation_id = next(self._correlation)
         header = {
             "api_key": int(api_key),
-            "api_version": 0,
+            "api_version": api_version,
             "correlation_id": correlation_id,
             "client_id": self.client_id,
         }
@@ -137,7 +155,7 @@ class BrokerConnection:
         future: asyncio.Future[Message] | None = None
         if expect_response:
             future = protocol.loop.create_future()
-            protocol.pending[correlation_id] = (future, api_key)
+            protocol.pending[correlation_id] = (future, api_key, records_apart)
         transport.writelines([frame_prefix(len(payload)), payload])
         if not protocol.can_write.is_set():
             await protocol.can_write.wait()

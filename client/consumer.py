@@ -23,6 +23,7 @@ from client.cluster_client import REFRESH_ERRORS, ClusterClient, ClusterUnavaila
 from client.connection import BrokerConnection
 from client.errors import ClusterAnswerError, ClusterUnreachableError
 from protocol.errors import CorruptRecordError, ErrorCode, error_for_code
+from protocol.fetch_frame import FETCH_RECORDS_APART
 from protocol.messages import DEBUGGING_REPLICA_ID, FetchPartition, FetchRequest, TopicPartition
 from protocol.record_batch import Record, iter_headers, iter_records, read_header
 
@@ -232,7 +233,7 @@ async def read_replica(conn: BrokerConnection, tp: TopicPartition, max_bytes: in
         req = FetchRequest(
             DEBUGGING_REPLICA_ID, 0, 1, max_bytes, [FetchPartition(tp.topic, tp.partition, offset, max_bytes)]
         )
-        p = (await conn.send(req, timeout_s=10.0)).partitions[0]
+        p = (await conn.send(req, timeout_s=10.0, api_version=FETCH_RECORDS_APART)).partitions[0]
         if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset == 0 and p.log_start_offset > 0:
             offset = p.log_start_offset  # retention or DeleteRecords moved the log start
             continue

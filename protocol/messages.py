@@ -936,6 +936,7 @@ RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
 }
 
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: (0, 0) for key in REQUEST_TYPES}
+SUPPORTED_VERSIONS[ApiKey.FETCH] = (0, 1)  # version 1: the records follow the msgpack (protocol/fetch_frame.py)
 
 
 class RequestDecodeError(ProtocolError):

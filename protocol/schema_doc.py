@@ -11,7 +11,7 @@ import typing
 from typing import Any
 
 from protocol.errors import ErrorCode
-from protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
+from protocol.messages import REQUEST_TYPES, RESPONSE_TYPES, SUPPORTED_VERSIONS
 
 BEGIN = "<!-- BEGIN GENERATED SCHEMAS: python -m protocol.schema_doc -->"
 END = "<!-- END GENERATED SCHEMAS -->"
@@ -80,7 +80,9 @@ def render() -> str:
     seen: set[type] = set()
     for key, req in sorted(REQUEST_TYPES.items()):
         resp = RESPONSE_TYPES[key]
-        lines += [f"### {key.name} (api key {int(key)}, version 0)", ""]
+        low, high = SUPPORTED_VERSIONS[key]
+        versions = f"version {low}" if low == high else f"versions {low}-{high}"
+        lines += [f"### {key.name} (api key {int(key)}, {versions})", ""]
         for cls in (req, resp):
             seen.add(cls)
             lines += _table(cls)

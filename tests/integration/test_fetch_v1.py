@@ -1,0 +1,66 @@
+"""FETCH version 1 against a real broker process: the same records as version 0, as views of the frame."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from client.connection import BrokerConnection
+from cluster.local_cluster import free_ports
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+from protocol.fetch_frame import FETCH_RECORDS_APART
+from protocol.messages import FetchPartition, FetchRequest, ProducePartition, ProduceRequest
+from protocol.record_batch import build_batch, iter_records
+from tests.integration.processes import BrokerProcess, assign, standalone_broker
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    tmp = tmp_path_factory.mktemp("fetch-v1")
+    (port,) = free_ports(1)
+    b = standalone_broker(tmp, 1, port)
+    b.start()
+    asyncio.run(assign([b], "t", 3, {0: 1, 1: 1, 2: 1}, replicas=[1]))
+    yield b
+    assert b.stop() == 0, b.log_text()[-3000:]
+
+
+def fetch_all(offsets: dict[int, int]) -> FetchRequest:
+    return FetchRequest(-1, 0, 1, 8 << 20, [FetchPartition("t", p, o, 1 << 20) for p, o in offsets.items()])
+
+
+def test_version_1_returns_what_version_0_does_as_views_of_the_answer(broker: BrokerProcess) -> None:
+    async def go() -> None:
+        async with await BrokerConnection.connect("127.0.0.1", broker.port) as conn:
+            for partition, count in ((0, 3), (2, 40)):  # partition 1 stays empty
+                for i in range(count):
+                    batch = build_batch([f"p{partition}-{i}-{j}".encode() * 50 for j in range(20)])
+                    resp = await conn.send(ProduceRequest(1, 5000, [ProducePartition("t", partition, batch)]))
+                    assert resp.partitions[0].error_code == ErrorCode.NONE
+            offsets = {0: 0, 1: 0, 2: 5 * 20}  # partition 2 from the middle
+            v0 = await conn.send(fetch_all(offsets))
+            v1 = await conn.send(fetch_all(offsets), api_version=FETCH_RECORDS_APART)
+            assert [(p.partition, p.error_code, p.high_watermark) for p in v1.partitions] == [
+                (p.partition, p.error_code, p.high_watermark) for p in v0.partitions
+            ]
+            assert [bytes(p.records) for p in v1.partitions] == [bytes(p.records) for p in v0.partitions]
+            assert isinstance(v1.partitions[2].records, memoryview) and v1.partitions[1].records == b""
+            values = [r.value for r in iter_records(v1.partitions[2].records)]
+            assert values[0] == b"p2-5-0" * 50 and len(values) == 35 * 20
+
+            # an offset out of range is an error on its partition, in the same layout
+            bad = await conn.send(fetch_all({0: 10_000}), api_version=FETCH_RECORDS_APART)
+            assert (bad.partitions[0].error_code, bad.partitions[0].records) == (ErrorCode.OFFSET_OUT_OF_RANGE, b"")
+
+            versions = {k.api_key: (k.min_version, k.max_version) for k in (await conn.api_versions()).api_keys}
+            assert versions[int(ApiKey.FETCH)] == (0, 1)
+            refused = await conn.send(fetch_all({0: 0}), api_version=2)
+            assert refused.error_code == ErrorCode.UNSUPPORTED_VERSION
+            assert "FETCH version 2 is not supported (supported: 0..1)" in refused.error_message
+
+    asyncio.run(go())
