@@ -20,6 +20,8 @@ Buffer = bytes | bytearray | memoryview
 # first_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, record_count
 HEADER = struct.Struct(">qiibIhiqqqhii")
 OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
+# base offset, batch length and last offset delta only: what a walk over a record set's offsets needs.
+OFFSET_LENGTH_DELTA = struct.Struct(">qi11xi")
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 

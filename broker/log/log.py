@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from broker.log.batches import HEADER, OFFSET_LENGTH_EPOCH, Buffer, scan, single_batch
+from broker.log.batches import OFFSET_LENGTH_DELTA, OFFSET_LENGTH_EPOCH, Buffer, scan, single_batch
 from broker.log.checkpoint import (
     CorruptCheckpointError,
     LeaderEpochCheckpoint,
@@ -491,12 +491,13 @@ class Log:
         """Offsets in this log have no gaps (leaders assign them in sequence, followers append at the log
         end): the first batch read must hold `start_offset` and each next one start right after it. A batch
         whose base offset changed on disk (outside its CRC) breaks that: the log goes offline."""
-        view = memoryview(data)
+        unpack = OFFSET_LENGTH_DELTA.unpack_from
         expected = start_offset
         first = True
         position = 0
-        while position < len(data):
-            base, length, _e, _m, _c, _a, delta, _f, _t, _pid, _pe, _seq, _n = HEADER.unpack_from(view, position)
+        end = len(data)
+        while position < end:
+            base, length, delta = unpack(data, position)
             if (base > expected) if first else (base != expected):
                 reason = f"offsets jump from {expected} to {base} in a read from offset {start_offset}"
                 self.mark_offline(reason)
