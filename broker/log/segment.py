@@ -271,6 +271,14 @@ class LogSegment:
     ) -> tuple[int, bytes] | None:
         """Like `read`, also giving the byte position the returned batches start at."""
         limit = self._size if max_position is None else min(max_position, self._size)
+        # A fetch from a batch's first offset (a follower's or consumer's next offset) that takes everything up
+        # to `limit`, a batch boundary: when the index names that batch, no header needs reading, and the
+        # read is the one pread of the data (the tail fetches that keep replicas in sync are all like this).
+        indexed_offset, indexed_position = self.index.lookup(start_offset)
+        if indexed_offset == start_offset and indexed_position < limit and limit - indexed_position <= max_bytes:
+            data = self._pread(indexed_position, limit - indexed_position)
+            self._check_read(indexed_position, data)
+            return indexed_position, data
         found = self._locate(start_offset, by_base=False)
         if found is None:
             return None

@@ -144,6 +144,42 @@ def test_a_read_stops_at_max_position(tmp_path: Path) -> None:
     assert data is not None and batch_bases(data) == [0, 1, 2]
 
 
+def test_a_read_from_an_indexed_batch_to_the_end_reads_no_header_and_returns_what_a_walk_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "dense").mkdir()
+    (tmp_path / "sparse").mkdir()
+    dense = new_segment(tmp_path / "dense", base_offset=10, index_interval_bytes=0)  # every batch indexed
+    sparse = new_segment(tmp_path / "sparse", base_offset=10, index_interval_bytes=1 << 30)  # none
+    offset = 10
+    for i in range(12):
+        values = [b"v" * (5 + 7 * i) for _ in range(1 + i % 3)]
+        for segment in (dense, sparse):
+            append(segment, offset, *values)
+        offset += len(values) + (3 if i == 6 else 0)  # and a gap after the seventh batch
+    bases = batch_bases(dense.read_bytes(0, dense.size_in_bytes))
+    limits = [None, *(dense.position_of_first_batch_from(b) for b in bases[3::4])]
+    for start in range(8, offset + 2):
+        for max_bytes in (0, 40, 200, 1 << 20):
+            for max_position in limits:
+                for min_one in (False, True):
+                    args = (start, max_bytes, max_position, min_one)
+                    assert dense.read_at(*args) == sparse.read_at(*args), args
+
+    walks = 0
+    real_walk = LogSegment._walk_headers
+
+    def counting_walk(self: LogSegment, position: int):  # type: ignore[no-untyped-def]
+        nonlocal walks
+        walks += 1
+        yield from real_walk(self, position)
+
+    monkeypatch.setattr(LogSegment, "_walk_headers", counting_walk)
+    tail = dense.read_at(bases[-2], 1 << 20)  # what a follower's next fetch looks like
+    assert tail is not None and batch_bases(tail[1]) == bases[-2:] and walks == 0
+    assert dense.read_at(bases[-2] + 1, 1 << 20) == sparse.read_at(bases[-2] + 1, 1 << 20) and walks > 0
+
+
 def test_translate_offset_finds_the_batch_holding_the_offset(tmp_path: Path) -> None:
     segment = new_segment(tmp_path, base_offset=0, index_interval_bytes=100)
     positions = []
