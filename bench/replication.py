@@ -638,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
 
             with cProfile.Profile(time.process_time) as profiler:
                 result = uvloop.run(producer_child(args))
+            Path(profile_dir).mkdir(parents=True, exist_ok=True)  # the brokers may not have written theirs yet
             profiler.dump_stats(Path(profile_dir) / "producer.prof")
         else:
             result = uvloop.run(producer_child(args))
