@@ -27,6 +27,34 @@ from protocol.fetch_frame import FETCH_RECORDS_APART
 from protocol.messages import DEBUGGING_REPLICA_ID, FetchPartition, FetchRequest, TopicPartition
 from protocol.record_batch import Record, iter_headers, iter_records, read_header
 
+MIB = 1024 * 1024
+# Kafka's consumer fetch configs (`--consumer-property`), with Kafka's defaults except fetch.max.wait.ms
+# (500 in Kafka): a console consumer here answers a quiet topic's end sooner.
+FETCH_CONFIG_DEFAULTS = {
+    "max.partition.fetch.bytes": MIB,
+    "fetch.max.bytes": 50 * MIB,
+    "fetch.min.bytes": 1,
+    "fetch.max.wait.ms": 200,
+}
+
+
+def fetch_config(props: dict[str, str]) -> dict[str, int]:
+    """Kafka's consumer fetch configs from `KEY=VALUE` strings, defaults filled in; ValueError names a bad
+    key (with a close match) or value."""
+    import difflib
+
+    config = dict(FETCH_CONFIG_DEFAULTS)
+    for key, value in props.items():
+        if key not in config:
+            close = difflib.get_close_matches(key, FETCH_CONFIG_DEFAULTS, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(FETCH_CONFIG_DEFAULTS)}"
+            raise ValueError(f"unknown consumer property {key!r}; {hint}")
+        least = 0 if key == "fetch.max.wait.ms" else 1
+        if not value.isdigit() or int(value) < least:
+            raise ValueError(f"consumer property {key}: expected an integer >= {least}, got {value!r}")
+        config[key] = int(value)
+    return config
+
 
 @dataclass
 class Consumer:
@@ -35,7 +63,13 @@ class Consumer:
     positions: dict[TopicPartition, int] = field(default_factory=dict)
     nonmonotonic: int = 0
     last_offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    max_wait_ms: int = 200
+    max_wait_ms: int = FETCH_CONFIG_DEFAULTS["fetch.max.wait.ms"]
+    # Bytes one fetch may return per partition and in all (KIP-74: the first batch comes whole even when
+    # larger), and the least a fetch waits for: Kafka's max.partition.fetch.bytes, fetch.max.bytes and
+    # fetch.min.bytes. Larger fetches mean fewer round trips for a consumer that is behind.
+    max_partition_fetch_bytes: int = FETCH_CONFIG_DEFAULTS["max.partition.fetch.bytes"]
+    fetch_max_bytes: int = FETCH_CONFIG_DEFAULTS["fetch.max.bytes"]
+    fetch_min_bytes: int = FETCH_CONFIG_DEFAULTS["fetch.min.bytes"]
     corrupt: dict[TopicPartition, str] = field(default_factory=dict)  # partitions stopped at a bad batch
     on_corrupt: Callable[[TopicPartition, str], None] | None = None
 
@@ -95,7 +129,11 @@ class Consumer:
                 continue
             by_leader.setdefault(info.leader_id, []).append(
                 FetchPartition(
-                    tp.topic, tp.partition, self.positions[tp], 1024 * 1024, current_leader_epoch=info.leader_epoch
+                    tp.topic,
+                    tp.partition,
+                    self.positions[tp],
+                    self.max_partition_fetch_bytes,
+                    current_leader_epoch=info.leader_epoch,
                 )
             )
         if not by_leader:
@@ -103,7 +141,10 @@ class Consumer:
             await self.client.refresh_metadata(sorted({tp.topic for tp in self.partitions}))
             return []
         results = await asyncio.gather(
-            *(self.client.fetch(leader, parts, max_wait_ms=self.max_wait_ms) for leader, parts in by_leader.items()),
+            *(
+                self.client.fetch(leader, parts, self.max_wait_ms, self.fetch_min_bytes, self.fetch_max_bytes)
+                for leader, parts in by_leader.items()
+            ),
             return_exceptions=True,
         )
         out: list[tuple[TopicPartition, Record]] = []
@@ -150,12 +191,22 @@ async def consume_all(
     timeout_ms: int,
     on_record: Callable[[TopicPartition, Record], None] | None = None,
     on_corrupt: Callable[[TopicPartition, str], None] | None = None,
+    config: dict[str, int] | None = None,
 ) -> Consumer:
     """Read until `max_messages` or `timeout_ms` without a new record (a negative `timeout_ms`: no
     timeout, as Kafka's console consumer by default). `from_beginning` is True/False
     (earliest/latest) or a `Consumer.seek` start. A partition that serves a batch that cannot be read stops
     there (`on_corrupt` hears where and why); the others are read on."""
-    consumer = Consumer(client, partitions, on_corrupt=on_corrupt)
+    fetch = {**FETCH_CONFIG_DEFAULTS, **(config or {})}
+    consumer = Consumer(
+        client,
+        partitions,
+        on_corrupt=on_corrupt,
+        max_wait_ms=fetch["fetch.max.wait.ms"],
+        max_partition_fetch_bytes=fetch["max.partition.fetch.bytes"],
+        fetch_max_bytes=fetch["fetch.max.bytes"],
+        fetch_min_bytes=fetch["fetch.min.bytes"],
+    )
     if isinstance(from_beginning, bool):
         await consumer.seek_all(earliest=from_beginning)
     else:
@@ -211,7 +262,14 @@ async def consume_command(
             )
 
         consumer = await consume_all(
-            client, partitions, start, args.max_messages, args.timeout_ms, on_record, on_corrupt
+            client,
+            partitions,
+            start,
+            args.max_messages,
+            args.timeout_ms,
+            on_record,
+            on_corrupt,
+            getattr(args, "fetch_config", None),
         )
     out.flush()
     return {

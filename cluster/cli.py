@@ -1019,11 +1019,27 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return EXIT_OK if result["failed"] == 0 else EXIT_CLUSTER_ERROR
 
 
+def _consumer_fetch_config(items: list[str] | None) -> dict[str, int]:
+    from client.consumer import fetch_config
+
+    props: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CliError(f"--consumer-property expects KEY=VALUE, got {item!r}", EXIT_USAGE)
+        props[key.strip()] = value.strip()
+    try:
+        return fetch_config(props)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
     from client.console import CONSUMER_PROPERTIES, make_formatter
     from client.consumer import consume_command
 
     props = _properties(args.property, CONSUMER_PROPERTIES)
+    args.fetch_config = _consumer_fetch_config(args.consumer_property)
     start = _start_offset(args)
     if args.max_messages is not None and args.max_messages < 0:
         args.max_messages = None  # Kafka's -1: no limit
@@ -1465,6 +1481,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--print-offsets", action="store_true", help="print partition and offset before each value")
     p.add_argument("--property", action="append", metavar="NAME=VALUE", help="formatter property, e.g. print.key=true")
+    p.add_argument(
+        "--consumer-property",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a consumer config: max.partition.fetch.bytes (default 1048576; e.g. 8388608 for 8 MiB fetches), "
+        "fetch.max.bytes (52428800), fetch.min.bytes (1), fetch.max.wait.ms (200)",
+    )
     p.add_argument("--format", metavar="FMT", help="kcat-style format string, e.g. '%%k:%%s\\n'")
     p.add_argument("--json", action="store_true", help="one JSON object per record, one per line")
     _add_client(p)

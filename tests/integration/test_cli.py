@@ -290,6 +290,23 @@ def test_a_bad_config_change_is_a_usage_error_before_any_cluster_is_asked(
     assert message in result.stderr
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("prop", "message"),
+    [
+        ("max.partition.fetch.byte=8388608", "did you mean max.partition.fetch.bytes?"),
+        ("fetch.max.bytes=0", "expected an integer >= 1, got '0'"),
+        ("fetch.max.wait.ms=soon", "expected an integer >= 0, got 'soon'"),
+        ("fetch.min.bytes", "--consumer-property expects KEY=VALUE"),
+    ],
+)
+def test_a_bad_consumer_property_is_a_usage_error(prop: str, message: str) -> None:
+    (port,) = free_ports(1)  # nothing listens: a usage error must come before the cluster is asked
+    result = cli("consume", "t", "--bootstrap-server", f"127.0.0.1:{port}", "--consumer-property", prop)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+
+
 def free_base_port() -> int:
     """A base port for `cluster up`: brokers take base, base+1, base+2 and the controller base+100."""
     import socket

@@ -64,3 +64,45 @@ def test_version_1_returns_what_version_0_does_as_views_of_the_answer(broker: Br
             assert "FETCH version 2 is not supported (supported: 0..1)" in refused.error_message
 
     asyncio.run(go())
+
+
+def test_a_consumer_takes_as_much_per_fetch_as_max_partition_fetch_bytes_allows(broker: BrokerProcess) -> None:
+    from client.cluster_client import ClusterClient
+    from client.consumer import Consumer, fetch_config
+    from protocol.messages import TopicPartition
+
+    async def go() -> None:
+        await assign([broker], "big", 1, {0: 1}, replicas=[1])
+        async with await BrokerConnection.connect("127.0.0.1", broker.port) as conn:
+            for i in range(24):  # 24 batches of ~40 KB
+                batch = build_batch([bytes([i]) * 4000 for _ in range(10)])
+                resp = await conn.send(ProduceRequest(1, 5000, [ProducePartition("big", 0, batch)]))
+                assert resp.partitions[0].error_code == ErrorCode.NONE
+        tp = TopicPartition("big", 0)
+
+        async def polls_to_read_all(props: dict[str, str]) -> list[int]:
+            config = fetch_config(props)
+            async with ClusterClient(f"127.0.0.1:{broker.port}") as client:
+                await client.refresh_metadata(["big"])
+                consumer = Consumer(
+                    client,
+                    [tp],
+                    positions={tp: 0},
+                    max_partition_fetch_bytes=config["max.partition.fetch.bytes"],
+                    fetch_max_bytes=config["fetch.max.bytes"],
+                )
+                sizes = []
+                while consumer.positions[tp] < 240:
+                    sizes.append(len(await consumer.poll()))
+                return sizes
+
+        assert await polls_to_read_all({"max.partition.fetch.bytes": str(8 << 20)}) == [240]
+        # 64 KiB holds one ~40 KB batch: a fetch per batch
+        assert await polls_to_read_all({"max.partition.fetch.bytes": str(64 << 10)}) == [10] * 24
+        # a batch larger than the limit still comes, whole (KIP-74), so the consumer moves on
+        assert await polls_to_read_all({"max.partition.fetch.bytes": "1000"}) == [10] * 24
+        # fetch.max.bytes caps the whole response the same way
+        sizes = await polls_to_read_all({"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(128 << 10)})
+        assert sizes == [30] * 8
+
+    asyncio.run(go())
