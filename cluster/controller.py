@@ -675,8 +675,7 @@ class Controller:
                 )
                 continue
             for p in self._image.partitions_of(name):
-                for broker_id in p.replicas:
-                    self._deleted_replicas.setdefault(broker_id, []).append(p.topic_partition)
+                self._delete_replicas(p.topic_partition, p.replicas)
             self._commit([RemoveTopicRecord(name=name)], committed)
             results.append(DeletableTopicResult(name=name))
         return self._result(committed, DeleteTopicsResponse(responses=results))
@@ -937,9 +936,7 @@ class Controller:
                 )
                 self._commit([change], committed)
                 # Replicas a replaced reassignment was adding and this one drops: stop and delete them.
-                for broker_id in partition.replicas:
-                    if broker_id not in full:
-                        self._deleted_replicas.setdefault(broker_id, []).append(partition.topic_partition)
+                self._delete_replicas(partition.topic_partition, [b for b in partition.replicas if b not in full])
             self._maybe_complete_reassignment(partition.topic_partition, committed)
         return self._result(committed, AlterPartitionReassignmentsResponse(responses=answers))
 
@@ -979,7 +976,12 @@ class Controller:
             removing_replicas=(),
         )
         self._commit([change], committed)
-        for broker_id in partition.removing_replicas:
+        self._delete_replicas(tp, partition.removing_replicas)
+
+    def _delete_replicas(self, tp: TopicPartition, broker_ids: Iterable[int]) -> None:
+        """Have these brokers stop and delete their replica of `tp` (STOP_REPLICA with delete, sent with this
+        command's result)."""
+        for broker_id in broker_ids:
             self._deleted_replicas.setdefault(broker_id, []).append(tp)
 
     # -- ISR changes from leaders -----------------------------------------------------------------
