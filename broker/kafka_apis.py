@@ -29,6 +29,7 @@ from broker.replication_quota import ReplicationQuotaManager, dynamic_throttles
 from broker.server import ConnectionContext
 from protocol.codec import Message
 from protocol.errors import ErrorCode, KafkaError, errors_into
+from protocol.fetch_frame import FETCH_RECORDS_APART
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -196,6 +197,8 @@ class KafkaApis:
             return ErrorResponse(
                 int(ErrorCode.NOT_CONTROLLER), f"{type(body).__name__} goes to the controller, not a broker"
             )
+        if type(body) is FetchRequest:
+            return await self.handle_fetch(ctx, body, header.api_version == FETCH_RECORDS_APART)
         return await handler(ctx, body)
 
     # -- data plane ---------------------------------------------------------------------------------
@@ -210,14 +213,22 @@ class KafkaApis:
             return None  # Kafka sends no response to acks=0
         return ProduceResponse(partitions=partitions)
 
-    async def handle_fetch(self, ctx: ConnectionContext, request: FetchRequest) -> Message:
+    async def handle_fetch(self, ctx: ConnectionContext, request: FetchRequest, records_apart: bool = False) -> Message:
+        """`records_apart`: a FETCH v1, whose answer sends records beside the message; a consumer's are then
+        sent from the segment files unread where the log verified them (FileRecords)."""
         is_from_follower = request.replica_id >= 0
         if is_from_follower and (refused := check_secret(ctx, self.cluster_secret, "a FETCH from a replica")):
             return refused  # a forged follower position would move the HW
         context = self.fetch_manager.new_context(request, is_from_follower)
         if context.error != ErrorCode.NONE:
             return context.error_response()
-        params = FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes)
+        params = FetchParams(
+            request.replica_id,
+            request.max_wait_ms,
+            request.min_bytes,
+            request.max_bytes,
+            file_records=records_apart and not is_from_follower,
+        )
         parts: list[FetchPartitionResponse] = await answered(
             lambda respond: self.replica_manager.fetch_messages(params, context.partitions_to_read(), respond)
         )

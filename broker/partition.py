@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from broker.log.file_records import FileRecords
 from broker.log.log_validator import validate_records
 from broker.replica import Replica
 from protocol.errors import (
@@ -81,7 +82,7 @@ class PartitionCounters:
 class LogReadInfo:
     """What a read returns, with HW / log start / LEO snapshotted *before* any follower state update (L3)."""
 
-    records: bytes
+    records: bytes | FileRecords  # FileRecords: slices of the segment files, to send unread (FETCH v1)
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -296,8 +297,12 @@ class Partition:
         read_up_to_log_end: bool,
         min_one_message: bool,
         last_fetched_epoch: int = UNDEFINED_EPOCH,
+        file_records: bool = False,
     ) -> LogReadInfo:
         """L2/L3: followers read to the LEO, consumers to the HW (above it: empty, no error).
+
+        `file_records`: return the records as FileRecords (slices of the segment files, sent unread) where
+        the log can (what it already verified), bytes elsewhere.
 
         Truncate on fetch (L10 case H): a follower that sends the epoch of its last batch is checked
         against our epochs first. If we know no such epoch, or it ends before the fetch offset, the
@@ -315,10 +320,14 @@ class Partition:
                 f"{self.topic_partition}: fetch offset {fetch_offset} is outside [{log_start}, {leo}]"
             )
         upper_bound = leo if read_up_to_log_end else hw
-        if fetch_offset >= upper_bound:
-            records = b""
-        else:
-            records = self.log.read(fetch_offset, max_bytes, upper_bound, min_one_message)
+        records: bytes | FileRecords = b""
+        if fetch_offset < upper_bound:
+            unread = (
+                self.log.read_file_records(fetch_offset, max_bytes, upper_bound, min_one_message)
+                if file_records
+                else None
+            )
+            records = unread or self.log.read(fetch_offset, max_bytes, upper_bound, min_one_message)
         return LogReadInfo(records, hw, log_start, leo)
 
     # -- follower fetch state on the leader ----------------------------------------------------------

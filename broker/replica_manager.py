@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_operation import DelayedOperation
@@ -79,6 +79,8 @@ class FetchParams:
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
+    # Records may come back as FileRecords (sent from the segment files unread): a FETCH v1 from a consumer.
+    file_records: bool = False
 
     @property
     def is_from_follower(self) -> bool:
@@ -279,10 +281,13 @@ class ReplicaManager:
                     read_up_to_log_end=params.is_from_follower,
                     min_one_message=min_one_message,
                     last_fetched_epoch=info.last_fetched_epoch if params.is_from_follower else UNDEFINED_EPOCH,
+                    file_records=params.file_records,
                 )
                 if read.diverging is not None:
                     resp.diverging_epoch, resp.diverging_end_offset = read.diverging
-                resp.records = read.records
+                # FileRecords in a bytes field: only a FETCH v1 answer carries them, and its encoder
+                # (protocol/fetch_frame.py) sends them without packing them.
+                resp.records = cast(bytes, read.records)
                 resp.high_watermark = read.high_watermark
                 resp.log_start_offset = read.log_start_offset
                 resp.log_end_offset = read.log_end_offset

@@ -33,10 +33,12 @@ V0_FIRST_BYTE = 0x92  # msgpack fixarray of 2: what every version-0 response bod
 _LENGTH = struct.Struct(">I")
 
 
-def encode_fetch_response(correlation_id: int, response: Message) -> list[bytes]:
-    """The buffers of one version-1 answer frame (its length prefix first), ready for `writelines`."""
+def encode_fetch_response(correlation_id: int, response: Message) -> list[Any]:
+    """The parts of one version-1 answer frame, its length prefix first: bytes for `writelines`, and any
+    partition's records that are not bytes (a broker's FileRecords, slices of its segment files) as they
+    are, for the server to send from the files."""
     wire = to_wire(response)
-    records: list[bytes] = []
+    records: list[Any] = []
     sizes: list[int] = []
     if type(response) is FetchResponse:
         for p, p_wire in zip(response.partitions, wire["partitions"], strict=True):

@@ -56,6 +56,7 @@ from broker.log.checkpoint import (
     write_atomically,
 )
 from broker.log.epoch_cache import LeaderEpochFileCache
+from broker.log.file_records import FileRecords
 from broker.log.log_config import LogConfig
 from broker.log.offset_index import INDEX_SUFFIX
 from broker.log.offset_metadata import LogOffsetMetadata
@@ -371,11 +372,13 @@ class Log:
         expected = first_offset
         max_timestamp = NO_TIMESTAMP
         num_records = 0
+        gapless = True
         for batch in batches:
             if batch.base_offset < expected:
                 raise CorruptRecordError(
                     f"batch at byte {batch.position} starts at offset {batch.base_offset}, before {expected}"
                 )
+            gapless = gapless and batch.base_offset == expected
             epoch = batch.partition_leader_epoch
             if epoch >= 0 and (not epochs or epochs[-1][0] != epoch):
                 epochs.append((epoch, batch.base_offset))
@@ -386,7 +389,7 @@ class Log:
                 max_timestamp = batch.max_timestamp
         for epoch, start_offset in epochs:
             self._epoch_cache.assign(epoch, start_offset)
-        self._append(records, last_offset, max_timestamp, placed, num_records)
+        self._append(records, last_offset, max_timestamp, placed, num_records, contiguous=gapless)
         for batch in batches:
             if batch.producer_id >= 0:  # the leader checked it; a follower keeps the state to lead with
                 self.producer_state.update(
@@ -408,6 +411,7 @@ class Log:
         max_timestamp: int,
         placed: Sequence[tuple[int, int]],
         num_records: int,
+        contiguous: bool = True,
     ) -> None:
         self._check_open()
         now_ms = self._time.milliseconds()
@@ -415,7 +419,7 @@ class Log:
         segment = self._segments[-1]
         if segment.should_roll(len(records), last_offset, now_ms, config.segment_bytes, config.segment_ms):
             segment = self.roll()
-        segment.append(records, last_offset, max_timestamp, placed)
+        segment.append(records, last_offset, max_timestamp, placed, contiguous)
         self._unflushed_messages += num_records
         if self._unflushed_messages >= config.flush_interval_messages or (
             config.flush_interval_ms is not None and now_ms - self._last_flush_ms >= config.flush_interval_ms
@@ -446,6 +450,32 @@ class Log:
         is ≥ `upper_bound` (the log end when None; leaders pass the high watermark for consumers), at most
         `max_bytes` long, except that `min_one_message` returns the first batch even when it is larger
         (KIP-74). Raises OffsetOutOfRangeError outside [log_start_offset, log_end_offset]."""
+        parts: list[bytes] = []
+        for segment, start, end in self._spans(start_offset, max_bytes, upper_bound, min_one_message):
+            try:
+                parts.append(segment.read_span(start, end))
+            except CorruptRecordError as exc:
+                self.mark_offline(str(exc))
+                raise KafkaStorageError(f"{self._topic}-{self._partition}: {exc}") from None
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._check_contiguous(start_offset, data)
+        return data
+
+    def read_file_records(
+        self, start_offset: int, max_bytes: int, upper_bound: int | None = None, min_one_message: bool = True
+    ) -> FileRecords | None:
+        """What `read` returns, as slices of the segment files to send without reading them (Kafka's
+        FileRecords), when every byte of it lies in the segments' verified prefixes (CRCs and offsets
+        checked by this process); None when some of it was never verified (`read` then checks it)."""
+        spans = self._spans(start_offset, max_bytes, upper_bound, min_one_message)
+        if not all(segment.is_verified(end) for segment, _, end in spans):
+            return None
+        return FileRecords([(segment, start, end - start) for segment, start, end in spans])
+
+    def _spans(
+        self, start_offset: int, max_bytes: int, upper_bound: int | None, min_one_message: bool
+    ) -> list[tuple[LogSegment, int, int]]:
+        """The (segment, start, end) byte ranges a read returns, in order; none when it returns nothing."""
         self._check_online()
         log_end = self.log_end_offset
         if start_offset < self._log_start_offset or start_offset > log_end:
@@ -454,38 +484,35 @@ class Log:
                 f"of {self._topic}-{self._partition}"
             )
         bound = log_end if upper_bound is None else min(upper_bound, log_end)
+        spans: list[tuple[LogSegment, int, int]] = []
         if start_offset >= bound or max_bytes < 0:
-            return b""
+            return spans
         segments = self._segments
         i = bisect_right(self._bases, start_offset) - 1
-        parts: list[bytes] = []
         remaining = max_bytes
         offset = start_offset
         while i < len(segments):
             segment = segments[i]
             max_position = None
-            if bound < segment.next_offset:
-                max_position = segment.position_of_first_batch_from(bound)
             try:
-                found = segment.read_at(offset, remaining, max_position, min_one_message and not parts)
+                if bound < segment.next_offset:
+                    max_position = segment.position_of_first_batch_from(bound)
+                found = segment.span(offset, remaining, max_position, min_one_message and not spans)
             except CorruptRecordError as exc:
                 self.mark_offline(str(exc))
                 raise KafkaStorageError(f"{self._topic}-{self._partition}: {exc}") from None
             if found is not None:
-                position, data = found
-                if not data:
+                start, end = found
+                if start == end:
                     break
-                parts.append(data)
-                remaining -= len(data)
-                reached_end = position + len(data) == segment.size_in_bytes
-                if remaining <= 0 or max_position is not None or not reached_end:
+                spans.append((segment, start, end))
+                remaining -= end - start
+                if remaining <= 0 or max_position is not None or end != segment.size_in_bytes:
                     break
             i += 1
             if i < len(segments):
                 offset = segments[i].base_offset
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        self._check_contiguous(start_offset, data)
-        return data
+        return spans
 
     def _check_contiguous(self, start_offset: int, data: bytes) -> None:
         """Offsets in this log have no gaps (leaders assign them in sequence, followers append at the log

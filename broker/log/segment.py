@@ -84,10 +84,17 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._dirty = False
         self.created_ms = time.milliseconds()
-        # Bytes [0, _crc_verified_end) hold batches whose CRC this process has checked: what it appended
-        # (validated before the append) or recovered. Reads check the CRC of batches past it once, so a
-        # segment loaded after a clean shutdown is verified as it is first served, never served unverified.
+        # Bytes [0, _crc_verified_end) hold batches whose CRC this process has checked, and whose offsets
+        # follow on from the segment's base without a gap: what it appended (validated before the append)
+        # or recovered. Reads check the batches past it once, so a segment loaded after a clean shutdown is
+        # verified as it is first served, never served unverified; the prefix grows as reads verify what
+        # follows it. `_verified_next` is the offset after the prefix. Only the verified prefix is sent
+        # from the file without being read (`span`, FileRecords).
         self._crc_verified_end = 0
+        self._verified_next = base_offset
+        # Bumped whenever bytes already written may change (truncation, close): a FileRecords slice taken
+        # before is then no longer what was read.
+        self.generation = 0
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -198,12 +205,18 @@ class LogSegment:
         largest_offset: int,
         largest_timestamp: int,
         batches: Sequence[tuple[int, int]],
+        contiguous: bool = True,
     ) -> None:
         """Write `records` (whole batches; `batches` lists each one's (base offset, size) in order) at the
-        end of the segment, indexing a batch whenever index.interval.bytes have passed since the last one."""
+        end of the segment, indexing a batch whenever index.interval.bytes have passed since the last one.
+        `contiguous`: each batch starts right after the previous one ends (no offset gap)."""
         position = self._size
         total = len(records)
-        verified = self._crc_verified_end == position  # the log validated these batches' CRCs already
+        # The log validated these batches' CRCs already; they extend the verified prefix when it reaches
+        # the end and their offsets follow on from it.
+        verified = (
+            self._crc_verified_end == position and contiguous and bool(batches) and batches[0][0] == self._verified_next
+        )
         written = os.pwrite(self._fd, records, position)
         if written != total:
             self._write_rest(records, position, written)
@@ -220,6 +233,7 @@ class LogSegment:
         self._size += total
         if verified:
             self._crc_verified_end = self._size
+            self._verified_next = largest_offset + 1
         self._next_offset = largest_offset + 1
         if self._max_timestamp is not None and largest_timestamp > self._max_timestamp:
             self._max_timestamp = largest_timestamp
@@ -270,30 +284,48 @@ class LogSegment:
         min_one_message: bool = False,
     ) -> tuple[int, bytes] | None:
         """Like `read`, also giving the byte position the returned batches start at."""
+        found = self.span(start_offset, max_bytes, max_position, min_one_message)
+        if found is None:
+            return None
+        start, end = found
+        return start, self.read_span(start, end) if start < end else b""
+
+    def read_span(self, start: int, end: int) -> bytes:
+        """The batches between two batch boundaries, each past the verified prefix checked once."""
+        data = self._pread(start, end - start)
+        self._check_read(start, data)
+        return data
+
+    def is_verified(self, end: int) -> bool:
+        """Whether bytes [0, end) are all verified (CRCs and offsets): sendable without reading them."""
+        return end <= self._crc_verified_end
+
+    def span(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> tuple[int, int] | None:
+        """The byte range [start, end) `read_at` returns, without reading it (start == end: nothing fits)."""
         limit = self._size if max_position is None else min(max_position, self._size)
         # A fetch from a batch's first offset (a follower's or consumer's next offset) that takes everything up
         # to `limit`, a batch boundary: when the index names that batch, no header needs reading, and the
         # read is the one pread of the data (the tail fetches that keep replicas in sync are all like this).
         indexed_offset, indexed_position = self.index.lookup(start_offset)
         if indexed_offset == start_offset and indexed_position < limit and limit - indexed_position <= max_bytes:
-            data = self._pread(indexed_position, limit - indexed_position)
-            self._check_read(indexed_position, data)
-            return indexed_position, data
+            return indexed_position, limit
         found = self._locate(start_offset, by_base=False)
         if found is None:
             return None
         start, first_size, _ = found
         if start >= limit:
-            return start, b""
+            return start, start
         if first_size > max_bytes:
             if not min_one_message:
-                return start, b""
-            end = start + first_size
-        else:
-            end = self._last_boundary_at_or_before(min(limit, start + max_bytes), start + first_size)
-        data = self._pread(start, end - start)
-        self._check_read(start, data)
-        return start, data
+                return start, start
+            return start, start + first_size
+        return start, self._last_boundary_at_or_before(min(limit, start + max_bytes), start + first_size)
 
     def _check_read(self, position: int, data: bytes) -> None:
         """Raise CorruptRecordError if a batch in `data` (read at byte `position`) that lies past the
@@ -302,22 +334,26 @@ class LogSegment:
         verified_end = self._crc_verified_end
         if end <= verified_end:
             return
+        verified_next = self._verified_next
         view = memoryview(data)
         unpack = HEADER.unpack_from
         rel = 0
         while rel < len(data):
-            _base, length, _epoch, _magic, crc, _attrs, _delta, _first_ts, _max_ts, _pid, _pe, _seq, _n = unpack(
-                view, rel
-            )
+            base, length, _epoch, _magic, crc, _attrs, delta, *_ = unpack(view, rel)
             size = LOG_OVERHEAD + length
             absolute = position + rel
             if absolute + size > verified_end:
                 if crc32c(view[rel + CRC_START : rel + size]) != crc:
                     raise CorruptRecordError(f"CRC mismatch in the batch at byte {absolute} of {self.log_path}")
-                if absolute <= verified_end:
+                if absolute == verified_end and base == verified_next:  # the prefix grows only without a gap
                     verified_end = absolute + size
+                    verified_next = base + delta + 1
             rel += size
         self._crc_verified_end = verified_end
+        self._verified_next = verified_next
+
+    def fileno(self) -> int:
+        return self._fd
 
     def read_bytes(self, start: int, end: int) -> bytes:
         """The raw bytes between two batch boundaries."""
@@ -403,9 +439,12 @@ class LogSegment:
         removed = self._size - position
         os.ftruncate(self._fd, position)
         self._size = position
-        self._crc_verified_end = min(self._crc_verified_end, position)
+        self.generation += 1
         self.index.truncate_to(base)
         self._recompute_tail()
+        if self._crc_verified_end >= position:  # the prefix now ends where the segment does
+            self._crc_verified_end = position
+            self._verified_next = self._next_offset
         self._max_timestamp = NO_TIMESTAMP if position == 0 else None
         if position == 0:
             self.created_ms = self._time.milliseconds()  # an emptied segment starts its roll clock again
@@ -426,6 +465,7 @@ class LogSegment:
         last_epoch: int | None = None
         read_size = _RECOVERY_CHUNK_BYTES
         problem: str | None = None
+        gap: tuple[int, int] | None = None  # (byte, offset expected there) of the first offset gap
         while position < file_size and problem is None:
             buf = os.pread(self._fd, read_size, position)
             result = scan(buf, verify_crc=True)
@@ -434,6 +474,8 @@ class LogSegment:
                 if batch.base_offset < next_offset:
                     problem = f"batch at byte {position + batch.position} goes back to offset {batch.base_offset}"
                     break
+                if batch.base_offset > next_offset and gap is None:
+                    gap = (position + batch.position, next_offset)
                 if since > self._index_interval_bytes and not self.index.is_full:
                     self.index.append(batch.base_offset, position + batch.position)
                     since = 0
@@ -467,7 +509,8 @@ class LogSegment:
             os.ftruncate(self._fd, position)
             self._storage.fsync(self._fd)
         self._size = position
-        self._crc_verified_end = position  # recovery checked every CRC it kept
+        # Recovery checked every CRC it kept; a gap in the offsets ends what counts as verified there.
+        self._crc_verified_end, self._verified_next = gap if gap is not None else (position, next_offset)
         self._next_offset = next_offset
         self._max_timestamp = largest
         self._bytes_since_last_index_entry = since
@@ -508,11 +551,13 @@ class LogSegment:
             self.index.flush(fsync=False)
             os.close(self._fd)
             self._fd = -1
+            self.generation += 1
 
     def delete(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+            self.generation += 1
         self.log_path.unlink(missing_ok=True)
         self.index.delete()
 
