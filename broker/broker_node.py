@@ -204,6 +204,8 @@ class BrokerNode:
                 incarnation_id=f"{self.rng.getrandbits(128):032x}",
             )
             self.lifecycle.offline_replicas = self.replica_manager.offline_replicas
+            lifecycle = self.lifecycle
+            self.apis.broker_epoch = lambda: lifecycle.broker_epoch
             self.alter_partition = AlterPartitionManager(
                 self.broker_id,
                 self.controller,

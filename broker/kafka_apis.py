@@ -168,6 +168,9 @@ class KafkaApis:
         self.cluster_secret = cluster_secret
         self.forward_to_controller = forward_to_controller
         self.on_leader_and_isr = on_leader_and_isr
+        #: This process's broker epoch (its registration with the controller; -1 until registered), when the
+        #: broker has a controller: controller requests stamped with another epoch are refused (KIP-380).
+        self.broker_epoch: Callable[[], int] | None = None
         self._handlers: dict[type, Callable[[ConnectionContext, Any], Awaitable[Message | None]]] = {
             ProduceRequest: self.handle_produce,
             FetchRequest: self.handle_fetch,
@@ -334,6 +337,15 @@ class KafkaApis:
         refused = check_secret(ctx, self.cluster_secret)
         if refused is not None:
             return refused
+        if self.broker_epoch is not None and request.broker_epoch != -1:
+            current = self.broker_epoch()
+            if request.broker_epoch != current:
+                # Meant for an earlier incarnation of this broker (it restarted before the controller heard):
+                # obeying could make a log that lost its unflushed tail lead at the old epoch.
+                return LeaderAndIsrResponse(
+                    error_code=ErrorCode.STALE_BROKER_EPOCH,
+                    error_message=f"request for broker epoch {request.broker_epoch}, this broker's is {current}",
+                )
         self.metadata_cache.merge_partition_states(request.partitions, request.live_leaders)
         if self.on_leader_and_isr is not None:
             return self.on_leader_and_isr(request)

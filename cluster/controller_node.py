@@ -73,6 +73,14 @@ log = logging.getLogger(__name__)
 _PURE_KEYS = set(ControllerConfig.KEYS)
 
 
+class StaleBrokerEpochError(Exception):
+    """The broker answered a push with STALE_BROKER_EPOCH: it restarted and has not registered again yet."""
+
+
+#: What makes a push wait and try again: the broker unreachable, or not yet registered in its new life.
+_PUSH_RETRIED: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, StaleBrokerEpochError)
+
+
 class BrokerChannel:
     """Delivers LEADER_AND_ISR / UPDATE_METADATA to one broker, retrying until acknowledged."""
 
@@ -140,9 +148,14 @@ class BrokerChannel:
                         controller_epoch=self.node.controller_epoch,
                         partitions=list(batch.values()),
                         live_leaders=self.node.live_endpoints(),
+                        broker_epoch=registration.broker_epoch,
                     )
                     try:
                         resp = await send(self.broker_id, request, 5000)
+                        if resp.error_code == ErrorCode.STALE_BROKER_EPOCH:
+                            # A new incarnation answered before its registration reached us: keep the batch
+                            # and retry; the registration fences it and its unfencing sends full state.
+                            raise StaleBrokerEpochError(resp.error_message or "stale broker epoch")
                     except BaseException:
                         for tp, s in batch.items():
                             self.pending.setdefault(tp, s)
@@ -150,7 +163,7 @@ class BrokerChannel:
                     if resp.error_code != ErrorCode.NONE:
                         log.warning("broker %d refused LEADER_AND_ISR: %s", self.broker_id, resp.error_message)
                 backoff_s = 0.05
-            except NETWORK_ERRORS as exc:
+            except _PUSH_RETRIED as exc:
                 self.metadata_dirty = True
                 log.info("push to broker %d failed (%s); retrying in %.2fs", self.broker_id, exc, backoff_s)
                 await self.node.time.sleep(backoff_s)
