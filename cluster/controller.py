@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
@@ -328,6 +328,8 @@ class Controller:
         # Replicas the command being run made obsolete (a deleted topic's, a reassignment's removed ones):
         # `_result` hands them to the caller to stop and delete on their brokers (STOP_REPLICA).
         self._deleted_replicas: dict[int, list[TopicPartition]] = {}
+        #: Called with each record after it is replayed into the image (the simulator's checker listens).
+        self.on_replay: Callable[[MetadataRecord, MetadataImage], None] | None = None
         self._commit(
             [FenceBrokerRecord(b.broker_id, b.broker_epoch) for b in self._image.brokers.values() if not b.fenced],
             [],
@@ -1088,6 +1090,8 @@ class Controller:
             self._store.append(first_offset, records)
         for record in records:
             self._image.replay(record)
+            if self.on_replay is not None:
+                self.on_replay(record, self._image)
         self._last_offset = first_offset + len(records) - 1
         committed.extend(records)
         if self._store is not None and self._store.snapshot_due:

@@ -17,8 +17,11 @@ has learned was committed. Checks, by the name a violation reports:
 - `consumer_went_back` / `consumer_saw_changed_record`: a consumer saw offsets go backwards, or a record
   at an offset other than the committed one.
 
-Losses are excused, and counted, only where Kafka promises nothing: an unclean election, or every replica
-of the partition having lost unflushed data in crashes since the record was committed.
+Losses are excused, and counted, only where Kafka promises nothing: an unclean election; every replica of
+the partition having lost unflushed data in crashes since the record was committed; or a leader elected
+from an ISR whose every member lost unflushed data in a crash and has not been back in the ISR since (a
+broker that was the last ISR member stays in it through its crash, so nothing tells the controller its
+log is short: the gap KIP-966's eligible leader replicas close).
 """
 
 from __future__ import annotations
@@ -78,6 +81,12 @@ class Checker:
         # unflushed data. A loss is excused once every replica crashed and one of them lost data.
         self.crashed: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
         self.lost_power: dict[TopicPartition, bool] = {tp: False for tp in partitions}
+        # Per partition: brokers that lost unflushed data in a crash and have not joined the ISR since
+        # (joining means the leader saw them reach its HW), and whether the current leader was elected from
+        # an ISR made only of such brokers (see the module docstring).
+        self.lost_data: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
+        self.elected_without_data: dict[TopicPartition, bool] = {tp: False for tp in partitions}
+        self._metadata: dict[TopicPartition, tuple[int, int, tuple[int, ...]]] = {}
         self._views: dict[tuple[int, TopicPartition], _ReplicaView] = {}
         self.pending_acks: dict[TopicPartition, dict[bytes, tuple[int, int]]] = {tp: {} for tp in partitions}
         self._leader_key: dict[TopicPartition, tuple[int, int, int, int]] = {}
@@ -110,6 +119,34 @@ class Checker:
         for tp in self.partitions:
             self.crashed[tp].add(broker_id)
             self.lost_power[tp] |= lost_unflushed
+            if lost_unflushed:
+                self.lost_data[tp].add(broker_id)
+
+    def on_metadata(self, record: Any, image: Any) -> None:
+        """A record the controller committed: follow each partition's leader and ISR as elections see them."""
+        topic, partition = getattr(record, "topic", None), getattr(record, "partition", None)
+        if not isinstance(topic, str) or not isinstance(partition, int):
+            return
+        tp = TopicPartition(topic, partition)
+        state = image.partitions.get(tp)
+        if tp not in self.lost_data or state is None:
+            return
+        isr = tuple(state.isr)
+        before = self._metadata.get(tp)
+        self._metadata[tp] = (state.leader, state.leader_epoch, isr)
+        lost = self.lost_data[tp]
+        lost.difference_update(set(isr) - set(before[2] if before else ()))
+        elected = before is None or (before[0], before[1]) != (state.leader, state.leader_epoch)
+        if elected and state.leader >= 0 and state.leader in lost and set(isr) <= lost:
+            self.elected_without_data[tp] = True
+            self.trace.event(
+                "checker",
+                "elected-without-data",
+                tp=str(tp),
+                leader=state.leader,
+                epoch=state.leader_epoch,
+                isr=list(isr),
+            )
 
     # -- checks ------------------------------------------------------------------------------------
 
@@ -164,9 +201,6 @@ class Checker:
             self.trace.event(
                 leader, "leader", tp=str(tp), epoch=epoch, isr=list(isr), hw=log.high_watermark, leo=log.log_end_offset
             )
-        if set(isr) == set(self._assignment(tp)) and all(m in replicas for m in isr):
-            self.crashed[tp].clear()  # every replica holds every committed record again
-            self.lost_power[tp] = False
         committed = self.committed[tp]
         leader_view = self._views[(leader, tp)]
         key = (leader, epoch, id(leader_view), leader_view.truncations)
@@ -227,6 +261,14 @@ class Checker:
                         f"{offset} below the HW {hw} (member LEO {len(member_records)})",
                     )
             self._isr_verified[mkey] = (max(start, upto), (id(member_view), member_view.truncations))
+        # Only now, with every loss above judged against the crashes that may excuse it: once the whole
+        # assignment is in the ISR, alive and holding the HW, every replica holds every committed record.
+        if set(isr) == set(self._assignment(tp)) and all(
+            m in replicas and replicas[m].log.log_end_offset >= hw for m in isr
+        ):
+            self.crashed[tp].clear()
+            self.lost_power[tp] = False
+            self.elected_without_data[tp] = False
 
     def _hold(
         self, tp: TopicPartition, leader: int, epoch: int, records: list[bytes | None], offset: int, rid: bytes
@@ -264,11 +306,16 @@ class Checker:
     def _excused(self, tp: TopicPartition, what: str) -> bool:
         """A loss Kafka allows: forget what tp had committed and go on from the current leader's log."""
         replicas = set(self._assignment(tp))
-        all_lost_power = bool(replicas) and replicas <= self.crashed[tp] and self.lost_power[tp]
-        if not (self.cluster.options.unclean_leader_election or all_lost_power):
+        if bool(replicas) and replicas <= self.crashed[tp] and self.lost_power[tp]:
+            why = "every replica lost unflushed data"
+        elif self.elected_without_data[tp]:
+            why = "leader elected from an ISR that had all lost unflushed data"
+        elif self.cluster.options.unclean_leader_election:
+            why = "unclean leader election"
+        else:
             return False
         self.excused_losses += 1
-        self.trace.event("checker", "excused-loss", tp=str(tp), what=what, unclean=not all_lost_power)
+        self.trace.event("checker", "excused-loss", tp=str(tp), what=what, why=why)
         self.pending_acks[tp].clear()
         for rid in self.committed[tp].values():
             self.offset_of.pop(rid, None)
@@ -277,6 +324,7 @@ class Checker:
         self._leader_key.pop(tp, None)
         self.crashed[tp] = set()
         self.lost_power[tp] = False
+        self.elected_without_data[tp] = False
         return True
 
     def _controller_isr(self, tp: TopicPartition) -> tuple[int, ...] | None:

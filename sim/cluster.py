@@ -94,6 +94,8 @@ class SimCluster:
         self.restarts = {b: 0 for b in self.broker_ids}
         self.power_lost: dict[int, int] = {}  # broker -> bytes lost at its last crash
         self.on_crash: Callable[[int, bool], None] = lambda broker_id, lost_unflushed: None
+        #: Each metadata record the controller commits, with the image after it (the checker listens).
+        self.on_metadata: Callable[[Any, Any], None] = lambda record, image: None
 
     @property
     def broker_ids(self) -> list[int]:
@@ -127,6 +129,7 @@ class SimCluster:
             SimTransport(self.network, CONTROLLER_ID, timeout_ms=5000),
         )
         self.controller = node
+        node.controller.on_replay = lambda record, image: self.on_metadata(record, image)
         self.network.bring_up(CONTROLLER_ID, node.handle)
         node.start()
         self.trace.event(CONTROLLER_ID, "start", epoch=node.controller_epoch)

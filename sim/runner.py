@@ -265,6 +265,7 @@ async def _run(
 
     asyncio.get_running_loop().set_exception_handler(on_loop_error)
     cluster.on_crash = checker.on_crash
+    cluster.on_metadata = checker.on_metadata
     main = guarded(scenario())
     guarded(ticker())
     await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
