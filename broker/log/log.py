@@ -83,9 +83,10 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs 0.4 us more to build, once per append
 class AppendInfo:
-    """What one append wrote. An empty record set appends nothing: num_batches 0, last = first - 1."""
+    """What one append wrote (read-only by convention). An empty record set appends nothing: num_batches 0,
+    last = first - 1."""
 
     first_offset: int
     last_offset: int
@@ -119,8 +120,7 @@ def _storage_errors(method: Callable[Concatenate[Log, P], R]) -> Callable[Concat
         try:
             return method(log, *args, **kwargs)
         except OSError as exc:
-            log.mark_offline(f"{method.__name__} failed: {exc}")
-            raise KafkaStorageError(f"{log.topic}-{log.partition}: {method.__name__} failed: {exc}") from None
+            raise log._storage_error(method.__name__, exc) from None
 
     return wrapper
 
@@ -211,6 +211,11 @@ class Log:
             logger.error("%s-%d is offline: %s", self._topic, self._partition, reason)
             self.offline_reason = reason
 
+    def _storage_error(self, what: str, exc: OSError) -> KafkaStorageError:
+        """Take the replica offline after a disk error in `what`; the error to raise to the caller."""
+        self.mark_offline(f"{what} failed: {exc}")
+        return KafkaStorageError(f"{self.topic}-{self.partition}: {what} failed: {exc}")
+
     def _check_online(self) -> None:
         if self.offline_reason is not None:
             raise KafkaStorageError(f"{self._topic}-{self._partition} is offline on this broker: {self.offline_reason}")
@@ -272,10 +277,16 @@ class Log:
 
     # -- append ------------------------------------------------------------------------------------
 
-    @_storage_errors
     def append_as_leader(self, records: Buffer, leader_epoch: int) -> AppendInfo:
         """Validate every batch, assign offsets from the log end, stamp `leader_epoch`, and append.
         Raises CorruptRecordError (appending nothing) if any batch is torn, corrupt or inconsistent."""
+        # What @_storage_errors does, without a wrapper call on the path every produced batch takes.
+        try:
+            return self._append_as_leader(records, leader_epoch)
+        except OSError as exc:
+            raise self._storage_error("append_as_leader", exc) from None
+
+    def _append_as_leader(self, records: Buffer, leader_epoch: int) -> AppendInfo:
         self._check_online()
         single = single_batch(records)
         if single is not None and single[1] + 1 == single[3]:
@@ -413,7 +424,8 @@ class Log:
         num_records: int,
         contiguous: bool = True,
     ) -> None:
-        self._check_open()
+        if self._closed:
+            self._check_open()
         now_ms = self._time.milliseconds()
         config = self.config
         segment = self._segments[-1]

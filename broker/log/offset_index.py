@@ -80,6 +80,17 @@ class OffsetIndex:
         self._offsets.append(offset)
         self._positions.append(position)
 
+    def append_if_room(self, offset: int, position: int) -> bool:
+        """`append`, or False when the index is full: one call on the path every appended batch takes."""
+        offsets = self._offsets
+        if len(offsets) >= self.max_entries:
+            return False
+        if offsets and (offset <= offsets[-1] or position <= self._positions[-1]):
+            raise ValueError(f"index entry ({offset}, {position}) is not after the last entry")
+        offsets.append(offset)
+        self._positions.append(position)
+        return True
+
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is ≥ `offset`."""
         keep = bisect_right(self._offsets, offset - 1)

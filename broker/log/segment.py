@@ -224,8 +224,7 @@ class LogSegment:
         interval = self._index_interval_bytes
         since = self._bytes_since_last_index_entry
         for base_offset, size in batches:
-            if since > interval and not index.is_full:
-                index.append(base_offset, position)
+            if since > interval and index.append_if_room(base_offset, position):
                 since = 0
             since += size
             position += size
