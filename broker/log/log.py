@@ -65,6 +65,7 @@ from broker.log.segment import LOG_SUFFIX, NO_TIMESTAMP, LogSegment
 from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import (
     CorruptRecordError,
+    KafkaError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
@@ -211,7 +212,7 @@ class Log:
             logger.error("%s-%d is offline: %s", self._topic, self._partition, reason)
             self.offline_reason = reason
 
-    def _storage_error(self, what: str, exc: OSError) -> KafkaStorageError:
+    def _storage_error(self, what: str, exc: OSError) -> KafkaError:
         """Take the replica offline after a disk error in `what`; the error to raise to the caller."""
         self.mark_offline(f"{what} failed: {exc}")
         return KafkaStorageError(f"{self.topic}-{self.partition}: {what} failed: {exc}")
