@@ -15,8 +15,11 @@ How this works:
   live in ``<out>/_stream/checkpoint``; each micro-batch is written to ``<out>/_stream/records/batch-<id>``
   (``write_batch``: a rerun of a batch after a restart replaces its folder, so nothing is stored
   twice), and the batch logic reruns over everything accumulated, rewriting the tables and the page
-  (window functions over the whole history cannot run as a streaming aggregation). The page reloads
-  itself every trigger interval. Stops on Ctrl-C or after ``max_batches`` micro-batches with data.
+  (window functions over the whole history cannot run as a streaming aggregation). Every
+  ``COMPACT_AFTER_BATCHES`` batch folders are folded into one ``upto-<id>`` folder (``compact``), so a
+  long follow reads a few folders, not one per micro-batch. The page reloads itself every trigger
+  interval while following; when following stops (Ctrl-C or ``max_batches`` micro-batches with data) it
+  is written once more without the reload, so a browser left on it stops refreshing a finished page.
 """
 
 from __future__ import annotations
@@ -178,11 +181,13 @@ def publish(
     faults: Sequence[dashboard.TimelineEvent] = (),
     refresh_s: int | None = None,
     phases: dict[str, float] | None = None,
+    on_page: Callable[[dashboard.DashboardData], None] | None = None,
 ) -> tuple[dict[str, str], dict[str, int], dict[str, int], int]:
     """Compute and write every table and the page from ``records`` (read once; not cached by the caller).
 
     ``refresh_s``: the page reloads itself this often (``--follow``); None for a page that stays put.
     ``phases``: when given, filled with the wall seconds of each phase (``<phase>_s``).
+    ``on_page``: called with what the page shows, once it is written.
     Returns (table paths, table row counts, follower status counts, record count).
     """
     mark = _PhaseTimer(phases)
@@ -222,12 +227,20 @@ def publish(
         for df in cached:
             df.unpersist()
     counts = {name: parquet_row_count(Path(path)) for name, path in paths.items()}
+    write_page(out_dir, data)
+    mark("page_render")
+    if on_page is not None:
+        on_page(data)
+    return paths, counts, data.status_counts, n
+
+
+def write_page(out_dir: Path, data: dashboard.DashboardData) -> Path:
+    """Render ``dashboard.html`` from ``data``, replacing the old page in one rename."""
     page = out_dir / DASHBOARD_FILE
     tmp = page.with_suffix(".html.tmp")
     tmp.write_text(dashboard.render_dashboard(data), encoding="utf-8")
     tmp.replace(page)  # a browser reloading mid-refresh never sees half a page
-    mark("page_render")
-    return paths, counts, data.status_counts, n
+    return page
 
 
 class _PhaseTimer:
@@ -335,6 +348,60 @@ def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: Lag
 
 
 BATCH_PREFIX = "batch-"
+COMPACTED_PREFIX = "upto-"
+BUILDING_PREFIX = "_building-"  # "_": never read as part of the records
+#: Batch folders that ``--follow`` lets pile up before folding them into one (``compact``).
+COMPACT_AFTER_BATCHES = 10
+
+
+def _folder_id(path: Path, prefix: str) -> int | None:
+    rest = path.name.removeprefix(prefix)
+    return int(rest) if rest != path.name and rest.isdigit() else None
+
+
+def accumulated_parts(accumulated: Path) -> list[Path]:
+    """The folders that together hold every accumulated record once: the newest ``upto-<K>`` (the records
+    of every batch up to K) and each ``batch-<id>`` after K, in batch order. A batch folder at or below K
+    (left by a compaction cut short, or by a rerun of a batch already folded in) is not read."""
+    if not accumulated.is_dir():
+        return []
+    upto = folded_upto(accumulated)
+    batches = sorted(
+        (i, p) for p in accumulated.iterdir() if (i := _folder_id(p, BATCH_PREFIX)) is not None and i > upto
+    )
+    return ([accumulated / f"{COMPACTED_PREFIX}{upto}"] if upto >= 0 else []) + [p for _, p in batches]
+
+
+def folded_upto(accumulated: Path) -> int:
+    """K of the newest ``upto-<K>`` folder (every batch up to K is in it); -1 when there is none."""
+    if not accumulated.is_dir():
+        return -1
+    return max((i for p in accumulated.iterdir() if (i := _folder_id(p, COMPACTED_PREFIX)) is not None), default=-1)
+
+
+def compact(spark: SparkSession, accumulated: Path) -> Path | None:
+    """Fold the accumulated parts into one ``upto-<last batch id>`` folder, then delete what it replaces.
+
+    Built aside and renamed into place: until the rename the old parts are what is read, after it the
+    new folder (``accumulated_parts`` ignores the older ones), so a crash at any step loses nothing and
+    stores nothing twice. None when there is nothing to fold (at most one part).
+    """
+    parts = accumulated_parts(accumulated)
+    if len(parts) < 2:
+        return None
+    last = _folder_id(parts[-1], BATCH_PREFIX)
+    assert last is not None  # two parts: the last one is a batch folder
+    final = accumulated / f"{COMPACTED_PREFIX}{last}"
+    building = accumulated / f"{BUILDING_PREFIX}{final.name}"
+    shutil.rmtree(building, ignore_errors=True)
+    spark.read.parquet(*(str(p) for p in parts)).write.parquet(str(building))
+    building.rename(final)
+    for path in accumulated.iterdir():
+        folded = _folder_id(path, COMPACTED_PREFIX)
+        batch = _folder_id(path, BATCH_PREFIX)
+        if (folded is not None and folded < last) or (batch is not None and batch <= last):
+            shutil.rmtree(path, ignore_errors=True)
+    return final
 
 
 def write_batch(batch: DataFrame, accumulated: Path, batch_id: int) -> Path:
@@ -346,7 +413,7 @@ def write_batch(batch: DataFrame, accumulated: Path, batch_id: int) -> Path:
     built aside and renamed into place, stores it once however often it runs.
     """
     final = accumulated / f"{BATCH_PREFIX}{batch_id}"
-    building = accumulated / f"_building-{batch_id}"  # "_": never read as part of the records
+    building = accumulated / f"{BUILDING_PREFIX}{batch_id}"
     shutil.rmtree(building, ignore_errors=True)
     batch.write.parquet(str(building))
     shutil.rmtree(final, ignore_errors=True)
@@ -359,6 +426,7 @@ class _FollowState:
     batches: int = 0
     batch_id: int = -1  # the last micro-batch that published
     last: DashboardResult | None = None
+    page: dashboard.DashboardData | None = None  # what the last published page shows
     error: BaseException | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
 
@@ -381,6 +449,7 @@ def run_follow(
     config: LagJobConfig,
     trigger_s: float = TRIGGER_S_DEFAULT,
     max_batches: int | None = None,
+    compact_after: int | None = None,
 ) -> DashboardResult:
     """Stream the rolled files, republishing after every micro-batch with data (see module docstring)."""
     if not metrics_dir.is_dir():
@@ -388,6 +457,9 @@ def run_follow(
     out_dir.mkdir(parents=True, exist_ok=True)
     stream_dir = out_dir / STREAM_DIR
     accumulated = stream_dir / "records"
+    if accumulated.is_dir():
+        for leftover in accumulated.glob(f"{BUILDING_PREFIX}*"):  # a write cut short by a crash
+            shutil.rmtree(leftover, ignore_errors=True)
     started = time.monotonic()
     state = _FollowState()
     watermark_s = 3 * config.window_ms // 1000 or 1
@@ -408,8 +480,17 @@ def run_follow(
     def process(batch: DataFrame, batch_id: int) -> None:
         if batch.isEmpty():
             return  # a no-data batch that only moved the watermark
-        write_batch(batch, accumulated, batch_id)
-        records = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(str(accumulated / f"{BATCH_PREFIX}*"))
+        if batch_id > folded_upto(accumulated):  # else a rerun of a batch already folded into upto-<id>
+            write_batch(batch, accumulated, batch_id)
+        limit = COMPACT_AFTER_BATCHES if compact_after is None else compact_after
+        if sum(1 for p in accumulated_parts(accumulated) if p.name.startswith(BATCH_PREFIX)) >= limit:
+            compact(spark, accumulated)
+        parts = accumulated_parts(accumulated)
+        records = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(*(str(p) for p in parts))
+
+        def on_page(data: dashboard.DashboardData) -> None:
+            state.page = data
+
         paths, counts, statuses, n = publish(
             records,
             out_dir,
@@ -417,6 +498,7 @@ def run_follow(
             _title(metrics_dir),
             dashboard.fault_events(metrics_dir / s.FAULTS_FILE),
             refresh_s=refresh_s,
+            on_page=on_page,
         )
         with state.changed:
             state.batches += 1
@@ -450,6 +532,10 @@ def run_follow(
         pass
     finally:
         query.stop()
+        if state.page is not None and state.page.refresh_s is not None:
+            # Following has stopped: the page stays as it is now, without reloading itself.
+            state.page.refresh_s = None
+            write_page(out_dir, state.page)
     if query.exception() is not None:
         raise RuntimeError(f"the streaming query failed: {query.exception()}")
     if state.last is None:

@@ -426,8 +426,18 @@ def test_the_browser_draws_lag_that_moves_in_every_lag_chart_and_the_health_row(
 def test_follow_mode_streams_the_rolled_files_only_and_refreshes_the_page(
     spark: SparkSession,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rolled, _ = write_metrics_dir(tmp_path / "metrics")
+    pages: list[str] = []
+    real_write_page = spark_app.write_page
+
+    def write_page(out_dir: Path, data: dashboard.DashboardData) -> Path:
+        page = real_write_page(out_dir, data)
+        pages.append(page.read_text())
+        return page
+
+    monkeypatch.setattr(spark_app, "write_page", write_page)
     result = spark_app.run_dashboard(
         tmp_path / "metrics", tmp_path / "out", follow=True, trigger_s=1, max_batches=1, spark=spark
     )
@@ -435,8 +445,13 @@ def test_follow_mode_streams_the_rolled_files_only_and_refreshes_the_page(
     assert result.records == rolled
     assert Path(result.dashboard_html).exists()
     assert result.row_counts[s.TABLE_LEADER_TIMELINE] == 3  # orders-0 epochs 0 and 1, orders-1 epoch 0
-    # while following, the page reloads itself every trigger interval
-    assert '<meta http-equiv="refresh" content="1">' in Path(result.dashboard_html).read_text()
+    # while following, the page reloads itself every trigger interval; once following stops it is written
+    # again, the same page without the reload
+    refresh = '<meta http-equiv="refresh" content="1">'
+    assert len(pages) == 2 and refresh in pages[0]
+    assert Path(result.dashboard_html).read_text() == pages[1]
+    uuid = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # plotly's div ids
+    assert uuid.sub("id", pages[1]) == uuid.sub("id", pages[0].replace(refresh, ""))
 
 
 @pytest.mark.timeout(300)
@@ -456,6 +471,44 @@ def test_a_follow_restart_after_max_batches_adds_the_new_rolled_files_and_nothin
 
     again = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
     assert again.records == rolled + active
+
+
+@pytest.mark.timeout(300)
+def test_follow_folds_its_batch_folders_into_one_and_keeps_every_record_once(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spark_app, "COMPACT_AFTER_BATCHES", 2)
+    rolled, active = write_metrics_dir(tmp_path / "metrics")
+    out = tmp_path / "out"
+    records = out / spark_app.STREAM_DIR / "records"
+    first = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
+    assert first.records == rolled
+    assert [p.name for p in spark_app.accumulated_parts(records)] == [p.name for p in records.iterdir()]
+    [first_batch] = spark_app.accumulated_parts(records)
+    for path in (tmp_path / "metrics" / "_active").iterdir():
+        complete = path.read_text().rsplit("\n", 1)[0] + "\n"
+        first_ts = json.loads(complete.splitlines()[0])["ts_ms"]
+        (tmp_path / "metrics" / f"{path.stem}-{first_ts}.jsonl").write_text(complete)
+        path.unlink()
+
+    again = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
+    assert again.records == rolled + active
+    # the second batch made two folders: they were folded into one, and the two batch folders are gone
+    [folded] = list(records.iterdir())
+    assert folded.name.startswith(spark_app.COMPACTED_PREFIX) and not first_batch.exists()
+    assert spark_app.accumulated_parts(records) == [folded]
+    stored = spark.read.parquet(str(folded))
+    assert stored.count() == stored.dropDuplicates(list(spark_app.DEDUP_KEY)).count() == rolled + active
+
+
+def test_the_accumulated_records_are_read_from_the_newest_fold_and_the_batches_after_it(tmp_path: Path) -> None:
+    # A compaction cut short between its rename and its deletes leaves batch folders it already holds (3)
+    # and the fold it replaced (upto-1): neither is read again, and half-built folders never are.
+    for name in ("upto-1", "batch-3", "upto-5", "batch-6", "batch-12", "_building-upto-12", "_building-13"):
+        (tmp_path / name).mkdir()
+    assert [p.name for p in spark_app.accumulated_parts(tmp_path)] == ["upto-5", "batch-6", "batch-12"]
+    assert spark_app.folded_upto(tmp_path) == 5
+    assert spark_app.accumulated_parts(tmp_path / "none") == []
 
 
 @pytest.mark.timeout(300)
