@@ -133,6 +133,7 @@ class BrokerNode:
             forward_to_controller=self._forward_to_controller if self.controller else None,
         )
         self.apis.replication_quotas = {"leader": self.leader_quota, "follower": self.follower_quota}
+        self.apis.broker_config = config
 
     async def handle(self, ctx: ConnectionContext, header: RequestHeader, request: Message) -> Message | None:
         return await self.apis.handle(ctx, header, request)

@@ -1,5 +1,5 @@
-"""DESCRIBE_CONFIGS for topics, as Kafka's ConfigHelper answers it: every topic config with the value in
-effect on this broker and where that value comes from.
+"""DESCRIBE_CONFIGS, as Kafka's ConfigHelper answers it: every config of a topic or a broker with the value
+in effect on this broker and where that value comes from.
 
 A topic config's value is, in order of precedence:
 
@@ -12,12 +12,21 @@ A topic config's value is, in order of precedence:
 Each entry lists that chain as its synonyms, first the one in effect, so a user sees what deleting the
 topic's own value falls back to. A setting equal to Kafka's default is reported as the default: the two
 cannot be told apart and mean the same.
+
+A broker config's value is, in order: this broker's dynamic setting (DYNAMIC_BROKER_CONFIG) and the
+cluster-wide dynamic default (DYNAMIC_DEFAULT_BROKER_CONFIG), both set by INCREMENTAL_ALTER_CONFIGS and
+pushed in UPDATE_METADATA (only the replication throttle rates can be); the broker's own setting from its
+file, environment or command line (STATIC_BROKER_CONFIG); the default (DEFAULT_CONFIG). The cluster
+default itself (resource name "") lists only its dynamic configs, as Kafka's does. Sensitive configs (the
+cluster secret) are listed without their value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
+from broker.config import BROKER_CONFIG, REQUIRED
 from broker.log.log_config import KAFKA_TOPIC_CONFIG_DEFAULTS, TOPIC_CONFIG_SYNONYMS, LogConfig, log_config_values
 from protocol.messages import ConfigSource, DescribeConfigsResourceResult, DescribeConfigsSynonym
 
@@ -70,3 +79,63 @@ def _entry(name: str, topic_configs: Mapping[str, str], defaults: Mapping[str, s
     return DescribeConfigsResourceResult(
         name=name, value=in_effect.value, config_source=in_effect.source, synonyms=synonyms
     )
+
+
+SENSITIVE_BROKER_CONFIGS = frozenset({"cluster.secret"})
+
+
+def _config_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def describe_broker_configs(
+    entity: str,
+    static: Mapping[str, Any],
+    dynamic: Mapping[str, Mapping[str, str]],
+    keys: Iterable[str] | None = None,
+) -> list[DescribeConfigsResourceResult]:
+    """Broker `entity`'s configs (every key of BROKER_CONFIG), or with "" the cluster's dynamic defaults,
+    sorted by name. `static` is this broker's resolved config, `dynamic` the dynamic broker configs by
+    entity ("" for the default) as UPDATE_METADATA brought them."""
+    defaults = dynamic.get("", {})
+    if entity == "":
+        names = sorted(defaults if keys is None else set(defaults) & set(keys))
+        source = int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+        return [
+            DescribeConfigsResourceResult(
+                name=n,
+                value=defaults[n],
+                config_source=source,
+                synonyms=[DescribeConfigsSynonym(n, defaults[n], source)],
+            )
+            for n in names
+        ]
+    own = dynamic.get(entity, {})
+    layers = ((own, ConfigSource.DYNAMIC_BROKER_CONFIG), (defaults, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+    names = sorted(BROKER_CONFIG.keys if keys is None else set(BROKER_CONFIG.keys) & set(keys))
+    results = []
+    for name in names:
+        synonyms: list[DescribeConfigsSynonym] = []
+        for layer, source in layers:
+            if name in layer:
+                synonyms.append(DescribeConfigsSynonym(name, layer[name], int(source)))
+        default = BROKER_CONFIG.keys[name].default
+        value = static.get(name)
+        if value is not None and (default is REQUIRED or value != default):
+            synonyms.append(DescribeConfigsSynonym(name, _config_text(value), int(ConfigSource.STATIC_BROKER_CONFIG)))
+        if default is not None and default is not REQUIRED:
+            synonyms.append(DescribeConfigsSynonym(name, _config_text(default), int(ConfigSource.DEFAULT_CONFIG)))
+        sensitive = name in SENSITIVE_BROKER_CONFIGS
+        if sensitive:
+            synonyms = [DescribeConfigsSynonym(x.name, None, x.source) for x in synonyms]
+        in_effect = synonyms[0] if synonyms else DescribeConfigsSynonym(name, None, int(ConfigSource.DEFAULT_CONFIG))
+        results.append(
+            DescribeConfigsResourceResult(
+                name=name,
+                value=in_effect.value,
+                config_source=in_effect.source,
+                is_sensitive=sensitive,
+                synonyms=synonyms,
+            )
+        )
+    return results

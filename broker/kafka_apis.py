@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from broker.config_helper import describe_topic_configs, topic_config_defaults
+from broker.config_helper import describe_broker_configs, describe_topic_configs, topic_config_defaults
 from broker.delayed_operation import DelayedOperation
 from broker.fetch_session import FetchManager
 from broker.metadata_cache import MetadataCache
@@ -171,6 +171,8 @@ class KafkaApis:
         #: This process's broker epoch (its registration with the controller; -1 until registered), when the
         #: broker has a controller: controller requests stamped with another epoch are refused (KIP-380).
         self.broker_epoch: Callable[[], int] | None = None
+        #: This broker's resolved static config (BROKER_CONFIG's keys), for DESCRIBE_CONFIGS (set by BrokerNode).
+        self.broker_config: Mapping[str, Any] = {}
         self._handlers: dict[type, Callable[[ConnectionContext, Any], Awaitable[Message | None]]] = {
             ProduceRequest: self.handle_produce,
             FetchRequest: self.handle_fetch,
@@ -404,11 +406,23 @@ class KafkaApis:
         results = []
         for resource in request.resources:
             result = DescribeConfigsResult(resource.resource_type, resource.resource_name)
-            if resource.resource_type != ConfigResourceType.TOPIC:
+            name = resource.resource_name
+            if resource.resource_type == ConfigResourceType.BROKER:
+                if name not in ("", str(self.broker_id)):
+                    # As Kafka: a broker describes its own configs (the admin client sends there) or the default.
+                    result.error_code = int(ErrorCode.INVALID_REQUEST)
+                    result.error_message = (
+                        f"Unexpected broker id, expected {self.broker_id} or empty string, but received {name}"
+                    )
+                else:
+                    result.configs = describe_broker_configs(
+                        name, self.broker_config, self.metadata_cache.broker_configs, resource.configuration_keys
+                    )
+            elif resource.resource_type != ConfigResourceType.TOPIC:
                 result.error_code = int(ErrorCode.INVALID_REQUEST)
                 result.error_message = (
-                    f"only topic configs (resource type {int(ConfigResourceType.TOPIC)}) can be described, "
-                    f"not resource type {resource.resource_type}"
+                    f"only topic and broker configs (resource types {int(ConfigResourceType.TOPIC)} and "
+                    f"{int(ConfigResourceType.BROKER)}) can be described, not resource type {resource.resource_type}"
                 )
             elif not self.metadata_cache.has_topic(resource.resource_name):
                 result.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

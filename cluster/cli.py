@@ -786,10 +786,85 @@ def _config_source_name(source: int) -> str:
         return f"UNKNOWN({source})"
 
 
+def _config_entries(configs: list[Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": c.name,
+            "value": c.value,
+            "source": _config_source_name(c.config_source),
+            "sensitive": c.is_sensitive,
+            "synonyms": [
+                {"name": s.name, "value": s.value, "source": _config_source_name(s.source)} for s in c.synonyms
+            ],
+        }
+        for c in configs
+    ]
+
+
+def _config_lines(heading: str, configs: list[dict[str, Any]]) -> list[str]:
+    """kafka-configs.sh --describe's layout: the heading, then one line per config with its synonyms."""
+    lines = [heading]
+    for c in configs:
+        synonyms = ", ".join(f"{s['source']}:{s['name']}={s['value']}" for s in c["synonyms"])
+        value = "null" if c["value"] is None else c["value"]
+        lines.append(f"  {c['name']}={value} sensitive={str(c['sensitive']).lower()} synonyms={{{synonyms}}}")
+    return lines
+
+
+def _describe_broker_configs(args: argparse.Namespace) -> int:
+    """kafka-configs.sh --describe --entity-type brokers (--entity-name ID | --entity-default) [--all]: asks
+    the named broker itself (a broker describes its own configs), or any broker for the cluster default."""
+    from client.cluster_client import ClusterUnavailableError
+    from protocol.errors import ErrorCode
+    from protocol.messages import ConfigResourceType, DescribeConfigsRequest, DescribeConfigsResource
+
+    if args.entity_default == (args.entity_name is not None):
+        raise CliError("brokers: give --entity-default or --entity-name BROKER_ID", EXIT_USAGE)
+    entity = "" if args.entity_default else str(args.entity_name)
+    if entity and not entity.isdigit():
+        raise CliError(f"--entity-name {entity!r}: a broker id", EXIT_USAGE)
+
+    async def go() -> Any:
+        async with _client(args) as client:
+            request = DescribeConfigsRequest([DescribeConfigsResource(int(ConfigResourceType.BROKER), entity)])
+            try:
+                if not entity:
+                    return await client.send_any(request)
+                await client.refresh_metadata([])
+                if int(entity) not in client.brokers:
+                    raise CliError(f"broker {entity} is not in the cluster", EXIT_CLUSTER_ERROR)
+                return await client.send_to(int(entity), request)
+            except ClusterUnavailableError as exc:
+                raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+
+    resp = _run(go())
+    (result,) = resp.results
+    if result.error_code != ErrorCode.NONE:
+        raise CliError(
+            f"cannot describe broker configs: {ErrorCode(result.error_code).name}: {result.error_message}",
+            EXIT_CLUSTER_ERROR,
+        )
+    configs = _config_entries(result.configs)
+    if not args.all:
+        # Without --all, as kafka-configs.sh: only what was set at runtime for this entity.
+        own = "DYNAMIC_DEFAULT_BROKER_CONFIG" if not entity else "DYNAMIC_BROKER_CONFIG"
+        configs = [c for c in configs if c["source"] == own]
+    if not entity:
+        heading = "Default configs for brokers in the cluster are:"
+    else:
+        heading = f"{'All' if args.all else 'Dynamic'} configs for broker {entity} are:"
+    _emit(args, {"broker": entity or None, "configs": configs}, lambda: "\n".join(_config_lines(heading, configs)))
+    return EXIT_OK
+
+
 def cmd_configs_describe(args: argparse.Namespace) -> int:
     from client.cluster_client import ClusterUnavailableError
     from protocol.errors import ErrorCode
 
+    if args.entity_type == "brokers":
+        return _describe_broker_configs(args)
+    if args.entity_default:
+        raise CliError("--entity-default goes with --entity-type brokers", EXIT_USAGE)
     topic = _configs_topic(args)
 
     async def go() -> list[Any]:
@@ -813,30 +888,11 @@ def cmd_configs_describe(args: argparse.Namespace) -> int:
                 f"{result.error_message}",
                 EXIT_CLUSTER_ERROR,
             )
-        configs = [
-            {
-                "name": c.name,
-                "value": c.value,
-                "source": _config_source_name(c.config_source),
-                "sensitive": c.is_sensitive,
-                "synonyms": [
-                    {"name": s.name, "value": s.value, "source": _config_source_name(s.source)} for s in c.synonyms
-                ],
-            }
-            for c in result.configs
-        ]
-        out.append({"topic": result.resource_name, "configs": configs})
+        out.append({"topic": result.resource_name, "configs": _config_entries(result.configs)})
 
     def text() -> str:
         # kafka-configs.sh --describe --all's layout
-        lines = []
-        for t in out:
-            lines.append(f"All configs for topic {t['topic']} are:")
-            for c in t["configs"]:
-                synonyms = ", ".join(f"{s['source']}:{s['name']}={s['value']}" for s in c["synonyms"])
-                lines.append(
-                    f"  {c['name']}={c['value']} sensitive={str(c['sensitive']).lower()} synonyms={{{synonyms}}}"
-                )
+        lines = [line for t in out for line in _config_lines(f"All configs for topic {t['topic']} are:", t["configs"])]
         return "\n".join(lines) if lines else "(no topics)"
 
     _emit(args, out, text)
@@ -1364,8 +1420,8 @@ def build_parser() -> argparse.ArgumentParser:
     cf = sub.add_parser(
         "configs",
         help="describe and change topic configs (and the brokers' replication throttle rates) at runtime",
-        description="Topic configs, like kafka-configs.sh --entity-type topics; `alter --entity-type brokers` "
-        "sets the brokers' dynamic leader/follower.replication.throttled.rate.",
+        description="Topic configs, like kafka-configs.sh --entity-type topics; `--entity-type brokers` describes "
+        "a broker's configs and sets the brokers' dynamic leader/follower.replication.throttled.rate.",
     )
     cfsub = cf.add_subparsers(dest="configs_command", required=True, metavar="SUBCOMMAND")
     describe_p = cfsub.add_parser(
@@ -1374,10 +1430,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every config of a topic (or of all topics) with the value in effect and its source: "
         "DYNAMIC_TOPIC_CONFIG (set on the topic), STATIC_BROKER_CONFIG (the cluster's setting of the "
         "broker-level key) or DEFAULT_CONFIG (Kafka's default); the synonyms list what the value falls back "
-        "to. Unknown topic: exit 4.",
+        "to. Unknown topic: exit 4. With --entity-type brokers --entity-name ID, the configs set at runtime "
+        "on that broker (DYNAMIC_BROKER_CONFIG; --all: every broker config, with DYNAMIC_DEFAULT_BROKER_CONFIG "
+        "and STATIC_BROKER_CONFIG sources too), asked of that broker; --entity-default: the cluster-wide "
+        "dynamic defaults.",
     )
     describe_p.add_argument(
-        "--all", action="store_true", help="kafka-configs.sh spelling: every config is always listed here"
+        "--all",
+        action="store_true",
+        help="brokers: every config, not only those set at runtime (topics always list every config)",
     )
     describe_p.set_defaults(func=cmd_configs_describe)
     alter_p = cfsub.add_parser(
@@ -1402,18 +1463,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--topic", help="the topic")
         p.add_argument(
             "--entity-type",
-            choices=["topics", "brokers"] if p is alter_p else ["topics"],
-            help="kafka-configs.sh spelling: topics, or (alter) brokers for the dynamic replication throttle rates",
+            choices=["topics", "brokers"],
+            help="kafka-configs.sh spelling: topics, or brokers (their configs; alter: the replication throttle rates)",
         )
         p.add_argument(
             "--entity-name", metavar="NAME", help="the topic (kafka-configs.sh spelling of --topic), or a broker id"
         )
-        if p is alter_p:
-            p.add_argument(
-                "--entity-default",
-                action="store_true",
-                help="with --entity-type brokers: the cluster-wide default of every broker",
-            )
+        p.add_argument(
+            "--entity-default",
+            action="store_true",
+            help="with --entity-type brokers: the cluster-wide default of every broker",
+        )
         p.add_argument("--json", action="store_true")
         _add_client(p)
 

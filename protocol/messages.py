@@ -452,8 +452,8 @@ class CreatePartitionsResponse(Message):
 
 
 class ConfigResourceType(IntEnum):
-    """Kafka's ConfigResource.Type numbers. TOPIC configs can be described and altered; BROKER configs (the
-    dynamic replication throttle rates) can be altered."""
+    """Kafka's ConfigResource.Type numbers. TOPIC configs can be described and altered; BROKER configs can be
+    described, and the dynamic ones (the replication throttle rates) altered."""
 
     UNKNOWN = 0
     TOPIC = 2

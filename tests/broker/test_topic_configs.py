@@ -19,6 +19,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import (
     AlterableConfig,
     AlterConfigsResource,
+    ConfigResourceType,
     ConfigSource,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -41,6 +42,8 @@ TOPIC_CONFIG, STATIC, DEFAULT = (
     int(ConfigSource.STATIC_BROKER_CONFIG),
     int(ConfigSource.DEFAULT_CONFIG),
 )
+DYNAMIC_BROKER = int(ConfigSource.DYNAMIC_BROKER_CONFIG)
+DYNAMIC_DEFAULT = int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
 CTX = ConnectionContext(1, "test")
 CONTROLLER_DEFAULTS = {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"}
 
@@ -182,7 +185,7 @@ async def test_describe_configs_of_named_keys_an_unknown_topic_and_a_broker(tmp_
             apis,
             DescribeConfigsResource(2, TOPIC, ["retention.ms", "no.such.key"]),
             DescribeConfigsResource(2, "nope"),
-            DescribeConfigsResource(4, "0"),
+            DescribeConfigsResource(4, "7"),  # another broker: it describes itself
         )
     ).results
 
@@ -233,3 +236,38 @@ async def test_adding_partitions_and_altering_configs_need_the_cluster_secret_an
     await apis.handle_create_partitions(admin, grow)
     await apis.handle_incremental_alter_configs(admin, alter)
     assert forwarded == [grow, alter]
+
+
+async def test_a_broker_describes_its_own_configs_and_the_cluster_default_but_no_other_broker(tmp_path: Path) -> None:
+    broker = LeaderBroker(tmp_path)
+    apis = broker_apis(broker)
+    apis.broker_config = {"broker.id": LOCAL_ID, "replica.fetch.max.bytes": 1048576, "cluster.secret": "s3cret"}
+    rate = "follower.replication.throttled.rate"
+    apis.metadata_cache.broker_configs = {"": {rate: "100"}, str(LOCAL_ID): {rate: "50"}}
+    broker_type = int(ConfigResourceType.BROKER)
+    response = await describe(
+        apis,
+        DescribeConfigsResource(broker_type, str(LOCAL_ID), [rate, "broker.id", "cluster.secret", "log.dirs"]),
+        DescribeConfigsResource(broker_type, ""),
+        DescribeConfigsResource(broker_type, str(FOLLOWER_ID)),
+        DescribeConfigsResource(8, "x"),
+    )
+    own, default, other, unknown = response.results
+    by_name = {c.name: c for c in own.configs}
+    assert sorted(by_name) == ["broker.id", "cluster.secret", rate, "log.dirs"]
+    assert [(x.value, x.source) for x in by_name[rate].synonyms] == [
+        ("50", DYNAMIC_BROKER),
+        ("100", DYNAMIC_DEFAULT),
+        (str(2**63 - 1), DEFAULT),
+    ]
+    assert (by_name["broker.id"].value, by_name["broker.id"].config_source) == (str(LOCAL_ID), STATIC)
+    # a secret is never sent back, whatever its source
+    assert by_name["cluster.secret"].is_sensitive
+    assert [x.value for x in by_name["cluster.secret"].synonyms] == [None]
+    # a required key this broker was not given has no value and no source but its definition
+    assert (by_name["log.dirs"].value, by_name["log.dirs"].synonyms) == (None, [])
+    assert [(c.name, c.value, c.config_source) for c in default.configs] == [(rate, "100", DYNAMIC_DEFAULT)]
+    assert other.error_code == ErrorCode.INVALID_REQUEST
+    expected = f"Unexpected broker id, expected {LOCAL_ID} or empty string, but received {FOLLOWER_ID}"
+    assert other.error_message == expected
+    assert unknown.error_code == ErrorCode.INVALID_REQUEST

@@ -15,7 +15,7 @@ from cluster.local_cluster import LocalClusterState
 from protocol.messages import DescribeLogDirsRequest, TopicPartition
 from tests.integration.processes import wait_until
 from tests.integration.test_broker_lifecycle import broker
-from tests.integration.test_cli import cli, cluster_up, error_line
+from tests.integration.test_cli import cli, cluster_up, error_line, eventually
 
 pytestmark = [pytest.mark.slow]
 
@@ -153,6 +153,77 @@ async def test_min_insync_replicas_changed_at_runtime_is_honoured_by_the_brokers
         assert (missing.returncode, error_line(missing)) == (
             4,
             "minibroker: error: cannot describe configs of nope: UNKNOWN_TOPIC_OR_PARTITION: topic nope does not exist",
+        )
+    finally:
+        cli("cluster", "down", *d, timeout=60)
+
+
+@pytest.mark.timeout(120)
+def test_broker_configs_describe_shows_each_brokers_runtime_rates_and_where_every_value_comes_from(
+    tmp_path: Path,
+) -> None:
+    d = cluster_up(tmp_path / "c", 2)
+    rate = "leader.replication.throttled.rate"
+    try:
+        for entity, value in ((["--entity-default"], "1000000"), (["--entity-name", "2"], "500000")):
+            change = ("--add-config", f"{rate}={value}")
+            altered = cli("configs", "alter", "--entity-type", "brokers", *entity, *change, *d)
+            assert altered.returncode == 0, altered.stderr
+
+        def describe(*entity: str) -> dict[str, object]:
+            result = cli("configs", "describe", "--entity-type", "brokers", *entity, "--json", *d)
+            assert result.returncode == 0, result.stderr
+            data: dict[str, object] = json.loads(result.stdout)
+            return data
+
+        # the brokers learn dynamic configs from the controller's next push
+        eventually(lambda: describe("--entity-name", "2")["configs"], 30.0, "broker 2 shows its own rate")
+        # without --all: only what was set at runtime on broker 2, with what it overrides
+        assert describe("--entity-name", "2") == {
+            "broker": "2",
+            "configs": [
+                {
+                    "name": rate,
+                    "value": "500000",
+                    "source": "DYNAMIC_BROKER_CONFIG",
+                    "sensitive": False,
+                    "synonyms": [
+                        {"name": rate, "value": "500000", "source": "DYNAMIC_BROKER_CONFIG"},
+                        {"name": rate, "value": "1000000", "source": "DYNAMIC_DEFAULT_BROKER_CONFIG"},
+                        {"name": rate, "value": str(2**63 - 1), "source": "DEFAULT_CONFIG"},
+                    ],
+                }
+            ],
+        }
+        # --all on broker 1 (asked of broker 1): the default rate in effect, its own static settings, the
+        # secret without a value
+        everything = describe("--entity-name", "1", "--all")
+        configs = {c["name"]: c for c in everything["configs"]}  # type: ignore[attr-defined]
+        assert (configs[rate]["value"], configs[rate]["source"]) == ("1000000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+        assert (configs["broker.id"]["value"], configs["broker.id"]["source"]) == ("1", "STATIC_BROKER_CONFIG")
+        assert configs["replica.fetch.max.bytes"]["source"] in ("DEFAULT_CONFIG", "STATIC_BROKER_CONFIG")
+        assert (configs["cluster.secret"]["value"], configs["cluster.secret"]["sensitive"]) == (None, True)
+        assert describe("--entity-default")["configs"] == [
+            {
+                "name": rate,
+                "value": "1000000",
+                "source": "DYNAMIC_DEFAULT_BROKER_CONFIG",
+                "sensitive": False,
+                "synonyms": [{"name": rate, "value": "1000000", "source": "DYNAMIC_DEFAULT_BROKER_CONFIG"}],
+            }
+        ]
+        text = cli("configs", "describe", "--entity-type", "brokers", "--entity-name", "2", *d)
+        assert text.stdout.splitlines() == [
+            "Dynamic configs for broker 2 are:",
+            f"  {rate}=500000 sensitive=false synonyms={{DYNAMIC_BROKER_CONFIG:{rate}=500000, "
+            f"DYNAMIC_DEFAULT_BROKER_CONFIG:{rate}=1000000, DEFAULT_CONFIG:{rate}={2**63 - 1}}}",
+        ]
+        unknown = cli("configs", "describe", "--entity-type", "brokers", "--entity-name", "9", *d)
+        assert (unknown.returncode, error_line(unknown)) == (4, "minibroker: error: broker 9 is not in the cluster")
+        both = cli("configs", "describe", "--entity-type", "brokers", "--entity-name", "1", "--entity-default", *d)
+        assert (both.returncode, error_line(both)) == (
+            2,
+            "minibroker: error: brokers: give --entity-default or --entity-name BROKER_ID",
         )
     finally:
         cli("cluster", "down", *d, timeout=60)
