@@ -28,7 +28,7 @@ from collections.abc import Callable
 from itertools import count
 from types import TracebackType
 
-from broker.timing_wheel import TaskCounter, TimerTask, TimerTaskEntry, TimerTaskList, TimingWheel
+from broker.timing_wheel import TaskCounter, TimerTask, TimerTaskList, TimingWheel
 from protocol.time import Time
 
 log = logging.getLogger(__name__)
@@ -85,10 +85,11 @@ class SystemTimer:
     never before `add time + delay_ms`; `size` is the number of added tasks neither run nor cancelled.
     """
 
-    __slots__ = ("_time", "_delay_queue", "_task_counter", "_timing_wheel", "_closed")
+    __slots__ = ("_time", "_now_ms", "_delay_queue", "_task_counter", "_timing_wheel", "_closed")
 
     def __init__(self, time: Time, tick_ms: int = 1, wheel_size: int = 20) -> None:
         self._time = time
+        self._now_ms = time.hi_res_milliseconds  # bound once: read on every add
         self._delay_queue = DelayQueue()
         self._task_counter = TaskCounter()
         self._timing_wheel = TimingWheel(
@@ -110,13 +111,14 @@ class SystemTimer:
             timer_task.cancel()
             _run_expired(timer_task)
             return
-        entry = TimerTaskEntry(timer_task, _ceil(self._time.hi_res_milliseconds() + timer_task.delay_ms))
-        if not self._timing_wheel.add(entry) and timer_task.timer_task_entry is entry:
+        if timer_task.bucket is not None:
+            timer_task.cancel()  # added again: it leaves its old bucket, and runs once
+        timer_task.expiration_ms = _ceil(self._now_ms() + timer_task.delay_ms)
+        if not self._timing_wheel.add(timer_task):
             _run_expired(timer_task)
 
-    def _reinsert(self, entry: TimerTaskEntry) -> None:
-        timer_task = entry.timer_task
-        if not self._timing_wheel.add(entry) and timer_task.timer_task_entry is entry:
+    def _reinsert(self, timer_task: TimerTask) -> None:
+        if not self._timing_wheel.add(timer_task):
             _run_expired(timer_task)
 
     def advance_clock(self, timeout_ms: int = 0) -> bool:
@@ -166,8 +168,7 @@ class SystemTimer:
 
 
 def _run_expired(timer_task: TimerTask) -> None:
-    # The task no longer sits in any bucket: detach it so a later cancel() is a no-op.
-    timer_task.timer_task_entry = None
+    # The task sits in no bucket (flushed, or never placed): a later cancel() is a no-op.
     try:
         timer_task.run()
     except Exception:
@@ -176,9 +177,8 @@ def _run_expired(timer_task: TimerTask) -> None:
         log.exception("timer task %r failed", timer_task)
 
 
-def _forget(entry: TimerTaskEntry) -> None:
-    if entry.timer_task.timer_task_entry is entry:
-        entry.timer_task.timer_task_entry = None
+def _forget(timer_task: TimerTask) -> None:
+    """A closed timer drops its tasks (flush has taken each out of its bucket already)."""
 
 
 class TimerReaper:

@@ -13,10 +13,10 @@ wheel's whole interval. With tick 1 ms and 20 buckets (the defaults) the levels 
     level 2  tick  400 ms  interval  8 000 ms   [ 0| 1| 2| ... |19]   bucket = (exp //  400) % 20
     ...      (one more level each time a task lands beyond the highest interval)
 
-Every bucket that receives its first entry gets an expiration (`virtual_id * tick_ms`, the start of its
+Every bucket that receives its first task gets an expiration (`virtual_id * tick_ms`, the start of its
 slot) and is offered to a queue ordered by expiration (Kafka's DelayQueue, here `timer.DelayQueue`).
 The timer pops the earliest bucket once it is due, advances the wheels to the bucket's expiration and
-*flushes* it: every entry is re-added from level 0. An entry that is now within one tick of its
+*flushes* it: every task is re-added from level 0. A task that is now within one tick of its
 expiration is expired (the timer runs it); the others fall into a finer bucket. That is the cascade,
 drawn for a task due at t=437 ms added at t=0 (tick 1, size 20)::
 
@@ -29,8 +29,14 @@ drawn for a task due at t=437 ms added at t=0 (tick 1, size 20)::
 So a task is touched once per level it passes through and is never run before its expiration: a bucket
 expires at the *start* of its slot and only level 0, whose slots are one tick wide, ever expires a task.
 
-Cancelling is O(1): the entry knows its bucket and the bucket is a dict used as an insertion-ordered
+Cancelling is O(1): the task knows its bucket and the bucket is a dict used as an insertion-ordered
 set, so `remove` is a single hash delete (Kafka uses a doubly linked list for the same guarantee).
+
+Kafka wraps each task in a TimerTaskEntry (its place in a bucket, with the expiration); re-adding a task
+makes a new entry and leaves the old one behind, marked cancelled, for the flush to skip, because its
+buckets are shared between threads. On one thread the task can hold those two fields itself: it sits in
+at most one bucket, moving it takes it out of the old one first, and no bucket ever holds a stale entry.
+That saves an object per delayed operation (about 70 bytes, and its construction on every add).
 
 Everything runs on one thread (the broker's event loop): there are no locks and no atomics, and the
 shared task counter is a plain integer box.
@@ -46,66 +52,39 @@ from typing import Protocol
 class TimerTask(ABC):
     """Something to run once `delay_ms` after it is added to a timer, unless cancelled first.
 
-    Invariant: a task is owned by at most one `TimerTaskEntry` (`timer_task_entry`); attaching a new
-    entry removes the old one from its bucket, so re-adding a task never makes it run twice.
+    Invariant: a task is in at most one bucket (`bucket`, None when it is in none); adding it to a bucket
+    takes it out of the one it was in, so re-adding a task never makes it run twice. `expiration_ms` is
+    the absolute expiration the timer computed when it added the task.
     """
 
-    __slots__ = ("delay_ms", "timer_task_entry")
+    __slots__ = ("delay_ms", "bucket", "expiration_ms")
 
     def __init__(self, delay_ms: int) -> None:
         self.delay_ms = delay_ms
-        self.timer_task_entry: TimerTaskEntry | None = None
+        self.bucket: TimerTaskList | None = None
+        self.expiration_ms = -1
 
     def cancel(self) -> None:
         """Take the task out of its bucket; it will not run (unless added to a timer again)."""
-        entry = self.timer_task_entry
-        if entry is not None:
-            bucket = entry.bucket
-            if bucket is not None:
-                bucket.remove(entry)
-            self.timer_task_entry = None
+        bucket = self.bucket
+        if bucket is not None:
+            # bucket.remove(self), inlined: every delayed operation completed early comes here.
+            del bucket._entries[self]
+            self.bucket = None
+            bucket._task_counter.value -= 1
 
-    def set_timer_task_entry(self, entry: TimerTaskEntry) -> None:
-        old = self.timer_task_entry
-        if old is not None and old is not entry:
-            old.remove()
-        self.timer_task_entry = entry
+    @property
+    def scheduled(self) -> bool:
+        """Whether the task waits in a bucket of some timer."""
+        return self.bucket is not None
 
     @abstractmethod
     def run(self) -> None:
         """Called once the task's expiration has passed (on the event loop thread)."""
 
 
-class TimerTaskEntry:
-    """A task's place in a bucket, with the absolute expiration the timer computed when it was added.
-
-    `cancelled` is derived: the task has moved on to another entry or was cancelled (owns no entry).
-    """
-
-    __slots__ = ("timer_task", "expiration_ms", "bucket")
-
-    def __init__(self, timer_task: TimerTask, expiration_ms: int) -> None:
-        self.timer_task = timer_task
-        self.expiration_ms = expiration_ms
-        self.bucket: TimerTaskList | None = None
-        # timer_task.set_timer_task_entry(self), inlined: this runs once per delayed operation.
-        old = timer_task.timer_task_entry
-        if old is not None:
-            old.remove()
-        timer_task.timer_task_entry = self
-
-    @property
-    def cancelled(self) -> bool:
-        return self.timer_task.timer_task_entry is not self
-
-    def remove(self) -> None:
-        bucket = self.bucket
-        if bucket is not None:
-            bucket.remove(self)
-
-
 class TaskCounter:
-    """The number of entries in all buckets of one timer, shared by every bucket of every level."""
+    """The number of tasks in all buckets of one timer, shared by every bucket of every level."""
 
     __slots__ = ("value",)
 
@@ -114,9 +93,9 @@ class TaskCounter:
 
 
 class TimerTaskList:
-    """One bucket: the entries expiring in one slot of one wheel, and the slot's expiration.
+    """One bucket: the tasks expiring in one slot of one wheel, and the slot's expiration.
 
-    Invariants: `entry.bucket is self` exactly for the entries held here; `task_counter` counts them
+    Invariants: `task.bucket is self` exactly for the tasks held here; `task_counter` counts them
     (together with every other bucket sharing the counter); `expiration_ms` is -1 while the bucket is not
     scheduled in the delay queue (new, or just flushed).
     """
@@ -125,7 +104,7 @@ class TimerTaskList:
 
     def __init__(self, task_counter: TaskCounter) -> None:
         # A dict is an insertion-ordered set with O(1) add and delete, done in C.
-        self._entries: dict[TimerTaskEntry, None] = {}
+        self._entries: dict[TimerTask, None] = {}
         self._task_counter = task_counter
         self._expiration_ms = -1
 
@@ -142,37 +121,33 @@ class TimerTaskList:
     def expiration_ms(self) -> int:
         return self._expiration_ms
 
-    def add(self, entry: TimerTaskEntry) -> None:
-        """Append `entry`, first taking it out of whichever bucket held it (so it is in at most one)."""
-        old = entry.bucket
-        if old is not None:
-            old.remove(entry)
-        self._entries[entry] = None
-        entry.bucket = self
+    def add(self, task: TimerTask) -> None:
+        """Append `task`, first taking it out of whichever bucket held it (so it is in at most one)."""
+        task.cancel()
+        self._entries[task] = None
+        task.bucket = self
         self._task_counter.value += 1
 
-    def remove(self, entry: TimerTaskEntry) -> None:
-        if entry.bucket is self:
-            del self._entries[entry]
-            entry.bucket = None
-            self._task_counter.value -= 1
+    def remove(self, task: TimerTask) -> None:
+        if task.bucket is self:
+            task.cancel()
 
-    def flush(self, reinsert: Callable[[TimerTaskEntry], object]) -> None:
-        """Empty the bucket, handing every entry to `reinsert` in insertion order; expiration back to -1."""
+    def flush(self, reinsert: Callable[[TimerTask], object]) -> None:
+        """Empty the bucket, handing every task to `reinsert` in insertion order; expiration back to -1."""
         entries = self._entries
-        # A fresh dict: entries re-added during the loop cannot disturb the iteration, and the old
-        # table (which never shrinks on delete) is freed with it.
+        # A fresh dict: tasks re-added during the loop cannot disturb the iteration, and the old table
+        # (which never shrinks on delete) is freed with it.
         self._entries = {}
         self._expiration_ms = -1
         counter = self._task_counter
-        for entry in entries:
-            entry.bucket = None
+        for task in entries:
+            task.bucket = None
             counter.value -= 1
-            reinsert(entry)
+            reinsert(task)
 
     def tasks(self) -> list[TimerTask]:
-        """The live tasks in this bucket, oldest first (entries whose task moved on are skipped)."""
-        return [entry.timer_task for entry in self._entries if not entry.cancelled]
+        """The tasks in this bucket, oldest first."""
+        return list(self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -187,7 +162,7 @@ class BucketQueue(Protocol):
 class TimingWheel:
     """One level of the hierarchy; `overflow_wheel` is the next, coarser level (None until needed).
 
-    Invariants: `current_time_ms % tick_ms == 0`; every entry held by this wheel's buckets expires at or
+    Invariants: `current_time_ms % tick_ms == 0`; every task held by this wheel's buckets expires at or
     after `current_time_ms + tick_ms` when added; an overflow wheel's tick is this wheel's interval and
     its current time is never ahead of this wheel's.
     """
@@ -224,15 +199,13 @@ class TimingWheel:
         )
         return self.overflow_wheel
 
-    def add(self, entry: TimerTaskEntry) -> bool:
-        """Put `entry` in its bucket on this wheel or a coarser one.
+    def add(self, task: TimerTask) -> bool:
+        """Put `task` in its bucket on this wheel or a coarser one, by its `expiration_ms`.
 
-        False when the entry's task was cancelled or the entry is already expired (due within one tick of
-        `current_time_ms`): the caller then runs it (or drops it if cancelled).
+        False when the task is already expired (due within one tick of `current_time_ms`): the caller then
+        runs it. The task must not be in a bucket (a new task, or one just flushed or cancelled).
         """
-        if entry.timer_task.timer_task_entry is not entry:
-            return False
-        expiration_ms = entry.expiration_ms
+        expiration_ms = task.expiration_ms
         wheel = self
         # A loop instead of Kafka's recursion: same decisions, no call per level.
         while True:
@@ -243,14 +216,12 @@ class TimingWheel:
             if expiration_ms < current_time_ms + wheel.interval_ms:
                 virtual_id = expiration_ms // tick_ms
                 bucket = wheel.buckets[virtual_id % wheel.wheel_size]
-                # bucket.add(entry) and bucket.set_expiration(...), inlined on this once-per-task path.
-                if entry.bucket is not None:
-                    entry.bucket.remove(entry)
-                bucket._entries[entry] = None
-                entry.bucket = bucket
+                # bucket.add(task) and bucket.set_expiration(...), inlined on this once-per-task path.
+                bucket._entries[task] = None
+                task.bucket = bucket
                 bucket._task_counter.value += 1
                 # Only a bucket whose expiration changed needs queueing: a bucket already queued for this
-                # slot will be flushed at the right time with the new entry in it.
+                # slot will be flushed at the right time with the new task in it.
                 bucket_expiration_ms = virtual_id * tick_ms
                 if bucket._expiration_ms != bucket_expiration_ms:
                     bucket._expiration_ms = bucket_expiration_ms

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.timing_wheel import TaskCounter, TimerTask, TimerTaskEntry, TimerTaskList, TimingWheel
+from broker.timing_wheel import TaskCounter, TimerTask, TimerTaskList, TimingWheel
 
 
 class CountingTask(TimerTask):
@@ -15,6 +15,12 @@ class CountingTask(TimerTask):
         self.runs += 1
 
 
+def due_at(task: TimerTask, expiration_ms: int) -> TimerTask:
+    """`task` with the expiration a timer would have given it (what the wheel places it by)."""
+    task.expiration_ms = expiration_ms
+    return task
+
+
 class RecordingQueue:
     def __init__(self) -> None:
         self.offered: list[tuple[int, TimerTaskList]] = []
@@ -23,19 +29,19 @@ class RecordingQueue:
         self.offered.append((bucket.expiration_ms, bucket))
 
 
-def test_readding_a_task_moves_its_entry_and_keeps_the_shared_counter_consistent() -> None:
+def test_readding_a_task_moves_it_and_keeps_the_shared_counter_consistent() -> None:
     # given ten tasks in list1
     counter = TaskCounter()
     list1, list2, list3 = TimerTaskList(counter), TimerTaskList(counter), TimerTaskList(counter)
     tasks = [CountingTask(10, i) for i in range(10)]
     for task in tasks:
-        list1.add(TimerTaskEntry(task, 10))
+        list1.add(due_at(task, 10))
     assert counter.value == 10
     assert list1.tasks() == tasks
 
-    # when four of them are added to list2 with new entries
+    # when four of them are added to list2
     for task in tasks[:4]:
-        list2.add(TimerTaskEntry(task, 10))
+        list2.add(due_at(task, 10))
 
     # then they left list1 and the counter did not change
     assert counter.value == 10
@@ -44,7 +50,7 @@ def test_readding_a_task_moves_its_entry_and_keeps_the_shared_counter_consistent
 
     # when the other six are added to list3
     for task in tasks[4:]:
-        list3.add(TimerTaskEntry(task, 10))
+        list3.add(due_at(task, 10))
 
     # then list1 is empty, each task sits in exactly one list
     assert counter.value == 10
@@ -57,7 +63,7 @@ def test_cancelled_tasks_disappear_from_their_bucket_and_the_counter() -> None:
     bucket = TimerTaskList(counter)
     tasks = [CountingTask(10, i) for i in range(10)]
     for task in tasks:
-        bucket.add(TimerTaskEntry(task, 10))
+        bucket.add(due_at(task, 10))
 
     for task in tasks[::2]:
         task.cancel()
@@ -65,14 +71,14 @@ def test_cancelled_tasks_disappear_from_their_bucket_and_the_counter() -> None:
     assert bucket.tasks() == tasks[1::2]
     assert len(bucket) == 5
     assert counter.value == 5
-    assert all(task.timer_task_entry is None for task in tasks[::2])
+    assert not any(task.scheduled for task in tasks[::2]) and all(task.scheduled for task in tasks[1::2])
 
 
 def test_cancelling_twice_or_cancelling_an_unscheduled_task_changes_nothing() -> None:
     counter = TaskCounter()
     bucket = TimerTaskList(counter)
     scheduled, never_added = CountingTask(5), CountingTask(5)
-    bucket.add(TimerTaskEntry(scheduled, 5))
+    bucket.add(due_at(scheduled, 5))
 
     scheduled.cancel()
     scheduled.cancel()
@@ -82,35 +88,33 @@ def test_cancelling_twice_or_cancelling_an_unscheduled_task_changes_nothing() ->
     assert len(bucket) == 0
 
 
-def test_a_new_entry_for_the_same_task_removes_the_old_entry_from_its_bucket() -> None:
+def test_adding_a_task_to_another_bucket_takes_it_out_of_the_first() -> None:
     counter = TaskCounter()
     old_bucket, new_bucket = TimerTaskList(counter), TimerTaskList(counter)
     task = CountingTask(5)
-    old_entry = TimerTaskEntry(task, 5)
-    old_bucket.add(old_entry)
+    old_bucket.add(due_at(task, 5))
 
-    new_entry = TimerTaskEntry(task, 7)
-    new_bucket.add(new_entry)
+    new_bucket.add(due_at(task, 7))
 
-    assert old_entry.cancelled and not new_entry.cancelled
+    assert task.bucket is new_bucket
     assert len(old_bucket) == 0 and new_bucket.tasks() == [task]
     assert counter.value == 1
 
 
-def test_flush_hands_over_every_entry_in_order_and_unschedules_the_bucket() -> None:
+def test_flush_hands_over_every_task_in_order_and_unschedules_the_bucket() -> None:
     counter = TaskCounter()
     bucket = TimerTaskList(counter)
     tasks = [CountingTask(3, i) for i in range(5)]
     for task in tasks:
-        bucket.add(TimerTaskEntry(task, 3))
+        bucket.add(due_at(task, 3))
     assert bucket.set_expiration(3)
     assert not bucket.set_expiration(3), "same expiration: no need to queue the bucket again"
 
-    flushed: list[TimerTaskEntry] = []
+    flushed: list[TimerTask] = []
     bucket.flush(flushed.append)
 
-    assert [entry.timer_task for entry in flushed] == tasks
-    assert all(entry.bucket is None for entry in flushed)
+    assert flushed == tasks
+    assert not any(task.scheduled for task in flushed)
     assert bucket.get_expiration() == -1
     assert counter.value == 0 and len(bucket) == 0
 
@@ -118,18 +122,9 @@ def test_flush_hands_over_every_entry_in_order_and_unschedules_the_bucket() -> N
 def test_a_task_due_within_one_tick_is_rejected_as_expired() -> None:
     wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=1000, task_counter=TaskCounter(), queue=RecordingQueue())
 
-    assert not wheel.add(TimerTaskEntry(CountingTask(0), 1000))
-    assert not wheel.add(TimerTaskEntry(CountingTask(-5), 995))
-    assert wheel.add(TimerTaskEntry(CountingTask(1), 1001))
-
-
-def test_a_cancelled_task_is_not_added() -> None:
-    wheel = TimingWheel(1, 20, 0, TaskCounter(), RecordingQueue())
-    task = CountingTask(10)
-    entry = TimerTaskEntry(task, 10)
-    task.cancel()
-
-    assert not wheel.add(entry)
+    assert not wheel.add(due_at(CountingTask(0), 1000))
+    assert not wheel.add(due_at(CountingTask(-5), 995))
+    assert wheel.add(due_at(CountingTask(1), 1001))
 
 
 def test_far_tasks_go_to_lazily_created_overflow_wheels_with_coarser_ticks() -> None:
@@ -141,7 +136,7 @@ def test_far_tasks_go_to_lazily_created_overflow_wheels_with_coarser_ticks() -> 
 
     # when tasks due at 7, 437 and 9000 are added
     for expiration_ms in (7, 437, 9000):
-        assert wheel.add(TimerTaskEntry(CountingTask(expiration_ms), expiration_ms))
+        assert wheel.add(due_at(CountingTask(expiration_ms), expiration_ms))
 
     # then they sit on levels 0, 2 and 3, in buckets expiring at the start of their slot
     levels = wheel.levels()
@@ -153,34 +148,34 @@ def test_far_tasks_go_to_lazily_created_overflow_wheels_with_coarser_ticks() -> 
     assert counter.value == 3
 
 
-def test_flushing_a_coarse_bucket_cascades_its_entries_into_finer_buckets() -> None:
+def test_flushing_a_coarse_bucket_cascades_its_tasks_into_finer_buckets() -> None:
     # given a task due at 437 parked in the level-2 bucket that expires at 400
     queue = RecordingQueue()
     wheel = TimingWheel(1, 20, 0, TaskCounter(), queue)
     task = CountingTask(437)
-    wheel.add(TimerTaskEntry(task, 437))
+    wheel.add(due_at(task, 437))
     _, level2_bucket = queue.offered[-1]
 
     # when the clock reaches 400 and that bucket is flushed back into the wheel
     wheel.advance_clock(400)
-    level2_bucket.flush(lambda entry: wheel.add(entry))
+    level2_bucket.flush(wheel.add)
 
     # then it lands on level 1 (bucket 420); at 420 it drops to level 0 (bucket 437); at 437 it is expired
     exp, level1_bucket = queue.offered[-1]
     assert exp == 420 and level1_bucket.tasks() == [task]
     wheel.advance_clock(420)
-    level1_bucket.flush(lambda entry: wheel.add(entry))
+    level1_bucket.flush(wheel.add)
     exp, level0_bucket = queue.offered[-1]
     assert exp == 437 and level0_bucket.tasks() == [task]
     wheel.advance_clock(437)
-    expired: list[TimerTaskEntry] = []
-    level0_bucket.flush(lambda entry: None if wheel.add(entry) else expired.append(entry))
-    assert [entry.timer_task for entry in expired] == [task]
+    expired: list[TimerTask] = []
+    level0_bucket.flush(lambda t: None if wheel.add(t) else expired.append(t))
+    assert expired == [task]
 
 
 def test_advancing_the_clock_rounds_down_to_a_tick_and_carries_the_overflow_wheels() -> None:
     wheel = TimingWheel(1, 20, 0, TaskCounter(), RecordingQueue())
-    wheel.add(TimerTaskEntry(CountingTask(500), 500))  # creates levels 1 and 2
+    wheel.add(due_at(CountingTask(500), 500))  # creates levels 1 and 2
 
     wheel.advance_clock(433)
 
