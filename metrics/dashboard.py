@@ -16,9 +16,11 @@ as JSON and are drawn when opened (one chart per partition does not scale to a l
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import html
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -706,7 +708,6 @@ def _lag_figure(key: tuple[str, int], series: Sequence[FollowerSeries], events: 
         title={"text": f"<b>{html.escape(key[0])}-{key[1]}</b>", "x": 0.01, "y": 1, "yanchor": "top", "pad": {"t": 8}},
         height=400 + top,
         margin={"l": 70, "r": 20, "t": top + 20, "b": 40},
-        template="plotly_white",
         legend={"orientation": "h", "y": -0.12},
     )
     return fig
@@ -741,7 +742,6 @@ def _health_figure(health: HealthSeries) -> go.Figure:
     fig.update_layout(
         height=260,
         margin={"l": 40, "r": 20, "t": 40, "b": 30},
-        template="plotly_white",
         legend={"orientation": "h", "y": -0.2},
     )
     return fig
@@ -775,10 +775,12 @@ def _rates_figure(rates: Sequence[BrokerRates]) -> go.Figure:
     fig.update_layout(
         height=520,
         margin={"l": 60, "r": 20, "t": 40, "b": 40},
-        template="plotly_white",
         legend={"orientation": "h", "y": -0.1},
     )
     return fig
+
+
+TEMPLATE = "plotly_white"
 
 
 class _FigureWriter:
@@ -790,14 +792,38 @@ class _FigureWriter:
     def __call__(self, fig: go.Figure) -> str:
         first = self.count == 0
         self.count += 1
+        # The template goes into the figure's JSON as it is written: set on the figure, plotly would
+        # validate and deep-copy the whole template once per chart (most of the page's render time).
+        spec = fig.to_plotly_json()
+        spec["layout"]["template"] = _template_json()
         return str(
             pio.to_html(
-                fig,
+                spec,
                 include_plotlyjs=first,
                 full_html=False,
                 config={"displaylogo": False, "responsive": True},
+                validate=False,
             )
         )
+
+
+@functools.cache
+def _template_json() -> dict[str, Any]:
+    """plotly_white as plain JSON, built once."""
+    template: dict[str, Any] = pio.templates[TEMPLATE].to_plotly_json()
+    return template
+
+
+@contextlib.contextmanager
+def _no_default_template() -> Iterator[None]:
+    """Figures built meanwhile get no template (see `_FigureWriter`): plotly's default would be copied into
+    each one and replaced anyway."""
+    previous = pio.templates.default
+    pio.templates.default = None
+    try:
+        yield
+    finally:
+        pio.templates.default = previous
 
 
 _CSS = """
@@ -939,6 +965,7 @@ def _status_table(data: DashboardData) -> str:
 _LAZY_JS = """
 function mbDraw(d){var div=d.querySelector('.lag-chart');if(!d.open||div.dataset.drawn)return;
 var fig=JSON.parse(d.querySelector('script[type="application/json"]').textContent);
+fig.layout.template=JSON.parse(document.getElementById('mb-template').textContent);
 Plotly.newPlot(div,fig.data,fig.layout,{displaylogo:false,responsive:true});div.dataset.drawn='1';}
 document.querySelectorAll('details.more-lag').forEach(function(d){d.addEventListener('toggle',function(){mbDraw(d);});});
 function mbOpen(){var el=location.hash&&document.getElementById(location.hash.slice(1));
@@ -948,7 +975,8 @@ window.addEventListener('hashchange',mbOpen);mbOpen();
 
 
 def _lazy_chart(key: tuple[str, int], fig: go.Figure, lag_max: int | None) -> str:
-    """A closed <details> holding the figure's JSON; _LAZY_JS draws it when opened."""
+    """A closed <details> holding the figure's JSON (without its template: _LAZY_JS adds the page's one,
+    written once beside the script) and drawn when opened."""
     name = html.escape(f"{key[0]}-{key[1]}")
     figure_json = fig.to_json().replace("</", "<\\/")  # never ends the <script> early
     return (
@@ -961,6 +989,11 @@ def _lazy_chart(key: tuple[str, int], fig: go.Figure, lag_max: int | None) -> st
 def render_dashboard(data: DashboardData) -> str:
     """The whole page: headline cards, the health row, the partition table, lag per partition (the worst
     drawn, the next on demand), byte rates, follower statuses."""
+    with _no_default_template():
+        return _render_dashboard(data)
+
+
+def _render_dashboard(data: DashboardData) -> str:
     figure = _FigureWriter()
     span = ""
     if data.first_ts_ms is not None and data.last_ts_ms is not None:
@@ -1004,7 +1037,9 @@ def render_dashboard(data: DashboardData) -> str:
             more_html = (
                 f"<h2>More partitions</h2><p class=note>The next {len(more)} in the table's order; open one to draw it"
                 + (f" ({rest:,} more are in the Parquet tables)" if rest > 0 else "")
-                + f".</p>{''.join(more)}<script>{_LAZY_JS}</script>"
+                + f'.</p>{"".join(more)}<script type="application/json" id="mb-template">'
+                + json.dumps(_template_json()).replace("</", "<\\/")
+                + f"</script><script>{_LAZY_JS}</script>"
             )
         parts.append(
             f"<section><h2>Follower lag</h2><p class=note>Max per bucket for {shown}. Solid: the leader's view "

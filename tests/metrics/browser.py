@@ -23,10 +23,12 @@ _FLAGS = (
 )
 
 
-def run_chromium(page: Path, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """Open `page` in a fresh headless Chromium (its own profile dir) with `extra` flags."""
+def run_chromium(page: Path, profile: Path, *extra: str, fragment: str = "") -> subprocess.CompletedProcess[str]:
+    """Open `page` (at `#fragment` when given) in a fresh headless Chromium (its own profile dir) with `extra`
+    flags."""
+    uri = page.resolve().as_uri() + (f"#{fragment}" if fragment else "")
     return subprocess.run(
-        [str(CHROMIUM), *_FLAGS, f"--user-data-dir={profile}", *extra, page.resolve().as_uri()],
+        [str(CHROMIUM), *_FLAGS, f"--user-data-dir={profile}", *extra, uri],
         check=True,
         capture_output=True,
         text=True,
@@ -34,15 +36,15 @@ def run_chromium(page: Path, profile: Path, *extra: str) -> subprocess.Completed
     )
 
 
-def rendered_dom(page: Path, profile: Path) -> str:
+def rendered_dom(page: Path, profile: Path, fragment: str = "") -> str:
     """The page's DOM once its scripts have run (plotly's SVG included)."""
-    return run_chromium(page, profile, "--dump-dom").stdout
+    return run_chromium(page, profile, "--dump-dom", fragment=fragment).stdout
 
 
 Line = list[tuple[float, float]]
 
 
-def _lines(fragment: str) -> list[Line]:
+def lines_in(fragment: str) -> list[Line]:
     """Every plotted line (plotly's `path.js-line`) in a fragment of the DOM, as (x, y) pixel points."""
     out = []
     for d in re.findall(r'<path class="js-line" d="([^"]*)"', fragment):
@@ -59,7 +61,7 @@ def chart_lines(dom: str, css_class: str) -> dict[str, list[Line]]:
     for i, m in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(dom)
         name = re.search(r'data-partition="([^"]*)"', m.group(1))
-        charts[name.group(1) if name else str(i)] = _lines(dom[m.end() : end])
+        charts[name.group(1) if name else str(i)] = lines_in(dom[m.end() : end])
     return charts
 
 

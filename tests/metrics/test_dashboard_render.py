@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from metrics import dashboard as d
-from tests.metrics.browser import CHROMIUM, chart_lines, is_flat, rendered_dom
+from tests.metrics.browser import CHROMIUM, chart_lines, is_flat, lines_in, rendered_dom
 
 T0 = 1_700_000_000_000
 
@@ -75,3 +75,24 @@ def test_the_browser_check_tells_a_flat_lag_chart_from_one_that_climbs(tmp_path:
     assert sorted(charts) == ["climbs-0", "flat-0"]
     assert charts["flat-0"] and all(is_flat(line) for line in charts["flat-0"])
     assert any(not is_flat(line) for line in charts["climbs-0"])
+
+
+# plotly_white's grid colour: drawn only when the chart got the page's template
+_TEMPLATE_GRID = "rgb(235, 240, 248)"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (scripts/test.sh installs it)")
+def test_a_chart_drawn_on_demand_has_its_lines_and_the_pages_template(tmp_path: Path) -> None:
+    lag = {("t", p): _series([0, p, 2 * p, 0]) for p in range(3)}
+    page = tmp_path / "dashboard.html"
+    page.write_text(d.render_dashboard(_data(lag, eager=1)), encoding="utf-8")
+    # the link to a partition opens its <details>, which draws the chart
+    dom = rendered_dom(page, tmp_path / "profile", fragment="lag-t-2")
+    drawn_first = dom[dom.index('id="lag-t-0"') : dom.index('id="lag-t-1"')]
+    closed = dom[dom.index('id="lag-t-1"') : dom.index('id="lag-t-2"')]
+    opened = dom[dom.index('id="lag-t-2"') :]
+    assert lines_in(closed) == []  # still closed: not drawn
+    assert any(not is_flat(line) for line in lines_in(opened))
+    assert _TEMPLATE_GRID in opened and _TEMPLATE_GRID in drawn_first
