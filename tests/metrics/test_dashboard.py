@@ -454,6 +454,15 @@ def test_follow_mode_streams_the_rolled_files_only_and_refreshes_the_page(
     assert uuid.sub("id", pages[1]) == uuid.sub("id", pages[0].replace(refresh, ""))
 
 
+def roll_active_files(metrics_dir: Path) -> None:
+    """What the emitters do meanwhile: roll their active files (the line cut by a crash stays behind)."""
+    for path in (metrics_dir / "_active").iterdir():
+        complete = path.read_text().rsplit("\n", 1)[0] + "\n"
+        first_ts = json.loads(complete.splitlines()[0])["ts_ms"]
+        (metrics_dir / f"{path.stem}-{first_ts}.jsonl").write_text(complete)
+        path.unlink()
+
+
 @pytest.mark.timeout(300)
 def test_a_follow_restart_after_max_batches_adds_the_new_rolled_files_and_nothing_twice(
     spark: SparkSession, tmp_path: Path
@@ -462,12 +471,7 @@ def test_a_follow_restart_after_max_batches_adds_the_new_rolled_files_and_nothin
     out = tmp_path / "out"
     first = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
     assert first.records == rolled
-    # the emitters roll their active files meanwhile (the line cut by a crash stays behind)
-    for path in (tmp_path / "metrics" / "_active").iterdir():
-        complete = path.read_text().rsplit("\n", 1)[0] + "\n"
-        first_ts = json.loads(complete.splitlines()[0])["ts_ms"]
-        (tmp_path / "metrics" / f"{path.stem}-{first_ts}.jsonl").write_text(complete)
-        path.unlink()
+    roll_active_files(tmp_path / "metrics")
 
     again = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
     assert again.records == rolled + active
@@ -485,11 +489,7 @@ def test_follow_folds_its_batch_folders_into_one_and_keeps_every_record_once(
     assert first.records == rolled
     assert [p.name for p in spark_app.accumulated_parts(records)] == [p.name for p in records.iterdir()]
     [first_batch] = spark_app.accumulated_parts(records)
-    for path in (tmp_path / "metrics" / "_active").iterdir():
-        complete = path.read_text().rsplit("\n", 1)[0] + "\n"
-        first_ts = json.loads(complete.splitlines()[0])["ts_ms"]
-        (tmp_path / "metrics" / f"{path.stem}-{first_ts}.jsonl").write_text(complete)
-        path.unlink()
+    roll_active_files(tmp_path / "metrics")
 
     again = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
     assert again.records == rolled + active
