@@ -427,6 +427,7 @@ class _FollowState:
     batch_id: int = -1  # the last micro-batch that published
     last: DashboardResult | None = None
     page: dashboard.DashboardData | None = None  # what the last published page shows
+    in_batch: bool = False  # foreachBatch is running
     error: BaseException | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
 
@@ -440,6 +441,24 @@ def _await_commit(query: StreamingQuery, batch_id: int, timeout_s: float = 30.0)
         if progress_ is not None and progress_.get("batchId", -1) >= batch_id:
             return
         time.sleep(0.1)  # lastProgress has no wait of its own
+
+
+def _stop_between_batches(query: StreamingQuery, state: _FollowState, rounds: int = 3) -> None:
+    """Return when the query is between micro-batches, its last one committed, so that stopping it
+    interrupts no batch: a batch that started on files that arrived meanwhile is let finish (at most
+    `rounds` of them, should files keep coming).
+
+    Interrupted inside ``foreachBatch``, a batch only reruns on restart (nothing is lost), but Spark then
+    matches the interrupted batch's long error message with a regular expression that overflows the
+    stream thread's stack, and the JVM prints a StackOverflowError and its 1,024 frames.
+    """
+    for _ in range(rounds):
+        _await_commit(query, state.batch_id)
+        with state.changed:
+            if not state.in_batch:
+                return
+            while state.in_batch and query.isActive:
+                state.changed.wait(timeout=1.0)  # woken when the batch ends; the timeout notices a failed query
 
 
 def run_follow(
@@ -478,6 +497,16 @@ def run_follow(
     refresh_s = max(1, math.ceil(trigger_s))
 
     def process(batch: DataFrame, batch_id: int) -> None:
+        with state.changed:
+            state.in_batch = True
+        try:
+            publish_batch(batch, batch_id)
+        finally:
+            with state.changed:
+                state.in_batch = False
+                state.changed.notify_all()
+
+    def publish_batch(batch: DataFrame, batch_id: int) -> None:
         if batch.isEmpty():
             return  # a no-data batch that only moved the watermark
         if batch_id > folded_upto(accumulated):  # else a rerun of a batch already folded into upto-<id>
@@ -527,7 +556,7 @@ def run_follow(
         with state.changed:
             while query.isActive and (max_batches is None or state.batches < max_batches):
                 state.changed.wait(timeout=1.0)  # woken by each batch; the timeout notices a failed query
-        _await_commit(query, state.batch_id)
+        _stop_between_batches(query, state)
     except KeyboardInterrupt:
         pass
     finally:

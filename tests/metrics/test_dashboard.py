@@ -6,6 +6,10 @@ import json
 import re
 import shutil
 import struct
+import subprocess
+import sys
+import threading
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -15,6 +19,8 @@ from pyspark.sql import SparkSession
 
 from metrics import dashboard, spark_app
 from metrics import schema as s
+from tests.integration.processes import ROOT
+from tests.integration.test_cli import clean_env
 from tests.metrics.browser import CHROMIUM, chart_lines, is_flat, rendered_dom, run_chromium
 
 pytestmark = pytest.mark.slow
@@ -499,6 +505,77 @@ def test_follow_folds_its_batch_folders_into_one_and_keeps_every_record_once(
     assert spark_app.accumulated_parts(records) == [folded]
     stored = spark.read.parquet(str(folded))
     assert stored.count() == stored.dropDuplicates(list(spark_app.DEDUP_KEY)).count() == rolled + active
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_follow_that_reaches_max_batches_while_files_keep_arriving_stops_cleanly(tmp_path: Path) -> None:
+    """Under a steady arrival of files a batch may be running when --max-batches is reached: the follow
+    still stops (it lets at most a few such batches finish), exits 0 and prints no JVM exception. Stopping
+    inside a batch made Spark print a StackOverflowError and 1,024 frames (a race this test does not force:
+    see the unit test of ``_stop_between_batches`` below)."""
+    metrics = tmp_path / "metrics"
+    write_metrics_dir(metrics)
+    rolled = sorted(metrics.glob("broker-*.jsonl"))
+    command = [sys.executable, "-m", "cluster", "dashboard", "--metrics", str(metrics), "--out", str(tmp_path / "out")]
+    err_path = tmp_path / "stderr.txt"
+    with err_path.open("w") as err:  # a file, not a pipe: nothing reads a pipe while the files are fed
+        follow = subprocess.Popen(
+            [*command, "--follow", "--trigger-s", "1", "--max-batches", "2"],
+            cwd=ROOT,
+            env=clean_env(MINIBROKER_QUIET="1"),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        # a new rolled file every second (the same records 1000 s later each time) until it stops
+        shift = 0
+        while follow.poll() is None:
+            shift += 1_000_000
+            source = rolled[shift // 1_000_000 % len(rolled)]
+            lines = [json.loads(line) for line in source.read_text().splitlines()]
+            for record in lines:
+                record["ts_ms"] += shift
+            broker = source.stem.split("-")[1]
+            (metrics / f"broker-{broker}-{lines[0]['ts_ms']}.jsonl").write_text(
+                "".join(json.dumps(r) + "\n" for r in lines)
+            )
+            time.sleep(1.0)  # the arrival rate of the files, not a wait for a condition
+    finally:
+        follow.kill()
+    stderr = err_path.read_text()
+    assert follow.returncode == 0, stderr[-2000:]
+    assert shift >= 3_000_000, "files kept arriving while it ran"
+    assert "StackOverflowError" not in stderr and "Exception in thread" not in stderr, stderr[-2000:]
+
+
+class _Query:
+    """What ``_stop_between_batches`` reads of a StreamingQuery: every batch so far is committed."""
+
+    isActive = True
+    lastProgress = {"batchId": 10**9}
+
+
+@pytest.mark.timeout(30)
+def test_stopping_waits_for_the_batch_in_progress_and_not_longer() -> None:
+    state = spark_app._FollowState(batch_id=3)
+    started = time.monotonic()
+    spark_app._stop_between_batches(_Query(), state)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 0.5  # between batches: at once
+
+    state.in_batch = True
+    ended = threading.Event()
+
+    def batch_ends() -> None:
+        time.sleep(0.3)  # the batch's remaining work
+        with state.changed:
+            state.in_batch = False
+            ended.set()
+            state.changed.notify_all()
+
+    threading.Thread(target=batch_ends).start()
+    spark_app._stop_between_batches(_Query(), state)  # type: ignore[arg-type]
+    assert ended.is_set()
 
 
 def test_the_accumulated_records_are_read_from_the_newest_fold_and_the_batches_after_it(tmp_path: Path) -> None:
