@@ -378,6 +378,13 @@ class Producer:
                 await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
+def _error_line(tp: TopicPartition, error: str) -> str:
+    """`t-0: KIND: message`, naming the partition once: the broker's message names it too
+    (`KIND: t-0: message`)."""
+    kind, sep, message = error.partition(": ")
+    return f"{tp}: {kind}{sep}{message.removeprefix(f'{tp}: ')}"
+
+
 async def produce_command(
     args: argparse.Namespace,
     records: Iterable[ProducerRecord] | None,
@@ -444,8 +451,9 @@ async def _produce(
                 failed += 1
                 kind = error.split(":", 1)[0].split(" ", 1)[0]
                 if kind not in errors:
-                    errors[kind] = {"error": kind, "first": f"{tp}: {error}", "records": 0}
-                    print(f"minibroker: produce: {tp}: {error}", file=sys.stderr, flush=True)
+                    first = _error_line(tp, error)
+                    errors[kind] = {"error": kind, "first": first, "records": 0}
+                    print(f"minibroker: produce: {first}", file=sys.stderr, flush=True)
                 errors[kind]["records"] += 1
             now = time.monotonic()
             if now - last_progress >= PROGRESS_INTERVAL_S:

@@ -740,7 +740,8 @@ def test_a_dead_broker_shows_in_the_filters_and_produce_says_why_it_waits(runnin
         lines = result.stderr.splitlines()
         assert lines[0].startswith("minibroker: produce: NOT_ENOUGH_REPLICAS: strict-0: ISR ")
         assert lines[0].endswith(" is smaller than min.insync.replicas=3 (retrying)")
-        assert lines[1].startswith("minibroker: produce: strict-0: NOT_ENOUGH_REPLICAS: ")
+        assert lines[1].startswith("minibroker: produce: strict-0: NOT_ENOUGH_REPLICAS: ISR ")
+        assert lines[1].count("strict-0") == 1  # the broker's message names the partition too
         assert lines[1].endswith("(gave up after 20 retries)")
         assert result.stdout == "produced 0 records to strict (1 failed: 1 NOT_ENOUGH_REPLICAS)\n"
     finally:
