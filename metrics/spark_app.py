@@ -428,6 +428,7 @@ class _FollowState:
     last: DashboardResult | None = None
     page: dashboard.DashboardData | None = None  # what the last published page shows
     in_batch: bool = False  # foreachBatch is running
+    ran_id: int = -1  # the last micro-batch foreachBatch was called for (with data or not)
     error: BaseException | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
 
@@ -453,12 +454,16 @@ def _stop_between_batches(query: StreamingQuery, state: _FollowState, rounds: in
     stream thread's stack, and the JVM prints a StackOverflowError and its 1,024 frames.
     """
     for _ in range(rounds):
-        _await_commit(query, state.batch_id)
         with state.changed:
-            if not state.in_batch:
-                return
             while state.in_batch and query.isActive:
                 state.changed.wait(timeout=1.0)  # woken when the batch ends; the timeout notices a failed query
+            ran = state.ran_id
+        # Its commit written too (a no-data batch that moved the watermark included), or stopping would cut
+        # the write of the commit log short and the batch would run again on restart.
+        _await_commit(query, ran)
+        with state.changed:
+            if not state.in_batch and state.ran_id == ran:
+                return
 
 
 def run_follow(
@@ -499,6 +504,7 @@ def run_follow(
     def process(batch: DataFrame, batch_id: int) -> None:
         with state.changed:
             state.in_batch = True
+            state.ran_id = batch_id
         try:
             publish_batch(batch, batch_id)
         finally:
