@@ -73,12 +73,8 @@ class OffsetIndex:
 
     def append(self, offset: int, position: int) -> None:
         """Add an entry; callers add entries in increasing order and only while the index is not full."""
-        if self._offsets and (offset <= self._offsets[-1] or position <= self._positions[-1]):
-            raise ValueError(f"index entry ({offset}, {position}) is not after the last entry")
-        if len(self._offsets) >= self.max_entries:
+        if not self.append_if_room(offset, position):
             raise ValueError(f"index {self.path} is full")
-        self._offsets.append(offset)
-        self._positions.append(position)
 
     def append_if_room(self, offset: int, position: int) -> bool:
         """`append`, or False when the index is full: one call on the path every appended batch takes."""
