@@ -811,6 +811,16 @@ def _config_lines(heading: str, configs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _broker_entity(args: argparse.Namespace) -> str:
+    """--entity-type brokers: the broker id of --entity-name, or "" for --entity-default (exactly one)."""
+    if args.entity_default == (args.entity_name is not None):
+        raise CliError("brokers: give --entity-default or --entity-name BROKER_ID", EXIT_USAGE)
+    entity = "" if args.entity_default else str(args.entity_name)
+    if entity and not entity.isdigit():
+        raise CliError(f"--entity-name {entity!r}: a broker id", EXIT_USAGE)
+    return entity
+
+
 def _describe_broker_configs(args: argparse.Namespace) -> int:
     """kafka-configs.sh --describe --entity-type brokers (--entity-name ID | --entity-default) [--all]: asks
     the named broker itself (a broker describes its own configs), or any broker for the cluster default."""
@@ -818,11 +828,7 @@ def _describe_broker_configs(args: argparse.Namespace) -> int:
     from protocol.errors import ErrorCode
     from protocol.messages import ConfigResourceType, DescribeConfigsRequest, DescribeConfigsResource
 
-    if args.entity_default == (args.entity_name is not None):
-        raise CliError("brokers: give --entity-default or --entity-name BROKER_ID", EXIT_USAGE)
-    entity = "" if args.entity_default else str(args.entity_name)
-    if entity and not entity.isdigit():
-        raise CliError(f"--entity-name {entity!r}: a broker id", EXIT_USAGE)
+    entity = _broker_entity(args)
 
     async def go() -> Any:
         async with _client(args) as client:
@@ -1012,11 +1018,7 @@ def _alter_broker_configs(args: argparse.Namespace) -> int:
     from client.cluster_client import ClusterUnavailableError
     from protocol.errors import ErrorCode
 
-    if args.entity_default == (args.entity_name is not None):
-        raise CliError("brokers: give --entity-default or --entity-name BROKER_ID", EXIT_USAGE)
-    entity = "" if args.entity_default else str(args.entity_name)
-    if entity and not entity.isdigit():
-        raise CliError(f"--entity-name {entity!r}: a broker id", EXIT_USAGE)
+    entity = _broker_entity(args)
     adds, deletes = _config_changes(args, dynamic_broker_config_error)
 
     async def go() -> None:
