@@ -10,7 +10,6 @@ cd "$root"
 mb="$root/.venv/bin/minibroker"
 dir="${MINIBROKER_DEMO_DIR:-$root/demo-cluster}"
 base_port="${MINIBROKER_DEMO_BASE_PORT:-9092}"
-bootstrap="127.0.0.1:${base_port}"
 
 step() { printf '\n== %s\n' "$*"; }
 # Spark binds its driver to this address instead of guessing one from the host name (and warning).
@@ -26,12 +25,14 @@ step "starting a controller and 3 brokers in $dir"
 "$mb" cluster up --brokers 3 --dir "$dir" --base-port "$base_port" --detach --override metrics.interval.ms=250
 trap '"$mb" cluster down --dir "$dir" >/dev/null 2>&1 || true' EXIT
 
+# Every broker listens on a loopback address of its own (127.0.0.11, .12, ...): the commands find them
+# through --dir, which holds the bootstrap servers `cluster up` chose.
 step "creating topic demo (6 partitions, replication factor 3, min.insync.replicas=2)"
-"$mb" topic create demo --partitions 6 --replication-factor 3 --config min.insync.replicas=2 --bootstrap-server "$bootstrap"
-"$mb" topic describe demo --bootstrap-server "$bootstrap"
+"$mb" topic create demo --partitions 6 --replication-factor 3 --config min.insync.replicas=2 --dir "$dir"
+"$mb" topic describe demo --dir "$dir"
 
 step "writing 20000 records with acks=all"
-"$mb" produce demo --count 20000 --size 200 --acks all --bootstrap-server "$bootstrap"
+"$mb" produce demo --count 20000 --size 200 --acks all --dir "$dir"
 
 step "leader-kill chaos: 3 rounds of SIGKILL on the busiest leader under acks=all load, each down 6 s"
 # The load goes on through the kills and each killed broker stays down 6 s, long enough to fall visibly
