@@ -10,8 +10,10 @@ How this works:
   jobs (the small aggregated tables cached as they are written); row counts come from the Parquet
   footers; the page's aggregates read the small cached tables, never the records.
 - Follow (``--follow``): Structured Streaming over the rolled files only (an active file is still being
-  written). Records get an event time and a watermark of three windows; duplicates (MQTT QoS 1 may
-  deliver a message twice) are dropped within the watermark. The source's offsets and the dedup state
+  written), in rounds: every trigger interval one ``availableNow`` query takes the files there and
+  stops by itself, so no query is stopped inside a batch (``_run_round``). Records get an event time
+  and a watermark of three windows; duplicates (MQTT QoS 1 may deliver a message twice) are dropped
+  within the watermark. The source's offsets and the dedup state
   live in ``<out>/_stream/checkpoint``; each micro-batch is written to ``<out>/_stream/records/batch-<id>``
   (``write_batch``: a rerun of a batch after a restart replaces its folder, so nothing is stored
   twice), and the batch logic reruns over everything accumulated, rewriting the tables and the page
@@ -31,7 +33,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -427,43 +429,23 @@ class _FollowState:
     batch_id: int = -1  # the last micro-batch that published
     last: DashboardResult | None = None
     page: dashboard.DashboardData | None = None  # what the last published page shows
-    in_batch: bool = False  # foreachBatch is running
-    ran_id: int = -1  # the last micro-batch foreachBatch was called for (with data or not)
-    error: BaseException | None = None
-    changed: threading.Condition = field(default_factory=threading.Condition)
 
 
-def _await_commit(query: StreamingQuery, batch_id: int, timeout_s: float = 30.0) -> None:
-    """Wait until ``batch_id`` is committed (its progress reported) so that stopping does not make a
-    restart rerun it. Only tidiness: a rerun stores nothing twice (``write_batch``)."""
-    deadline = time.monotonic() + timeout_s
-    while batch_id >= 0 and query.isActive and time.monotonic() < deadline:
-        progress_ = query.lastProgress
-        if progress_ is not None and progress_.get("batchId", -1) >= batch_id:
-            return
-        time.sleep(0.1)  # lastProgress has no wait of its own
-
-
-def _stop_between_batches(query: StreamingQuery, state: _FollowState, rounds: int = 3) -> None:
-    """Return when the query is between micro-batches, its last one committed, so that stopping it
-    interrupts no batch: a batch that started on files that arrived meanwhile is let finish (at most
-    `rounds` of them, should files keep coming).
-
-    Interrupted inside ``foreachBatch``, a batch only reruns on restart (nothing is lost), but Spark then
-    matches the interrupted batch's long error message with a regular expression that overflows the
-    stream thread's stack, and the JVM prints a StackOverflowError and its 1,024 frames.
-    """
-    for _ in range(rounds):
-        with state.changed:
-            while state.in_batch and query.isActive:
-                state.changed.wait(timeout=1.0)  # woken when the batch ends; the timeout notices a failed query
-            ran = state.ran_id
-        # Its commit written too (a no-data batch that moved the watermark included), or stopping would cut
-        # the write of the commit log short and the batch would run again on restart.
-        _await_commit(query, ran)
-        with state.changed:
-            if not state.in_batch and state.ran_id == ran:
-                return
+def _run_round(start: Callable[[], StreamingQuery], poll_s: int = 1) -> StreamingQuery:
+    """Run one ``availableNow`` query to its own end: it takes the files there now and stops by itself,
+    every batch committed. A query is only ever stopped from outside on Ctrl-C: stopped inside
+    ``foreachBatch``, Spark matches the interrupted batch's long error message with a regular expression
+    that overflows the stream thread's stack, and the JVM prints a StackOverflowError and its frames."""
+    query = start()
+    try:
+        while not query.awaitTermination(poll_s):  # short waits: Ctrl-C is noticed between them
+            pass
+    except StreamingQueryException:
+        pass  # the caller reads query.exception()
+    except KeyboardInterrupt:
+        query.stop()
+        raise
+    return query
 
 
 def run_follow(
@@ -501,17 +483,6 @@ def run_follow(
 
     refresh_s = max(1, math.ceil(trigger_s))
 
-    def process(batch: DataFrame, batch_id: int) -> None:
-        with state.changed:
-            state.in_batch = True
-            state.ran_id = batch_id
-        try:
-            publish_batch(batch, batch_id)
-        finally:
-            with state.changed:
-                state.in_batch = False
-                state.changed.notify_all()
-
     def publish_batch(batch: DataFrame, batch_id: int) -> None:
         if batch.isEmpty():
             return  # a no-data batch that only moved the watermark
@@ -535,44 +506,47 @@ def run_follow(
             refresh_s=refresh_s,
             on_page=on_page,
         )
-        with state.changed:
-            state.batches += 1
-            state.batch_id = batch_id
-            state.last = DashboardResult(
-                out_dir=str(out_dir),
-                dashboard_html=str(out_dir / DASHBOARD_FILE),
-                tables=paths,
-                row_counts=counts,
-                records=n,
-                files=0,
-                status_counts=statuses,
-                wall_s=round(time.monotonic() - started, 3),
-                batches=state.batches,
-            )
-            state.changed.notify_all()
+        state.batches += 1
+        state.batch_id = batch_id
+        state.last = DashboardResult(
+            out_dir=str(out_dir),
+            dashboard_html=str(out_dir / DASHBOARD_FILE),
+            tables=paths,
+            row_counts=counts,
+            records=n,
+            files=0,
+            status_counts=statuses,
+            wall_s=round(time.monotonic() - started, 3),
+            batches=state.batches,
+        )
         print(f"batch {batch_id}: {n} records, dashboard {out_dir / DASHBOARD_FILE}", file=sys.stderr, flush=True)
 
-    query = (
-        stream.writeStream.foreachBatch(process)
-        .option("checkpointLocation", str(stream_dir / "checkpoint"))
-        .trigger(processingTime=f"{trigger_s} seconds")
-        .start()
-    )
+    def start() -> StreamingQuery:
+        return (
+            stream.writeStream.foreachBatch(publish_batch)
+            .option("checkpointLocation", str(stream_dir / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    # Rounds of availableNow queries instead of one query on a processing-time trigger: each round ends
+    # by itself between batches, so reaching max_batches never stops a query mid-batch.
     try:
-        with state.changed:
-            while query.isActive and (max_batches is None or state.batches < max_batches):
-                state.changed.wait(timeout=1.0)  # woken by each batch; the timeout notices a failed query
-        _stop_between_batches(query, state)
+        while max_batches is None or state.batches < max_batches:
+            round_started = time.monotonic()
+            query = _run_round(start)
+            if query.exception() is not None:
+                raise RuntimeError(f"the streaming query failed: {query.exception()}")
+            if max_batches is not None and state.batches >= max_batches:
+                break
+            time.sleep(max(0.0, trigger_s - (time.monotonic() - round_started)))  # the trigger interval
     except KeyboardInterrupt:
         pass
     finally:
-        query.stop()
         if state.page is not None and state.page.refresh_s is not None:
             # Following has stopped: the page stays as it is now, without reloading itself.
             state.page.refresh_s = None
             write_page(out_dir, state.page)
-    if query.exception() is not None:
-        raise RuntimeError(f"the streaming query failed: {query.exception()}")
     if state.last is None:
         raise NoMetricsError(f"no records arrived in rolled files under {metrics_dir}")
     return state.last
