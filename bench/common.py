@@ -319,6 +319,38 @@ class _PingPongClient(asyncio.BufferedProtocol):
                 self.waiter.set_result(None)
 
 
+def process_usage(pid: int) -> tuple[float, float, int]:
+    """(user s, system s, minor page faults) of a process so far, from /proc (zeros elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0, 0
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7])
+
+
+async def rpc_floor_cpu_us(
+    reaper: ProcessReaper, log_file: Path, request_bytes: int, reply_bytes: int, duration_s: float
+) -> float:
+    """CPU µs (this process and an `echo` peer process, user + system) per bare round trip: a framed
+    request of `request_bytes` and a reply of `reply_bytes` over loopback between two uvloop processes,
+    with no codec and no logic. The least one request between two processes of this stack costs."""
+    echo, port = start_peer(reaper, "echo", log_file, reply_bytes=reply_bytes)
+    try:
+        body = os.urandom(request_bytes)
+        await ping_pong("127.0.0.1", port, body, reply_bytes, min(duration_s, 1.0))  # warm both sides
+        peer_before, own_before = process_usage(echo.pid), os.times()
+        started = time.perf_counter()
+        rate = await ping_pong("127.0.0.1", port, body, reply_bytes, duration_s)
+        trips = rate * (time.perf_counter() - started)
+        peer_after, own_after = process_usage(echo.pid), os.times()
+    finally:
+        stop_peer(echo)
+    cpu_s = sum(peer_after[:2]) - sum(peer_before[:2])
+    cpu_s += own_after.user - own_before.user + own_after.system - own_before.system
+    return cpu_s / trips * 1e6 if trips else 0.0
+
+
 async def ping_pong(host: str, port: int, request_body: bytes, reply_body_bytes: int, duration_s: float) -> float:
     """Sequential request/reply round trips against an `echo` peer for `duration_s`; returns trips/s."""
     loop = asyncio.get_running_loop()

@@ -46,6 +46,7 @@ from bench.common import (
     free_port,
     main_guard,
     ping_pong,
+    process_usage,
     progress,
     rounded,
     start_peer,
@@ -202,16 +203,6 @@ async def fetch_passes(conn: BrokerConnection, log_end: int, seconds: float, api
         got += pass_bytes
         secs += pass_secs
     return got, secs
-
-
-def process_usage(pid: int) -> tuple[float, float, int]:
-    """(user s, system s, minor page faults) of a process so far, from /proc (zeros elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0, 0.0, 0
-    ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7])
 
 
 def next_offset_of(records: bytes | memoryview) -> int:

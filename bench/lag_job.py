@@ -14,6 +14,12 @@ this process's, from /proc; with 2 cores CPU can reach twice the wall time). The
 the figure, ``job_over_scan`` their ratio; every run and the job's phases are printed too. The
 machine's 1-minute load average at the start and the end tells a slow run from a slow job.
 
+A second baseline, the ordering floor (``order``), runs beside them: read the fields the job reads,
+shuffle by partition and sort each replica's samples by time, into Spark's ``noop`` sink. Every table
+needs that order (counter deltas between consecutive samples, ISR transitions, lag windows), so no
+job that computes them can be faster: ``order_over_scan`` is the least ``job_over_scan`` can be,
+``job_over_order`` what the tables and the page cost on top of it.
+
 Run: .venv/bin/python -m bench.lag_job [--quick] [--repeat N] [--data DIR]
 (prints one JSON object as the last line)
 """
@@ -36,7 +42,7 @@ from pyspark.sql import functions as F
 
 from metrics import schema as s
 from metrics import spark_app
-from metrics.lag_job import LagJobConfig
+from metrics.lag_job import REPLICA_KEY, LagJobConfig
 
 T0 = 1_700_000_000_000
 BROKERS = 100
@@ -162,6 +168,15 @@ def scan(spark: SparkSession, metrics: Path) -> None:
     ).collect()
 
 
+def order(spark: SparkSession, metrics: Path) -> None:
+    """The floor of any job that needs each replica's samples in time order (counter deltas, ISR
+    transitions, lag windows): read the fields the job reads, shuffle by partition and sort by replica
+    and time, into a sink that discards the rows. No table is computed."""
+    records = spark_app.read_records(spark, spark_app.list_metric_files(metrics))
+    ordered = records.repartition(s.TOPIC, s.PARTITION).sortWithinPartitions(*REPLICA_KEY, s.TS_MS)
+    ordered.write.format("noop").mode("overwrite").save()
+
+
 def job(spark: SparkSession, metrics: Path, out: Path) -> dict[str, float]:
     """The whole batch job: read, every table, Parquet, dashboard. Returns its phase times."""
     result = spark_app.run_batch(spark, metrics, out, LagJobConfig(window_ms=10_000))
@@ -169,13 +184,16 @@ def job(spark: SparkSession, metrics: Path, out: Path) -> dict[str, float]:
 
 
 def compare(clock: Clock, spark: SparkSession, metrics: Path, out: Path, records: int, repeat: int) -> dict[str, Any]:
-    """Scan and job alternately, ``repeat`` times each; the fastest run of each is the figure."""
+    """Scan, ordering floor and job in turn, ``repeat`` times each; the fastest run of each is the figure."""
     scans: list[Timing] = []
+    orders: list[Timing] = []
     jobs: list[Timing] = []
     for _ in range(repeat):
         scans.append(clock.measure(lambda: scan(spark, metrics)))
+        orders.append(clock.measure(lambda: order(spark, metrics)))
         jobs.append(clock.measure(lambda: job(spark, metrics, out)))
     best_scan = min(scans, key=lambda t: t.wall_s)
+    best_order = min(orders, key=lambda t: t.wall_s)
     best_job = min(jobs, key=lambda t: t.wall_s)
     return {
         "records": records,
@@ -186,6 +204,10 @@ def compare(clock: Clock, spark: SparkSession, metrics: Path, out: Path, records
         "scan_s": best_scan.wall_s,
         "scan_cpu_s": best_scan.cpu_s,
         "job_over_scan": round(best_job.wall_s / best_scan.wall_s, 2),
+        "order_s": best_order.wall_s,
+        "order_cpu_s": best_order.cpu_s,
+        "order_over_scan": round(best_order.wall_s / best_scan.wall_s, 2),
+        "job_over_order": round(best_job.wall_s / best_order.wall_s, 2),
         "job_phases_s": best_job.phases,
         "job_runs_s": [t.wall_s for t in jobs],
         "job_runs_cpu_s": [t.cpu_s for t in jobs],
@@ -213,6 +235,7 @@ def main() -> None:
 
         def warm() -> None:
             scan(spark, small)
+            order(spark, small)
             job(spark, small, out / "warm-up")
 
         warm_up = clock.measure(warm)

@@ -7,6 +7,8 @@ by offset with Log.read(offset, 1 MiB). The baseline writes the same bytes with 
 to a plain file in the same directory and reads them back with os.read in 1 MiB chunks. Baseline and log
 alternate for --rounds rounds (3) and each keeps its best round, since the machine may be shared. The
 batches are built once, before any timing; inside the timed loop only the offsets the log assigns change.
+A second baseline, the floor, does only what no leader append can skip (check the batch and its CRC,
+stamp offset, length and epoch into a copy, write it): `floor_ratio` is the most `append_ratio` can be.
 Prints one JSON object as the last line.
 """
 
@@ -20,8 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from broker.log.batches import OFFSET_LENGTH_EPOCH, single_batch
 from broker.log.log import Log, LogConfig
-from protocol.record_batch import HEADER_SIZE, build_batch
+from protocol.record_batch import HEADER_SIZE, LOG_OVERHEAD, build_batch
 from protocol.time import SystemTime
 
 BATCH_BYTES = 16 * 1024
@@ -72,6 +75,32 @@ def bench_log(directory: Path, batches: list[bytes], total_bytes: int) -> tuple[
     return append_s, read_s, read_total
 
 
+def bench_floor(directory: Path, batches: list[bytes], total_bytes: int) -> float:
+    """The least a leader append does, and nothing else: check the batch (CRC included), copy it with its
+    base offset, length and leader epoch stamped, and write it at the end of the file. No index, no
+    segment roll, no epoch cache, no producer state, no result object."""
+    path = directory / "floor.bin"
+    count = total_bytes // BATCH_BYTES
+    n = len(batches)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    pwrite, stamp = os.pwrite, OFFSET_LENGTH_EPOCH.pack_into
+    position = offset = 0
+    started = time.perf_counter()
+    for i in range(count):
+        batch = batches[i % n]
+        checked = single_batch(batch)
+        if checked is None:
+            raise SystemExit("a bench batch failed its check")
+        stamped = bytearray(batch)
+        stamp(stamped, 0, offset, len(stamped) - LOG_OVERHEAD, 1)
+        position += pwrite(fd, stamped, position)
+        offset += checked[1] + 1
+    floor_s = time.perf_counter() - started
+    os.close(fd)
+    path.unlink()
+    return floor_s
+
+
 def bench_raw(directory: Path, batches: list[bytes], total_bytes: int) -> tuple[float, float]:
     path = directory / "raw.bin"
     count = total_bytes // BATCH_BYTES
@@ -112,7 +141,7 @@ def main() -> None:
     total = (128 if args.quick else 1024) * 1024 * 1024
     batches = build_batches()
     base = Path(tempfile.mkdtemp(prefix="log-bench-", dir=args.dir))
-    raw_write_s = raw_read_s = append_s = read_s = float("inf")
+    raw_write_s = raw_read_s = append_s = read_s = floor_s = float("inf")
     nbytes = 0
     try:
         for _ in range(args.rounds):
@@ -124,6 +153,8 @@ def main() -> None:
             os.sync()
             log_a_s, log_r_s, nbytes = bench_log(base, batches, total)
             append_s, read_s = min(append_s, log_a_s), min(read_s, log_r_s)
+            os.sync()
+            floor_s = min(floor_s, bench_floor(base, batches, total))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     mb = nbytes / 1e6
@@ -136,6 +167,8 @@ def main() -> None:
         "raw_read_mb_s": round(mb / raw_read_s, 1),
         "append_ratio": round(raw_write_s / append_s, 3),
         "read_ratio": round(raw_read_s / read_s, 3),
+        "floor_mb_s": round(mb / floor_s, 1),
+        "floor_ratio": round(raw_write_s / floor_s, 3),
     }
     print(json.dumps(result))
 

@@ -18,6 +18,11 @@ real monotonic clock), `mem_baseline_mb` / `mem_after_mb` (process RSS before th
 empty purgatory, and after every operation completed and the watch lists were purged), `bytes_per_op` /
 `call_later_bytes_per_op` (tracemalloc's count of the bytes 50,000 waiting operations hold, watch-list
 entry, timer entry and the operation object included, per operation), `ops`.
+
+A third variant bounds the ratio: the same operations through the same purgatory with a timer that does
+nothing (`FreeTimer`; the operations meant to expire just stay pending). `ratio_bound` is its ops/s over
+`call_later_ops_s`, the ratio a timer costing nothing would reach; `wheel_us_per_op` and
+`call_later_us_per_op` are what each timer adds per operation over it (CPU µs).
 """
 
 from __future__ import annotations
@@ -139,6 +144,22 @@ class CallLaterTimer:
         pass
 
 
+class FreeTimer:
+    """A timer that costs nothing and never fires: the bound. Operations run through the same purgatory
+    without any timer work, so `free_ops_s / call_later_ops_s` is the most any timer could reach."""
+
+    __slots__ = ("size",)
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def add(self, op: BenchFetch) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def rss_mb() -> float:
     with open("/proc/self/statm") as statm:
         resident_pages = int(statm.read().split()[1])
@@ -219,6 +240,20 @@ async def run_call_later(num_ops: int, seed: int) -> tuple[float, RunStats, int]
     return elapsed_s, stats, purgatory.watched
 
 
+async def run_free(num_ops: int, seed: int) -> float:
+    """Submission seconds with `FreeTimer`: the operations that would expire stay pending, unawaited."""
+    loop = asyncio.get_running_loop()
+    stats = RunStats(num_ops, loop.create_future())
+    partitions = [PartitionState(stats) for _ in range(NUM_KEYS)]
+    timer = cast(SystemTimer, FreeTimer())
+    purgatory: DelayedOperationPurgatory[BenchFetch] = DelayedOperationPurgatory("fetch", timer)
+    start_s = process_time()
+    await submit_all(purgatory, BenchFetch, partitions, num_ops, seed)
+    elapsed_s = process_time() - start_s
+    purgatory.shutdown()
+    return elapsed_s
+
+
 async def pending_bytes_per_op(num_ops: int = 50_000) -> tuple[float, float]:
     """Memory per pending operation (bytes traced by tracemalloc while `num_ops` operations wait, each watched
     on one of NUM_KEYS keys with a timeout no run reaches): (wheel, call_later). The operation object itself
@@ -264,10 +299,11 @@ async def main(num_ops: int, rounds: int) -> dict[str, float | int]:
     # Warm up both paths (code, loop internals, allocator) before the baseline is taken.
     await run_call_later(5000, seed=1)
     await run_wheel(5000, seed=1)
+    await run_free(5000, seed=1)
     gc.collect()
     mem_baseline_mb = rss_mb()
 
-    wheel_s = call_later_s = 0.0
+    wheel_s = call_later_s = free_s = 0.0
     lateness: list[float] = []
     call_later_lateness: list[float] = []
     per_round = num_ops // rounds
@@ -296,6 +332,10 @@ async def main(num_ops: int, rounds: int) -> dict[str, float | int]:
                     f"round {r} call_later {per_round / elapsed_s:>12,.0f} ops/s  watched {watched}",
                     flush=True,
                 )
+        elapsed_s = await run_free(per_round, seed=100 + r)
+        free_s += elapsed_s
+        gc.collect()
+        print(f"round {r} free timer {per_round / elapsed_s:>12,.0f} ops/s", flush=True)
     total = per_round * rounds
     bytes_per_op, call_later_bytes_per_op = await pending_bytes_per_op()
     print(
@@ -310,6 +350,10 @@ async def main(num_ops: int, rounds: int) -> dict[str, float | int]:
         "wheel_ops_s": round(wheel_ops_s),
         "call_later_ops_s": round(call_later_ops_s),
         "ratio": round(wheel_ops_s / call_later_ops_s, 3),
+        "free_ops_s": round(total / free_s),
+        "ratio_bound": round(total / free_s / call_later_ops_s, 3),
+        "wheel_us_per_op": round((wheel_s - free_s) / total * 1e6, 3),
+        "call_later_us_per_op": round((call_later_s - free_s) / total * 1e6, 3),
         "lateness_p99_ms": round(p99(lateness), 3),
         "mem_after_mb": round(mem_after_mb, 2),
         "mem_baseline_mb": round(mem_baseline_mb, 2),

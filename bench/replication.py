@@ -44,7 +44,15 @@ Targets: ratio >= 0.10, ack_p99_ms <= 20.
 /proc/PID/stat, read with each sample) over the same window as `replicated_mb_s`, divided by the
 batches one follower copy appended in it (`batch_bytes_mean` each): what a replicated batch costs the
 machine, which a shared, noisy machine changes far less than the throughput. `cpu_cores_busy` is the
-same CPU over the window's length. With BENCH_PROFILE_DIR=D every process runs under cProfile and
+same CPU over the window's length.
+
+`requests_per_batch`: the requests the brokers served in phase 1 (PRODUCE, followers' FETCH; from the
+running `RequestsPerSec` total in their metrics) per replicated batch. `rpc_floor_cpu_us`, measured
+before the cluster starts: the CPU of one bare round trip between two uvloop processes carrying a
+batch-sized request and a 64-byte reply, with no codec and no logic (`bench.common.rpc_floor_cpu_us`).
+Their product, `transport_floor_cpu_us_per_batch`, is what moving the requests alone would cost per
+batch, before any broker or client work: the least `cpu_us_per_batch` could be with requests this size.
+With BENCH_PROFILE_DIR=D every process runs under cProfile and
 leaves its stats in D (`broker-broker-N.prof`, `controller-controller.prof`, `producer.prof`).
 """
 
@@ -75,6 +83,7 @@ from bench.common import (
     percentile,
     progress,
     rounded,
+    rpc_floor_cpu_us,
     start_peer,
     stop_cluster_then_cleanup,
     stop_peer,
@@ -83,6 +92,7 @@ from client.cluster_client import ClusterClient
 from client.connection import BrokerConnection
 from client.producer import Producer
 from cluster.local_cluster import LocalClusterState, start_cluster
+from metrics.fields import REQUESTS
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeLogDirsRequest, FetchPartition, FetchRequest, TopicPartition
 from protocol.record_batch import build_batch
@@ -443,6 +453,36 @@ def lag_values(metrics_dir: Path, start: float, end: float) -> list[float]:
     return values
 
 
+def requests_served(metrics_dir: Path, start: float, end: float) -> float:
+    """Requests per second the brokers served in [start, end]: the growth of each broker's running
+    `RequestsPerSec` total between its first and last sample in the window (one incarnation), summed."""
+    first: dict[tuple[int, int], tuple[int, int]] = {}
+    last: dict[tuple[int, int], tuple[int, int]] = {}
+    for path in metrics_dir.rglob("*.jsonl"):
+        with open(path, errors="replace") as f:
+            for line in f:
+                if '"broker"' not in line:
+                    continue
+                with contextlib.suppress(json.JSONDecodeError):
+                    r = json.loads(line)
+                    if r.get("kind") != "broker" or r.get(REQUESTS) is None:
+                        continue
+                    ts = r["ts_ms"]
+                    if not start * 1000 <= ts <= end * 1000:
+                        continue
+                    key = (r["broker_id"], r["broker_start_ms"])
+                    if key not in first or ts < first[key][0]:
+                        first[key] = (ts, r[REQUESTS])
+                    if key not in last or ts > last[key][0]:
+                        last[key] = (ts, r[REQUESTS])
+    rate = 0.0
+    for key, (ts0, n0) in first.items():
+        ts1, n1 = last[key]
+        if ts1 > ts0:
+            rate += (n1 - n0) / ((ts1 - ts0) / 1000)
+    return rate
+
+
 async def raw_baseline(reaper: ProcessReaper, work: Path, bytes_per_reader: int) -> float:
     """One source process streaming 16 KiB messages to two sink processes; mean MiB/s per reader."""
     message = len(build_batch(ValuePool(RECORDS_PER_BATCH).values))
@@ -492,6 +532,9 @@ async def run(
     try:
         raw_mb_s = await raw_baseline(reaper, work, (512 if quick else 2048) * MIB)
         progress(f"raw loopback stream, one writer to two reader processes: {raw_mb_s:,.0f} MiB/s per reader")
+        batch_bytes = len(build_batch(ValuePool(RECORDS_PER_BATCH).values))
+        rpc_floor_us = await rpc_floor_cpu_us(reaper, work / "echo.log", batch_bytes, 64, 2.0 if quick else 5.0)
+        progress(f"bare round trip with a {batch_bytes}-byte request: {rpc_floor_us:.1f} µs of CPU")
         base = free_port_block(3)
         state = await start_cluster(
             work / "cluster",
@@ -558,6 +601,9 @@ async def run(
         cpu_s = sum(cpu_by_group.values())
         replicated_batches = replicated_mb_s * MIB * window_s / batch_bytes_mean
         cpu_us_per_batch = cpu_s * 1e6 / replicated_batches if replicated_batches else None
+        request_rate = requests_served(Path(state.metrics_dir), result["phase1_start"], result["phase1_end"])
+        batch_rate = replicated_mb_s * MIB / batch_bytes_mean
+        requests_per_batch = request_rate / batch_rate if batch_rate else None
         metrics_dir = Path(state.metrics_dir)
         metrics_lag = lag_values(metrics_dir, result["phase1_start"], result["phase1_end"])
         lag1, behind1 = time_behind_ms(samples, result["phase1_start"], result["phase1_end"])
@@ -580,6 +626,11 @@ async def run(
                 for group, used in cpu_by_group.items()
             },
             "cpu_cores_busy": rounded(cpu_s / window_s if window_s else None),
+            "requests_per_batch": rounded(requests_per_batch),
+            "rpc_floor_cpu_us": rounded(rpc_floor_us, 1),
+            "transport_floor_cpu_us_per_batch": rounded(
+                requests_per_batch * rpc_floor_us if requests_per_batch is not None else None, 1
+            ),
             "batch_bytes_mean": round(batch_bytes_mean),
             "ack_p50_ms": rounded(result["ack_p50_ms"]),
             "ack_p99_ms": rounded(result["ack_p99_ms"]),
