@@ -54,6 +54,8 @@ from protocol.messages import (
     DescribeConfigsResult,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     EpochEndOffset,
     ErrorResponse,
     FetchPartitionResponse,
@@ -189,6 +191,7 @@ class KafkaApis:
             InitProducerIdRequest: self.handle_init_producer_id,
             StopReplicaRequest: self.handle_stop_replica,
             AlterPartitionReassignmentsRequest: self.handle_alter_partition_reassignments,
+            ElectLeadersRequest: self.handle_elect_leaders,
             ListPartitionReassignmentsRequest: self.handle_list_partition_reassignments,
             DeleteRecordsRequest: self.handle_delete_records,
             OffsetForLeaderEpochRequest: self.handle_offset_for_leader_epoch,
@@ -447,6 +450,9 @@ class KafkaApis:
     ) -> Message:
         return await self._forward(ctx, request, "LIST_PARTITION_REASSIGNMENTS", ListPartitionReassignmentsResponse)
 
+    async def handle_elect_leaders(self, ctx: ConnectionContext, request: ElectLeadersRequest) -> Message:
+        return await self._forward(ctx, request, "ELECT_LEADERS", ElectLeadersResponse)
+
     async def _forward(
         self,
         ctx: ConnectionContext,
@@ -459,6 +465,7 @@ class KafkaApis:
             | IncrementalAlterConfigsResponse
             | AlterPartitionReassignmentsResponse
             | ListPartitionReassignmentsResponse
+            | ElectLeadersResponse
             | InitProducerIdResponse
         ],
         admin: bool = True,

@@ -22,6 +22,7 @@ from protocol.errors import ErrorCode
 from protocol.fetch_frame import FETCH_RECORDS_APART
 from protocol.messages import (
     EARLIEST_TIMESTAMP,
+    ELECTION_PREFERRED,
     LATEST_TIMESTAMP,
     AlterableConfig,
     AlterConfigOp,
@@ -41,6 +42,9 @@ from protocol.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResource,
     DescribeConfigsResponse,
+    ElectionTopic,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -278,6 +282,17 @@ class ClusterClient:
             [ReassignablePartition(tp.topic, tp.partition, replicas) for tp, replicas in targets]
         )
         response: AlterPartitionReassignmentsResponse = await self.send_any(request)
+        return response
+
+    async def elect_leaders(self, partitions: list[TopicPartition] | None = None) -> ElectLeadersResponse:
+        """Preferred leader election for these partitions (None: every partition that needs it)."""
+        topics: list[ElectionTopic] | None = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [ElectionTopic(topic, numbers) for topic, numbers in by_topic.items()]
+        response: ElectLeadersResponse = await self.send_any(ElectLeadersRequest(ELECTION_PREFERRED, topics))
         return response
 
     async def list_partition_reassignments(self, topics: list[str] | None = None) -> ListPartitionReassignmentsResponse:

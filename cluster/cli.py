@@ -725,6 +725,69 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_topic_elect_leaders(args: argparse.Namespace) -> int:
+    """kafka-leader-election.sh --election-type PREFERRED: move leadership back to each partition's first
+    replica where it is in the ISR and does not lead (after kills and restarts left leadership skewed)."""
+    from client.cluster_client import ClusterUnavailableError
+    from protocol.errors import ErrorCode
+    from protocol.messages import TopicPartition
+
+    if args.election_type.lower() != "preferred":
+        raise CliError(f"--election-type {args.election_type}: only preferred is supported", EXIT_USAGE)
+    if args.all_topic_partitions == (args.topic is not None):
+        raise CliError("give --all-topic-partitions, or --topic T (with --partition P for one partition)", EXIT_USAGE)
+    if args.partition is not None and args.topic is None:
+        raise CliError("--partition needs --topic", EXIT_USAGE)
+
+    async def go() -> list[dict[str, Any]]:
+        async with _client(args) as client:
+            try:
+                wanted: list[TopicPartition] | None = None
+                if args.topic is not None:
+                    await client.refresh_metadata([args.topic])
+                    known = client.partitions_of(args.topic)
+                    if not known:
+                        raise CliError(f"unknown topic {args.topic}", EXIT_CLUSTER_ERROR)
+                    wanted = [TopicPartition(args.topic, args.partition)] if args.partition is not None else known
+                resp = await client.elect_leaders(wanted)
+                _controller_answer(resp, "leader election")
+            except ClusterUnavailableError as exc:
+                raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
+        return [
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "error": ErrorCode(r.error_code).name if r.error_code else None,
+                "message": r.error_message,
+            }
+            for r in resp.results
+        ]
+
+    results = _run(go())
+    elected = [r for r in results if r["error"] is None]
+    not_needed = [r for r in results if r["error"] == ErrorCode.ELECTION_NOT_NEEDED.name]
+    failed = [r for r in results if r["error"] not in (None, ErrorCode.ELECTION_NOT_NEEDED.name)]
+    if args.json:
+        _emit(args, {"results": results}, str)
+    else:
+
+        def names(rows: list[dict[str, Any]]) -> str:
+            return ", ".join(f"{r['topic']}-{r['partition']}" for r in rows)
+
+        if elected:
+            print(f"Successfully completed leader election (PREFERRED) for partitions {names(elected)}")
+        if not_needed:
+            print(f"Valid replica already elected for partitions {names(not_needed)}")
+        if not results:
+            print("Every partition is led by its preferred replica")
+        for r in failed:
+            print(
+                f"minibroker: error: election for {r['topic']}-{r['partition']} failed: {r['error']}: {r['message']}",
+                file=sys.stderr,
+            )
+    return EXIT_CLUSTER_ERROR if failed else EXIT_OK
+
+
 def _controller_answer(resp: Any, what: str) -> None:
     """Raise for a top-level error: the brokers cannot reach the controller (exit 3), or it refused (exit 4)."""
     from protocol.errors import ErrorCode
@@ -1335,7 +1398,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tp = sub.add_parser(
         "topic",
-        help="create, delete, alter, reassign, list and describe topics",
+        help="create, delete, alter, reassign, elect leaders for, list and describe topics",
         description="Topic administration.",
     )
     tsub = tp.add_subparsers(dest="topic_command", required=True, metavar="SUBCOMMAND")
@@ -1400,6 +1463,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _add_client(p)
     p.set_defaults(func=cmd_topic_reassign)
+    p = tsub.add_parser(
+        "elect-leaders",
+        help="move leadership back to preferred replicas (kafka-leader-election.sh)",
+        description="Preferred leader election, like kafka-leader-election.sh --election-type PREFERRED: each "
+        "partition whose first (preferred) replica is in the ISR and does not lead gets it as leader, with a "
+        "leader epoch bump. Kills and restarts leave leadership on the survivors; this spreads it back. Exit 4 "
+        "when a partition's preferred replica cannot lead (fenced or out of the ISR).",
+    )
+    p.add_argument("--election-type", default="preferred", metavar="TYPE", help="preferred (the only type served)")
+    p.add_argument("--all-topic-partitions", action="store_true", help="every partition of every topic")
+    p.add_argument("--topic", help="the partitions of this topic")
+    p.add_argument("--partition", type=int, help="with --topic: this partition only")
+    p.add_argument("--json", action="store_true")
+    _add_client(p)
+    p.set_defaults(func=cmd_topic_elect_leaders)
     p = tsub.add_parser("list", help="list topics", description="List topics.")
     p.add_argument("--json", action="store_true")
     _add_client(p)

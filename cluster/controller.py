@@ -75,6 +75,7 @@ from cluster.metadata import (
 from cluster.metadata_store import MetadataStore
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
+    ELECTION_PREFERRED,
     AlterConfigOp,
     AlterConfigsResource,
     AlterConfigsResourceResponse,
@@ -99,6 +100,8 @@ from protocol.messages import (
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
@@ -108,6 +111,7 @@ from protocol.messages import (
     ListPartitionReassignmentsResponse,
     MetadataResponse,
     OngoingPartitionReassignment,
+    PartitionElectionResult,
     PartitionMetadata,
     ReassignablePartitionResponse,
     TopicMetadata,
@@ -955,6 +959,51 @@ class Controller:
         ]
         ongoing.sort(key=lambda r: (r.topic, r.partition))
         return self._result([], ListPartitionReassignmentsResponse(reassignments=ongoing))
+
+    def elect_leaders(self, request: ElectLeadersRequest) -> ControllerResult[ElectLeadersResponse]:
+        """Preferred leader election (Kafka's ElectLeaders, KIP-460, with election_type PREFERRED): each
+        partition whose first replica is active and in the ISR, and does not lead, gets it as leader, with
+        a leader epoch bump. It is clean (the new leader holds every acknowledged record) and moves
+        leadership back where the assignment spread it, after kills and restarts left it skewed.
+        `topic_partitions` None means every partition; then the answer lists only the partitions that
+        changed or could not, not those already led by their preferred replica."""
+        if request.election_type != ELECTION_PREFERRED:
+            return self._result(
+                [],
+                ElectLeadersResponse(
+                    error_code=int(ErrorCode.INVALID_REQUEST),
+                    error_message=f"election_type {request.election_type}: only PREFERRED (0) is served",
+                ),
+            )
+        every = request.topic_partitions is None
+        if request.topic_partitions is None:
+            wanted = sorted(self._image.partitions)
+        else:
+            wanted = [TopicPartition(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+        active = self._image.active_broker_ids()
+        committed: list[MetadataRecord] = []
+        results: list[PartitionElectionResult] = []
+        for tp in wanted:
+            result = PartitionElectionResult(tp.topic, tp.partition)
+            partition = self._image.partitions.get(tp)
+            preferred = partition.replicas[0] if partition is not None else NO_LEADER
+            if partition is None:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_message = f"unknown partition {tp}"
+            elif partition.leader == preferred:
+                if every:
+                    continue
+                result.error_code = ErrorCode.ELECTION_NOT_NEEDED
+                result.error_message = f"broker {preferred} already leads {tp}"
+            elif preferred not in active or preferred not in partition.isr:
+                result.error_code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                why = "is not in the ISR" if preferred in active else "is fenced or shutting down"
+                result.error_message = f"preferred replica {preferred} of {tp} {why}"
+            else:
+                change = PartitionChangeRecord(topic=tp.topic, partition=tp.partition, leader=preferred)
+                self._commit([change], committed)
+            results.append(result)
+        return self._result(committed, ElectLeadersResponse(results=results))
 
     def _maybe_complete_reassignment(self, tp: TopicPartition, committed: list[MetadataRecord]) -> None:
         partition = self._image.partitions.get(tp)

@@ -50,6 +50,7 @@ from protocol.messages import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
+    ElectLeadersRequest,
     ErrorResponse,
     IncrementalAlterConfigsRequest,
     InitProducerIdRequest,
@@ -202,6 +203,7 @@ class ControllerNode:
             ListPartitionReassignmentsRequest: lambda request, _now: self.controller.list_partition_reassignments(
                 request
             ),
+            ElectLeadersRequest: lambda request, _now: self.controller.elect_leaders(request),
             AlterPartitionRequest: self.controller.alter_partition,
         }
         # Requests anyone may send.

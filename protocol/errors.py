@@ -50,6 +50,8 @@ class ErrorCode(IntEnum):
     UNKNOWN_LEADER_EPOCH = 75
     STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
     NO_REASSIGNMENT_IN_PROGRESS = 85
     INVALID_UPDATE_VERSION = 95
@@ -85,6 +87,7 @@ _RETRIABLE = frozenset(
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.UNKNOWN_LEADER_EPOCH,
         ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
     }
 )
 
@@ -124,6 +127,10 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
         "ALTER_PARTITION_REASSIGNMENTS: the target replicas are empty, repeated or not registered brokers"
     ),
     ErrorCode.NO_REASSIGNMENT_IN_PROGRESS: "ALTER_PARTITION_REASSIGNMENTS: a cancel for a partition that is not moving",
+    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: (
+        "ELECT_LEADERS: the partition's preferred (first) replica is fenced or not in the ISR, so it cannot lead"
+    ),
+    ErrorCode.ELECTION_NOT_NEEDED: "ELECT_LEADERS: the preferred replica already leads the partition",
     ErrorCode.INVALID_CONFIG: (
         "CREATE_TOPICS, INCREMENTAL_ALTER_CONFIGS: a config key is unknown or its value out of range; the message "
         "names it"

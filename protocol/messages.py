@@ -650,6 +650,41 @@ class ListPartitionReassignmentsResponse(Message):
     error_message: str | None = None
 
 
+# -- ELECT_LEADERS (43) ----------------------------------------------------------------------------
+
+#: ELECT_LEADERS election_type values (Kafka's ElectionType): only PREFERRED is served.
+ELECTION_PREFERRED = 0
+ELECTION_UNCLEAN = 1
+
+
+@dataclass(slots=True)
+class ElectionTopic(Message):
+    topic: str
+    partitions: list[int]
+
+
+@dataclass(slots=True)
+class ElectLeadersRequest(Message):
+    election_type: int = ELECTION_PREFERRED
+    topic_partitions: list[ElectionTopic] | None = None  # None: every partition of every topic
+    timeout_ms: int = 30000
+
+
+@dataclass(slots=True)
+class PartitionElectionResult(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class ElectLeadersResponse(Message):
+    results: list[PartitionElectionResult] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+
+
 # -- STOP_REPLICA (5) -----------------------------------------------------------------------------
 
 
@@ -899,6 +934,7 @@ REQUEST_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.STOP_REPLICA: StopReplicaRequest,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsRequest,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsRequest,
+    ApiKey.ELECT_LEADERS: ElectLeadersRequest,
     ApiKey.DELETE_RECORDS: DeleteRecordsRequest,
     ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
@@ -925,6 +961,7 @@ RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.STOP_REPLICA: StopReplicaResponse,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsResponse,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsResponse,
+    ApiKey.ELECT_LEADERS: ElectLeadersResponse,
     ApiKey.DELETE_RECORDS: DeleteRecordsResponse,
     ApiKey.INIT_PRODUCER_ID: InitProducerIdResponse,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochResponse,

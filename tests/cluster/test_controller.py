@@ -20,6 +20,7 @@ from cluster.metadata import NO_LEADER, ConfigRecord, MetadataImage, PartitionRe
 from cluster.metadata_store import MetadataStore
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
+    ELECTION_UNCLEAN,
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
@@ -41,6 +42,9 @@ from protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
+    ElectionTopic,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
@@ -1148,6 +1152,99 @@ def test_producer_ids_are_never_given_twice_even_by_a_restarted_controller(tmp_p
 def test_init_producer_id_refuses_transactions() -> None:
     with pytest.raises(ProtocolError, match="transactions are not supported"):
         InitProducerIdRequest("tx-1").validate()
+
+
+# -- preferred leader election (KIP-460) ----------------------------------------------------------
+
+
+def elect(cluster: Cluster, partitions: dict[str, list[int]] | None) -> ControllerResult[ElectLeadersResponse]:
+    topics = None if partitions is None else [ElectionTopic(t, ps) for t, ps in partitions.items()]
+    return cluster.controller.elect_leaders(ElectLeadersRequest(topic_partitions=topics))
+
+
+def preferred_fenced_then_back(cluster: Cluster) -> tuple[int, int, int]:
+    """Fence t-0's preferred replica (leadership moves to the second), then let it heartbeat again and
+    catch up into the ISR: the state leader-kill chaos leaves behind."""
+    preferred, second, third = replicas_of(cluster)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second, third)
+    cluster.tick()
+    cluster.heartbeat(preferred)
+    cluster.alter(second, [second, third, preferred])
+    p = cluster.partition()
+    assert (p.leader, p.leader_epoch, set(p.isr)) == (second, 1, {preferred, second, third})
+    return preferred, second, third
+
+
+def test_a_preferred_election_gives_leadership_back_to_the_first_replica_with_an_epoch_bump() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = preferred_fenced_then_back(cluster)
+
+    result = elect(cluster, {"t": [0]})
+
+    assert [(r.topic, r.partition, r.error_code) for r in result.response.results] == [("t", 0, ErrorCode.NONE)]
+    p = cluster.partition()
+    assert (p.leader, p.leader_epoch, set(p.isr)) == (preferred, 2, {preferred, second, third})
+    [pushed] = result.changed_partitions
+    assert (pushed.leader, pushed.leader_epoch) == (preferred, 2)
+    assert set(result.leader_and_isr_by_broker()) == {preferred, second, third}
+
+
+def test_a_preferred_election_is_not_needed_when_the_preferred_replica_leads() -> None:
+    cluster = three_brokers_one_partition()
+
+    result = elect(cluster, {"t": [0]})
+
+    assert [r.error_code for r in result.response.results] == [ErrorCode.ELECTION_NOT_NEEDED]
+    assert result.records == [] and cluster.partition().leader_epoch == 0
+
+
+def test_a_preferred_replica_out_of_the_isr_or_fenced_cannot_lead() -> None:
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second, third)
+    cluster.tick()  # fenced: leadership moved to the second replica
+
+    fenced = elect(cluster, {"t": [0]}).response.results
+    cluster.heartbeat(preferred)  # back, but not caught up into the ISR
+    behind = elect(cluster, {"t": [0]}).response.results
+
+    assert [r.error_code for r in fenced + behind] == [ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE] * 2
+    assert "fenced" in (fenced[0].error_message or "") and "not in the ISR" in (behind[0].error_message or "")
+    assert ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE.retriable
+    p = cluster.partition()
+    assert (p.leader, p.leader_epoch) == (second, 1)
+
+
+def test_an_election_for_every_partition_answers_only_those_that_changed_or_could_not() -> None:
+    cluster = three_brokers_one_partition()
+    assert cluster.create("u", num_partitions=3, replication_factor=3).topics[0].error_code == ErrorCode.NONE
+    preferred, _, _ = preferred_fenced_then_back(cluster)  # back in t-0's ISR only
+    u = [cluster.partition("u", n) for n in range(3)]
+    moved_away = [p.partition for p in u if p.replicas[0] == preferred]  # it is not in their ISRs yet
+    assert moved_away and all(p.leader == p.replicas[0] for p in u if p.partition not in moved_away)
+
+    result = elect(cluster, None)
+
+    assert [(r.topic, r.partition, r.error_code) for r in result.response.results] == [
+        ("t", 0, ErrorCode.NONE),
+        *(("u", n, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE) for n in moved_away),
+    ]
+    assert cluster.partition().leader == preferred
+
+
+def test_an_election_names_unknown_partitions_and_refuses_other_election_types() -> None:
+    cluster = three_brokers_one_partition()
+
+    unknown = elect(cluster, {"t": [7], "nope": [0]}).response.results
+    unclean = cluster.controller.elect_leaders(ElectLeadersRequest(election_type=ELECTION_UNCLEAN)).response
+
+    assert [(r.topic, r.partition, r.error_code) for r in unknown] == [
+        ("t", 7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ("nope", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    assert unclean.error_code == ErrorCode.INVALID_REQUEST and "PREFERRED" in (unclean.error_message or "")
 
 
 # -- partition reassignment (KIP-455) ------------------------------------------------------------

@@ -81,6 +81,7 @@ COMMANDS = [
     ["topic", "delete"],
     ["topic", "alter"],
     ["topic", "reassign"],
+    ["topic", "elect-leaders"],
     ["topic", "list"],
     ["topic", "describe"],
     ["configs"],

@@ -67,6 +67,8 @@ async def test_with_a_cluster_secret_only_authenticated_connections_may_change_s
         try:
             refused_create = await anonymous.create_topic("guarded", 2, 3)
             assert refused_create.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            refused_election = await anonymous.elect_leaders()  # leadership moves are an admin's too
+            assert refused_election.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         finally:
             await anonymous.close()
         client = ClusterClient(state.bootstrap, secret="s3cret")

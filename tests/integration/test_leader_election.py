@@ -1,0 +1,81 @@
+"""`minibroker topic elect-leaders` on a real 3-broker cluster (kafka-leader-election.sh --election-type
+PREFERRED): after a leader is killed and restarted, leadership stays on the survivor until the election
+moves it back to the preferred replica, with a leader epoch bump and every acknowledged record kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_cli import cli, cluster_up, error_line, eventually
+
+pytestmark = [pytest.mark.slow]
+
+FAST_FENCING = ("--override", "broker.session.timeout.ms=3000", "--override", "broker.heartbeat.interval.ms=500")
+
+
+def partition_0(d: tuple[str, str]) -> dict[str, Any]:
+    (topic,) = json.loads(cli("topic", "describe", "orders", "--json", *d).stdout)
+    partition: dict[str, Any] = topic["partitions"][0]
+    return partition
+
+
+@pytest.mark.timeout(180)
+def test_a_preferred_election_moves_leadership_back_after_a_kill_and_restart(tmp_path: Path) -> None:
+    d = cluster_up(tmp_path / "c", 3, *FAST_FENCING)
+    try:
+        created = cli("topic", "create", "orders", "--partitions", "1", "--replication-factor", "3", *d)
+        assert created.returncode == 0, created.stderr
+        produced = cli("produce", "orders", "--acks", "all", *d, stdin="".join(f"r{i}\n" for i in range(50)))
+        assert produced.returncode == 0, produced.stderr
+        before = partition_0(d)
+        preferred = before["replicas"][0]
+        assert before["leader"] == preferred
+
+        not_needed = cli("topic", "elect-leaders", "--topic", "orders", "--json", *d)
+        assert not_needed.returncode == 0, not_needed.stderr
+        assert [r["error"] for r in json.loads(not_needed.stdout)["results"]] == ["ELECTION_NOT_NEEDED"]
+
+        assert cli("broker", "kill", "--id", str(preferred), *d).returncode == 0
+        eventually(lambda: partition_0(d)["leader"] not in (preferred, -1), what="a new leader")
+        refused = cli("topic", "elect-leaders", "--all-topic-partitions", *d)
+        assert refused.returncode == 4
+        assert error_line(refused).startswith(
+            "minibroker: error: election for orders-0 failed: PREFERRED_LEADER_NOT_AVAILABLE: "
+            f"preferred replica {preferred} of orders-0"
+        )
+        more = cli("produce", "orders", "--acks", "all", *d, stdin="".join(f"s{i}\n" for i in range(50)))
+        assert more.returncode == 0, more.stderr
+        assert cli("broker", "start", "--id", str(preferred), *d).returncode == 0
+        eventually(lambda: preferred in partition_0(d)["isr"], what="the restarted broker back in the ISR")
+        moved = partition_0(d)
+        assert moved["leader"] != preferred  # nothing moves it back by itself
+
+        elected = cli("topic", "elect-leaders", "--all-topic-partitions", *d)
+
+        assert elected.returncode == 0, elected.stderr
+        assert elected.stdout == "Successfully completed leader election (PREFERRED) for partitions orders-0\n"
+        eventually(lambda: partition_0(d)["leader"] == preferred, what="the preferred replica leading")
+        after = partition_0(d)
+        assert after["leader_epoch"] == moved["leader_epoch"] + 1
+        consumed = cli("consume", "orders", "--from-beginning", "--max-messages", "100", "--timeout-ms", "20000", *d)
+        assert consumed.stdout.split() == [f"r{i}" for i in range(50)] + [f"s{i}" for i in range(50)]
+        again = cli("topic", "elect-leaders", "--all-topic-partitions", *d)
+        assert (again.returncode, again.stdout) == (0, "Every partition is led by its preferred replica\n")
+    finally:
+        cli("cluster", "down", *d, timeout=60)
+
+
+@pytest.mark.timeout(60)
+def test_elect_leaders_usage_errors_name_the_flag() -> None:
+    d = ("--bootstrap-server", "127.0.0.1:1")  # never reached: the flags are checked first
+    neither = cli("topic", "elect-leaders", *d)
+    unclean = cli("topic", "elect-leaders", "--election-type", "unclean", "--all-topic-partitions", *d)
+    assert (neither.returncode, unclean.returncode) == (2, 2)
+    assert error_line(neither) == (
+        "minibroker: error: give --all-topic-partitions, or --topic T (with --partition P for one partition)"
+    )
+    assert error_line(unclean) == "minibroker: error: --election-type unclean: only preferred is supported"
