@@ -256,6 +256,10 @@ CONTROLLER_CONFIG = ConfigDef(
         ConfigKey("controller.tick.ms", int, 50, "how often broker sessions are checked"),
         ConfigKey("create.topics.request.max.topics", int, 1000, "topics one CREATE_TOPICS may name"),
         ConfigKey("create.topics.request.max.partitions", int, 10000, "partitions one CREATE_TOPICS may create"),
+        ConfigKey(
+            "auto.leader.rebalance.enable", bool, True, "give partitions back to their preferred replicas periodically"
+        ),
+        ConfigKey("leader.imbalance.check.interval.seconds", int, 300, "how often the automatic rebalance runs"),
         ConfigKey("socket.request.max.bytes", int, 100 * MIB, "largest request frame accepted"),
         ConfigKey("max.connections", int, 2**31 - 1, "connections accepted at once; more are closed at once"),
         ConfigKey("max.connections.per.ip", int, 2**31 - 1, "connections accepted at once from one address"),

@@ -140,6 +140,8 @@ class ControllerConfig:
     min_insync_replicas: int = 1
     create_topics_request_max_topics: int = 1000
     create_topics_request_max_partitions: int = 10000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
 
     KEYS = {
         "node.id": "node_id",
@@ -151,6 +153,8 @@ class ControllerConfig:
         "min.insync.replicas": "min_insync_replicas",
         "create.topics.request.max.topics": "create_topics_request_max_topics",
         "create.topics.request.max.partitions": "create_topics_request_max_partitions",
+        "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
+        "leader.imbalance.check.interval.seconds": "leader_imbalance_check_interval_seconds",
     }
 
     @classmethod
@@ -332,6 +336,9 @@ class Controller:
         # Replicas the command being run made obsolete (a deleted topic's, a reassignment's removed ones):
         # `_result` hands them to the caller to stop and delete on their brokers (STOP_REPLICA).
         self._deleted_replicas: dict[int, list[TopicPartition]] = {}
+        # When the next automatic preferred leader election runs (auto.leader.rebalance.enable): set by the
+        # first tick, then every leader.imbalance.check.interval.seconds.
+        self._next_rebalance_ms: int | None = None
         #: Called with each record after it is replayed into the image (the simulator's checker listens).
         self.on_replay: Callable[[MetadataRecord, MetadataImage], None] | None = None
         self._commit(
@@ -494,7 +501,9 @@ class Controller:
             self._commit(changes, committed)
 
     def tick(self, now_ms: int | None = None) -> ControllerResult[list[int]]:
-        """Fence every broker silent for more than broker.session.timeout.ms; answer their ids."""
+        """Fence every broker silent for more than broker.session.timeout.ms; answer their ids. With
+        auto.leader.rebalance.enable, every leader.imbalance.check.interval.seconds also give each
+        partition back to its preferred replica where that one can lead (as ELECT_LEADERS does)."""
         now_ms = self._now(now_ms)
         committed: list[MetadataRecord] = []
         expired = sorted(
@@ -505,6 +514,16 @@ class Controller:
         for broker_id in expired:
             del self._last_contact_ms[broker_id]
             self._fence(broker_id, committed)
+        if self.config.auto_leader_rebalance_enable:
+            interval_ms = self.config.leader_imbalance_check_interval_seconds * 1000
+            if self._next_rebalance_ms is None:
+                self._next_rebalance_ms = now_ms + interval_ms
+            elif now_ms >= self._next_rebalance_ms:
+                self._next_rebalance_ms = now_ms + interval_ms
+                active = self._image.active_broker_ids()
+                for p in sorted(self._image.partitions.values(), key=lambda p: p.topic_partition):
+                    if p.leader != p.replicas[0] and self._preferred_problem(p, active) is None:
+                        self._commit([self._preferred_change(p)], committed)
         return self._result(committed, expired)
 
     def _controlled_shutdown(self, broker: BrokerRegistration, committed: list[MetadataRecord]) -> bool:
@@ -986,24 +1005,35 @@ class Controller:
         for tp in wanted:
             result = PartitionElectionResult(tp.topic, tp.partition)
             partition = self._image.partitions.get(tp)
-            preferred = partition.replicas[0] if partition is not None else NO_LEADER
             if partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 result.error_message = f"unknown partition {tp}"
-            elif partition.leader == preferred:
+            elif partition.leader == partition.replicas[0]:
                 if every:
                     continue
                 result.error_code = ErrorCode.ELECTION_NOT_NEEDED
-                result.error_message = f"broker {preferred} already leads {tp}"
-            elif preferred not in active or preferred not in partition.isr:
+                result.error_message = f"broker {partition.leader} already leads {tp}"
+            elif (problem := self._preferred_problem(partition, active)) is not None:
                 result.error_code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-                why = "is not in the ISR" if preferred in active else "is fenced or shutting down"
-                result.error_message = f"preferred replica {preferred} of {tp} {why}"
+                result.error_message = problem
             else:
-                change = PartitionChangeRecord(topic=tp.topic, partition=tp.partition, leader=preferred)
-                self._commit([change], committed)
+                self._commit([self._preferred_change(partition)], committed)
             results.append(result)
         return self._result(committed, ElectLeadersResponse(results=results))
+
+    @staticmethod
+    def _preferred_problem(partition: PartitionRegistration, active: frozenset[int]) -> str | None:
+        """Why the partition's preferred (first) replica cannot lead it now; None when it can."""
+        preferred = partition.replicas[0]
+        if preferred not in active:
+            return f"preferred replica {preferred} of {partition.topic_partition} is fenced or shutting down"
+        if preferred not in partition.isr:
+            return f"preferred replica {preferred} of {partition.topic_partition} is not in the ISR"
+        return None
+
+    @staticmethod
+    def _preferred_change(partition: PartitionRegistration) -> PartitionChangeRecord:
+        return PartitionChangeRecord(topic=partition.topic, partition=partition.partition, leader=partition.replicas[0])
 
     def _maybe_complete_reassignment(self, tp: TopicPartition, committed: list[MetadataRecord]) -> None:
         partition = self._image.partitions.get(tp)

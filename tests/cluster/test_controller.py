@@ -1234,6 +1234,42 @@ def test_an_election_for_every_partition_answers_only_those_that_changed_or_coul
     assert cluster.partition().leader == preferred
 
 
+def test_the_automatic_rebalance_gives_leadership_back_once_per_check_interval() -> None:
+    cluster = three_brokers_one_partition(leader_imbalance_check_interval_seconds=10)
+    cluster.tick()  # the first tick starts the interval
+    preferred, second, third = preferred_fenced_then_back(cluster)  # took SESSION_MS + 1 of the 10 s
+    cluster.keep_alive(preferred, second, third)
+
+    early = cluster.tick()
+    assert early.records == [] and cluster.partition().leader == second
+    cluster.advance(10_000 - SESSION_MS)
+    cluster.keep_alive(preferred, second, third)
+    due = cluster.tick()
+
+    assert [(c.leader, c.leader_epoch) for c in due.changed_partitions] == [(preferred, 2)]
+    assert cluster.partition().leader == preferred
+
+
+def test_the_automatic_rebalance_leaves_alone_what_cannot_move_and_can_be_turned_off() -> None:
+    for config in ({"auto_leader_rebalance_enable": False}, {}):
+        cluster = three_brokers_one_partition(leader_imbalance_check_interval_seconds=1, **config)
+        cluster.tick()
+        preferred, second, third = replicas_of(cluster)
+        cluster.advance(SESSION_MS + 1)
+        cluster.keep_alive(second, third)
+        cluster.tick()  # fenced: the second replica leads, and the rebalance finds nothing it may move
+        cluster.heartbeat(preferred)  # back, but not in the ISR: still nothing to move
+        cluster.advance(1000)
+        cluster.keep_alive(preferred, second, third)
+        assert cluster.tick().records == []
+        cluster.alter(second, [second, third, preferred])  # caught up
+        cluster.advance(1000)
+        cluster.keep_alive(preferred, second, third)
+        cluster.tick()
+        expected = second if config else preferred
+        assert cluster.partition().leader == expected, config
+
+
 def test_an_election_names_unknown_partitions_and_refuses_other_election_types() -> None:
     cluster = three_brokers_one_partition()
 

@@ -79,3 +79,22 @@ def test_elect_leaders_usage_errors_name_the_flag() -> None:
         "minibroker: error: give --all-topic-partitions, or --topic T (with --partition P for one partition)"
     )
     assert error_line(unclean) == "minibroker: error: --election-type unclean: only preferred is supported"
+
+
+@pytest.mark.timeout(180)
+def test_the_controller_gives_leadership_back_by_itself_every_check_interval(tmp_path: Path) -> None:
+    d = cluster_up(tmp_path / "c", 3, *FAST_FENCING, "--override", "leader.imbalance.check.interval.seconds=2")
+    try:
+        created = cli("topic", "create", "orders", "--partitions", "1", "--replication-factor", "3", *d)
+        assert created.returncode == 0, created.stderr
+        preferred = partition_0(d)["replicas"][0]
+        assert cli("broker", "kill", "--id", str(preferred), *d).returncode == 0
+        eventually(lambda: partition_0(d)["leader"] not in (preferred, -1), what="a new leader")
+        moved = partition_0(d)
+
+        assert cli("broker", "start", "--id", str(preferred), *d).returncode == 0
+
+        eventually(lambda: partition_0(d)["leader"] == preferred, what="the preferred replica leading again")
+        assert partition_0(d)["leader_epoch"] == moved["leader_epoch"] + 1
+    finally:
+        cli("cluster", "down", *d, timeout=60)
