@@ -13,13 +13,13 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from protocol.messages import AlterPartitionReassignmentsRequest, ReassignablePartition
+from protocol.messages import AlterPartitionReassignmentsRequest, ElectLeadersRequest, ReassignablePartition
 from protocol.transport import NETWORK_ERRORS
 from sim.cluster import CONTROLLER_ID, SimCluster
 from sim.network import SimTransport
 
-KINDS = ("kill", "restart", "pause", "partition", "delay", "drop", "slow-disk", "reassign")
-REASSIGNER_ID = 4000  # the node an operator's ALTER_PARTITION_REASSIGNMENTS comes from
+KINDS = ("kill", "restart", "pause", "partition", "delay", "drop", "slow-disk", "reassign", "elect")
+REASSIGNER_ID = 4000  # the node an operator's ALTER_PARTITION_REASSIGNMENTS and ELECT_LEADERS come from
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,8 @@ def generate(
             # every broker in a random order: the move takes the first replication-factor of them, for the
             # partition `amount` (a fraction) picks among the sorted partitions
             target = tuple(rng.sample(brokers, len(brokers)))
+        elif kind == "elect":
+            target = ()  # every partition, through the controller
         else:
             target = tuple(rng.sample(nodes, 2))
         amount = 0.0
@@ -140,6 +142,8 @@ class FaultInjector:
             return restart
         if fault.kind == "reassign":
             return await self._reassign(fault, details)
+        if fault.kind == "elect":
+            return await self._elect(details)
         if fault.kind == "restart":
             (broker,) = fault.nodes
             if broker not in c.brokers:
@@ -223,6 +227,24 @@ class FaultInjector:
         )
         try:
             await SimTransport(c.network, REASSIGNER_ID, timeout_ms=5000).send(CONTROLLER_ID, request)
+        except NETWORK_ERRORS:
+            return None  # the controller was unreachable: nothing moved
+
+        async def nothing() -> None:
+            return None
+
+        return nothing
+
+    async def _elect(self, details: dict[str, Any]) -> Any:
+        """An operator runs a preferred leader election for every partition (ELECT_LEADERS), as
+        `minibroker topic elect-leaders --all-topic-partitions` does: leaderships that kills and restarts
+        moved go back to preferred replicas that are in the ISR, while the load and the other faults go on."""
+        c = self.cluster
+        if c.controller is None:
+            return None
+        c.trace.event(REASSIGNER_ID, "fault", **details)
+        try:
+            await SimTransport(c.network, REASSIGNER_ID, timeout_ms=5000).send(CONTROLLER_ID, ElectLeadersRequest())
         except NETWORK_ERRORS:
             return None  # the controller was unreachable: nothing moved
 

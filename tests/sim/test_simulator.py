@@ -196,6 +196,33 @@ def test_idempotent_producers_resolve_every_write_in_doubt_without_a_duplicate(
     assert report["faults_by_kind"]["kill"] >= 30
 
 
+# -- preferred leader election --------------------------------------------------------------------------
+
+ELECTIONS = SimOptions(duration_s=15.0, partitions=3, producers=1, rate=20.0, faults=("kill", "elect"), fault_rate=0.6)
+
+
+@pytest.mark.timeout(120)
+def test_preferred_elections_during_kills_move_leadership_back_and_keep_every_rule() -> None:
+    # An operator's ELECT_LEADERS lands between kills and restarts: some find the preferred replica back
+    # in the ISR and move leadership to it (a new epoch), others find it down; no rule breaks either way.
+    moved_back = 0
+    for seed in range(1, 9):
+        result = run_seed(seed, ELECTIONS, keep_trace=True)
+        assert result.ok, (seed, result.violation)
+        events = [json.loads(line) for line in result.trace_lines]
+        preferred = {e["tp"]: e["node"] for e in events if e["event"] == "leader" and e["epoch"] == 0}
+        elections = [e["t_ms"] for e in events if e["event"] == "fault" and e.get("kind") == "elect"]
+        moved_back += sum(
+            1
+            for e in events
+            if e["event"] == "leader"
+            and e["epoch"] > 0
+            and e["node"] == preferred.get(e["tp"])
+            and any(0 <= e["t_ms"] - t <= 200 for t in elections)
+        )
+    assert moved_back > 0, "no election found a preferred replica to move leadership back to"
+
+
 # -- the KIP scenarios ----------------------------------------------------------------------------------
 
 
