@@ -68,7 +68,7 @@ import sys
 import time
 from array import array
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -433,24 +433,29 @@ def time_behind_ms(samples: list[Sample], start: float, end: float) -> tuple[lis
     return ms, messages
 
 
-def lag_values(metrics_dir: Path, start: float, end: float) -> list[float]:
-    values: list[float] = []
+def metric_records(metrics_dir: Path, marker: str, start: float, end: float) -> Iterator[dict[str, Any]]:
+    """The brokers' metric records from `start` to `end` (seconds) whose line holds `marker` (a cheap
+    filter before parsing); lines cut by a crash are skipped."""
     for path in metrics_dir.rglob("*.jsonl"):
         with open(path, errors="replace") as f:
             for line in f:
-                if '"follower"' not in line:
+                if marker not in line:
                     continue
                 with contextlib.suppress(json.JSONDecodeError):
                     r = json.loads(line)
-                    if (
-                        r.get("kind") == "partition"
-                        and r.get("role") == "follower"
-                        and r.get("topic") == TOPIC
-                        and r.get("lag_ms") is not None
-                        and start * 1000 <= r["ts_ms"] <= end * 1000
-                    ):
-                        values.append(float(r["lag_ms"]))
-    return values
+                    if start * 1000 <= r.get("ts_ms", -1) <= end * 1000:
+                        yield r
+
+
+def lag_values(metrics_dir: Path, start: float, end: float) -> list[float]:
+    return [
+        float(r["lag_ms"])
+        for r in metric_records(metrics_dir, '"follower"', start, end)
+        if r.get("kind") == "partition"
+        and r.get("role") == "follower"
+        and r.get("topic") == TOPIC
+        and r.get("lag_ms") is not None
+    ]
 
 
 def requests_served(metrics_dir: Path, start: float, end: float) -> float:
@@ -458,23 +463,14 @@ def requests_served(metrics_dir: Path, start: float, end: float) -> float:
     `RequestsPerSec` total between its first and last sample in the window (one incarnation), summed."""
     first: dict[tuple[int, int], tuple[int, int]] = {}
     last: dict[tuple[int, int], tuple[int, int]] = {}
-    for path in metrics_dir.rglob("*.jsonl"):
-        with open(path, errors="replace") as f:
-            for line in f:
-                if '"broker"' not in line:
-                    continue
-                with contextlib.suppress(json.JSONDecodeError):
-                    r = json.loads(line)
-                    if r.get("kind") != "broker" or r.get(REQUESTS) is None:
-                        continue
-                    ts = r["ts_ms"]
-                    if not start * 1000 <= ts <= end * 1000:
-                        continue
-                    key = (r["broker_id"], r["broker_start_ms"])
-                    if key not in first or ts < first[key][0]:
-                        first[key] = (ts, r[REQUESTS])
-                    if key not in last or ts > last[key][0]:
-                        last[key] = (ts, r[REQUESTS])
+    for r in metric_records(metrics_dir, '"broker"', start, end):
+        if r.get("kind") != "broker" or r.get(REQUESTS) is None:
+            continue
+        ts, key = r["ts_ms"], (r["broker_id"], r["broker_start_ms"])
+        if key not in first or ts < first[key][0]:
+            first[key] = (ts, r[REQUESTS])
+        if key not in last or ts > last[key][0]:
+            last[key] = (ts, r[REQUESTS])
     rate = 0.0
     for key, (ts0, n0) in first.items():
         ts1, n1 = last[key]
