@@ -284,15 +284,18 @@ class ClusterClient:
         response: AlterPartitionReassignmentsResponse = await self.send_any(request)
         return response
 
-    async def elect_leaders(self, partitions: list[TopicPartition] | None = None) -> ElectLeadersResponse:
-        """Preferred leader election for these partitions (None: every partition that needs it)."""
+    async def elect_leaders(
+        self, partitions: list[TopicPartition] | None = None, election_type: int = ELECTION_PREFERRED
+    ) -> ElectLeadersResponse:
+        """Leader election (ELECTION_PREFERRED or ELECTION_UNCLEAN) for these partitions (None: every
+        partition that needs it)."""
         topics: list[ElectionTopic] | None = None
         if partitions is not None:
             by_topic: dict[str, list[int]] = {}
             for tp in partitions:
                 by_topic.setdefault(tp.topic, []).append(tp.partition)
             topics = [ElectionTopic(topic, numbers) for topic, numbers in by_topic.items()]
-        response: ElectLeadersResponse = await self.send_any(ElectLeadersRequest(ELECTION_PREFERRED, topics))
+        response: ElectLeadersResponse = await self.send_any(ElectLeadersRequest(election_type, topics))
         return response
 
     async def list_partition_reassignments(self, topics: list[str] | None = None) -> ListPartitionReassignmentsResponse:

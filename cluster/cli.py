@@ -726,14 +726,17 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_topic_elect_leaders(args: argparse.Namespace) -> int:
-    """kafka-leader-election.sh --election-type PREFERRED: move leadership back to each partition's first
-    replica where it is in the ISR and does not lead (after kills and restarts left leadership skewed)."""
+    """kafka-leader-election.sh: PREFERRED moves leadership back to each partition's first replica where
+    it is in the ISR and does not lead (after kills and restarts left leadership skewed); UNCLEAN gives a
+    partition with no leader one, out of the ISR if need be (its acknowledged records may be lost)."""
     from client.cluster_client import ClusterUnavailableError
     from protocol.errors import ErrorCode
-    from protocol.messages import TopicPartition
+    from protocol.messages import ELECTION_PREFERRED, ELECTION_UNCLEAN, TopicPartition
 
-    if args.election_type.lower() != "preferred":
-        raise CliError(f"--election-type {args.election_type}: only preferred is supported", EXIT_USAGE)
+    types = {"preferred": ELECTION_PREFERRED, "unclean": ELECTION_UNCLEAN}
+    kind = args.election_type.lower()
+    if kind not in types:
+        raise CliError(f"--election-type {args.election_type}: preferred or unclean", EXIT_USAGE)
     if args.all_topic_partitions == (args.topic is not None):
         raise CliError("give --all-topic-partitions, or --topic T (with --partition P for one partition)", EXIT_USAGE)
     if args.partition is not None and args.topic is None:
@@ -749,7 +752,7 @@ def cmd_topic_elect_leaders(args: argparse.Namespace) -> int:
                     if not known:
                         raise CliError(f"unknown topic {args.topic}", EXIT_CLUSTER_ERROR)
                     wanted = [TopicPartition(args.topic, args.partition)] if args.partition is not None else known
-                resp = await client.elect_leaders(wanted)
+                resp = await client.elect_leaders(wanted, types[kind])
                 _controller_answer(resp, "leader election")
             except ClusterUnavailableError as exc:
                 raise CliError(f"cluster not reachable at {args.bootstrap_server}: {exc}", EXIT_UNREACHABLE) from None
@@ -775,11 +778,15 @@ def cmd_topic_elect_leaders(args: argparse.Namespace) -> int:
             return ", ".join(f"{r['topic']}-{r['partition']}" for r in rows)
 
         if elected:
-            print(f"Successfully completed leader election (PREFERRED) for partitions {names(elected)}")
+            print(f"Successfully completed leader election ({kind.upper()}) for partitions {names(elected)}")
         if not_needed:
             print(f"Valid replica already elected for partitions {names(not_needed)}")
         if not results:
-            print("Every partition is led by its preferred replica")
+            print(
+                "Every partition is led by its preferred replica"
+                if kind == "preferred"
+                else "Every partition has a leader"
+            )
         for r in failed:
             print(
                 f"minibroker: error: election for {r['topic']}-{r['partition']} failed: {r['error']}: {r['message']}",
@@ -1466,12 +1473,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = tsub.add_parser(
         "elect-leaders",
         help="move leadership back to preferred replicas (kafka-leader-election.sh)",
-        description="Preferred leader election, like kafka-leader-election.sh --election-type PREFERRED: each "
-        "partition whose first (preferred) replica is in the ISR and does not lead gets it as leader, with a "
-        "leader epoch bump. Kills and restarts leave leadership on the survivors; this spreads it back. Exit 4 "
-        "when a partition's preferred replica cannot lead (fenced or out of the ISR).",
+        description="Leader election, like kafka-leader-election.sh. preferred (the default): each partition whose "
+        "first (preferred) replica is in the ISR and does not lead gets it as leader, with a leader epoch bump; "
+        "kills and restarts leave leadership on the survivors, this spreads it back. unclean: each partition with "
+        "no leader gets one, a live out-of-sync replica if no ISR member lives, losing what only the old ISR "
+        "held. Exit 4 when a partition cannot get the leader asked for.",
     )
-    p.add_argument("--election-type", default="preferred", metavar="TYPE", help="preferred (the only type served)")
+    p.add_argument(
+        "--election-type", default="preferred", metavar="TYPE", help="preferred (default) or unclean (may lose data)"
+    )
     p.add_argument("--all-topic-partitions", action="store_true", help="every partition of every topic")
     p.add_argument("--topic", help="the partitions of this topic")
     p.add_argument("--partition", type=int, help="with --topic: this partition only")

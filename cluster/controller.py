@@ -76,6 +76,7 @@ from cluster.metadata_store import MetadataStore
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     ELECTION_PREFERRED,
+    ELECTION_UNCLEAN,
     AlterConfigOp,
     AlterConfigsResource,
     AlterConfigsResourceResponse,
@@ -980,18 +981,21 @@ class Controller:
         return self._result([], ListPartitionReassignmentsResponse(reassignments=ongoing))
 
     def elect_leaders(self, request: ElectLeadersRequest) -> ControllerResult[ElectLeadersResponse]:
-        """Preferred leader election (Kafka's ElectLeaders, KIP-460, with election_type PREFERRED): each
-        partition whose first replica is active and in the ISR, and does not lead, gets it as leader, with
-        a leader epoch bump. It is clean (the new leader holds every acknowledged record) and moves
-        leadership back where the assignment spread it, after kills and restarts left it skewed.
-        `topic_partitions` None means every partition; then the answer lists only the partitions that
-        changed or could not, not those already led by their preferred replica."""
-        if request.election_type != ELECTION_PREFERRED:
+        """Kafka's ElectLeaders (KIP-460). PREFERRED: each partition whose first replica is active and in the
+        ISR, and does not lead, gets it as leader, with a leader epoch bump; it is clean (the new leader
+        holds every acknowledged record) and moves leadership back where the assignment spread it, after
+        kills and restarts left it skewed. UNCLEAN: each partition with no leader gets one, from the ISR if
+        a member is live, else the first live replica, whose ISR becomes itself: records only the old ISR
+        held are lost, which is what the operator accepts by asking (unclean.leader.election.enable for
+        one request). `topic_partitions` None means every partition; then the answer lists only the
+        partitions that changed or could not, not those that needed nothing."""
+        unclean = request.election_type == ELECTION_UNCLEAN
+        if request.election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
             return self._result(
                 [],
                 ElectLeadersResponse(
                     error_code=int(ErrorCode.INVALID_REQUEST),
-                    error_message=f"election_type {request.election_type}: only PREFERRED (0) is served",
+                    error_message=f"election_type {request.election_type}: PREFERRED (0) or UNCLEAN (1)",
                 ),
             )
         every = request.topic_partitions is None
@@ -1008,18 +1012,33 @@ class Controller:
             if partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 result.error_message = f"unknown partition {tp}"
-            elif partition.leader == partition.replicas[0]:
-                if every:
-                    continue
-                result.error_code = ErrorCode.ELECTION_NOT_NEEDED
-                result.error_message = f"broker {partition.leader} already leads {tp}"
-            elif (problem := self._preferred_problem(partition, active)) is not None:
-                result.error_code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-                result.error_message = problem
             else:
-                self._commit([self._preferred_change(partition)], committed)
+                code, message, change = self._election(partition, unclean, active)
+                if change is not None:
+                    self._commit([change], committed)
+                if code == ErrorCode.ELECTION_NOT_NEEDED and every:
+                    continue
+                result.error_code, result.error_message = code, message
             results.append(result)
         return self._result(committed, ElectLeadersResponse(results=results))
+
+    def _election(
+        self, partition: PartitionRegistration, unclean: bool, active: frozenset[int]
+    ) -> tuple[ErrorCode, str | None, PartitionChangeRecord | None]:
+        """What an ELECT_LEADERS of this type answers for `partition`, and the change to commit if any."""
+        tp = partition.topic_partition
+        if unclean:
+            if partition.leader != NO_LEADER:
+                return ErrorCode.ELECTION_NOT_NEEDED, f"broker {partition.leader} leads {tp}", None
+            change = partition_change(partition, None, active, unclean=True)
+            if change is None:
+                return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, f"no replica of {tp} is live", None
+            return ErrorCode.NONE, None, change
+        if partition.leader == partition.replicas[0]:
+            return ErrorCode.ELECTION_NOT_NEEDED, f"broker {partition.leader} already leads {tp}", None
+        if (problem := self._preferred_problem(partition, active)) is not None:
+            return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, problem, None
+        return ErrorCode.NONE, None, self._preferred_change(partition)
 
     @staticmethod
     def _preferred_problem(partition: PartitionRegistration, active: frozenset[int]) -> str | None:

@@ -51,6 +51,7 @@ class ErrorCode(IntEnum):
     STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78
     PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
     NO_REASSIGNMENT_IN_PROGRESS = 85
@@ -130,7 +131,10 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: (
         "ELECT_LEADERS: the partition's preferred (first) replica is fenced or not in the ISR, so it cannot lead"
     ),
-    ErrorCode.ELECTION_NOT_NEEDED: "ELECT_LEADERS: the preferred replica already leads the partition",
+    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "ELECT_LEADERS (unclean): no replica of the partition is live",
+    ErrorCode.ELECTION_NOT_NEEDED: (
+        "ELECT_LEADERS: the preferred replica already leads the partition (preferred), or it has a leader (unclean)"
+    ),
     ErrorCode.INVALID_CONFIG: (
         "CREATE_TOPICS, INCREMENTAL_ALTER_CONFIGS: a config key is unknown or its value out of range; the message "
         "names it"

@@ -652,7 +652,7 @@ class ListPartitionReassignmentsResponse(Message):
 
 # -- ELECT_LEADERS (43) ----------------------------------------------------------------------------
 
-#: ELECT_LEADERS election_type values (Kafka's ElectionType): only PREFERRED is served.
+#: ELECT_LEADERS election_type values (Kafka's ElectionType).
 ELECTION_PREFERRED = 0
 ELECTION_UNCLEAN = 1
 

@@ -1270,17 +1270,59 @@ def test_the_automatic_rebalance_leaves_alone_what_cannot_move_and_can_be_turned
         assert cluster.partition().leader == expected, config
 
 
-def test_an_election_names_unknown_partitions_and_refuses_other_election_types() -> None:
+def test_an_election_names_unknown_partitions_and_refuses_unknown_election_types() -> None:
     cluster = three_brokers_one_partition()
 
     unknown = elect(cluster, {"t": [7], "nope": [0]}).response.results
-    unclean = cluster.controller.elect_leaders(ElectLeadersRequest(election_type=ELECTION_UNCLEAN)).response
+    other = cluster.controller.elect_leaders(ElectLeadersRequest(election_type=2)).response
 
     assert [(r.topic, r.partition, r.error_code) for r in unknown] == [
         ("t", 7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
         ("nope", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
     ]
-    assert unclean.error_code == ErrorCode.INVALID_REQUEST and "PREFERRED" in (unclean.error_message or "")
+    assert other.error_code == ErrorCode.INVALID_REQUEST and "UNCLEAN (1)" in (other.error_message or "")
+
+
+def offline_with_its_last_isr_member_dead() -> tuple[Cluster, int, int, int]:
+    """t-0 with ISR {preferred} only, then preferred fenced: offline, unclean election off."""
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    cluster.alter(preferred, [preferred])
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(second, third)
+    cluster.tick()
+    assert (cluster.partition().leader, cluster.partition().isr) == (NO_LEADER, (preferred,))
+    return cluster, preferred, second, third
+
+
+def test_an_unclean_election_gives_an_offline_partition_its_first_live_replica() -> None:
+    cluster, preferred, second, third = offline_with_its_last_isr_member_dead()
+    request = ElectLeadersRequest(election_type=ELECTION_UNCLEAN, topic_partitions=[ElectionTopic("t", [0])])
+
+    result = cluster.controller.elect_leaders(request)
+
+    assert [r.error_code for r in result.response.results] == [ErrorCode.NONE]
+    p = cluster.partition()
+    assert (p.leader, p.isr, p.leader_epoch) == (second, (second,), 2)  # what only `preferred` held is gone
+    [pushed] = result.changed_partitions
+    assert (pushed.leader, pushed.isr) == (second, [second])
+    again = cluster.controller.elect_leaders(request).response.results
+    assert [r.error_code for r in again] == [ErrorCode.ELECTION_NOT_NEEDED]
+    everything = cluster.controller.elect_leaders(ElectLeadersRequest(election_type=ELECTION_UNCLEAN))
+    assert everything.response.results == [] and everything.records == []
+
+
+def test_an_unclean_election_with_no_live_replica_changes_nothing() -> None:
+    cluster, preferred, second, third = offline_with_its_last_isr_member_dead()
+    cluster.advance(SESSION_MS + 1)
+    cluster.tick()  # second and third fenced too
+
+    result = cluster.controller.elect_leaders(ElectLeadersRequest(election_type=ELECTION_UNCLEAN))
+
+    assert [(r.partition, r.error_code) for r in result.response.results] == [
+        (0, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+    ]
+    assert result.records == [] and cluster.partition().leader == NO_LEADER
 
 
 # -- partition reassignment (KIP-455) ------------------------------------------------------------

@@ -73,12 +73,12 @@ def test_a_preferred_election_moves_leadership_back_after_a_kill_and_restart(tmp
 def test_elect_leaders_usage_errors_name_the_flag() -> None:
     d = ("--bootstrap-server", "127.0.0.1:1")  # never reached: the flags are checked first
     neither = cli("topic", "elect-leaders", *d)
-    unclean = cli("topic", "elect-leaders", "--election-type", "unclean", "--all-topic-partitions", *d)
-    assert (neither.returncode, unclean.returncode) == (2, 2)
+    other = cli("topic", "elect-leaders", "--election-type", "random", "--all-topic-partitions", *d)
+    assert (neither.returncode, other.returncode) == (2, 2)
     assert error_line(neither) == (
         "minibroker: error: give --all-topic-partitions, or --topic T (with --partition P for one partition)"
     )
-    assert error_line(unclean) == "minibroker: error: --election-type unclean: only preferred is supported"
+    assert error_line(other) == "minibroker: error: --election-type random: preferred or unclean"
 
 
 @pytest.mark.timeout(180)
@@ -96,5 +96,38 @@ def test_the_controller_gives_leadership_back_by_itself_every_check_interval(tmp
 
         eventually(lambda: partition_0(d)["leader"] == preferred, what="the preferred replica leading again")
         assert partition_0(d)["leader_epoch"] == moved["leader_epoch"] + 1
+    finally:
+        cli("cluster", "down", *d, timeout=60)
+
+
+@pytest.mark.timeout(180)
+def test_an_unclean_election_brings_an_offline_partition_back_without_what_only_its_isr_held(tmp_path: Path) -> None:
+    d = cluster_up(tmp_path / "c", 3, *FAST_FENCING)
+    try:
+        created = cli("topic", "create", "orders", "--partitions", "1", "--replication-factor", "3", *d)
+        assert created.returncode == 0, created.stderr
+        replicated = cli("produce", "orders", "--acks", "all", *d, stdin="".join(f"r{i}\n" for i in range(50)))
+        assert replicated.returncode == 0, replicated.stderr
+        leader, *followers = partition_0(d)["replicas"]
+        for follower in followers:
+            assert cli("broker", "kill", "--id", str(follower), *d).returncode == 0
+        eventually(lambda: partition_0(d)["isr"] == [leader], what="the ISR down to the leader")
+        only_leader = cli("produce", "orders", "--acks", "1", *d, stdin="".join(f"s{i}\n" for i in range(50)))
+        assert only_leader.returncode == 0, only_leader.stderr
+        assert cli("broker", "kill", "--id", str(leader), *d).returncode == 0
+        assert cli("broker", "start", "--id", str(followers[0]), *d).returncode == 0  # out of sync
+        eventually(lambda: partition_0(d)["leader"] == -1, what="the partition offline")
+        clean = cli("topic", "elect-leaders", "--topic", "orders", *d)
+        assert clean.returncode == 4  # preferred: the preferred replica is down
+        assert partition_0(d)["leader"] == -1  # unclean.leader.election.enable is off: it stays offline
+
+        unclean = cli("topic", "elect-leaders", "--election-type", "unclean", "--topic", "orders", *d)
+
+        assert unclean.returncode == 0, unclean.stderr
+        assert unclean.stdout == "Successfully completed leader election (UNCLEAN) for partitions orders-0\n"
+        eventually(lambda: partition_0(d)["leader"] == followers[0], what="the out-of-sync replica leading")
+        assert partition_0(d)["isr"] == [followers[0]]
+        consumed = cli("consume", "orders", "--from-beginning", "--timeout-ms", "3000", *d)
+        assert consumed.stdout.split() == [f"r{i}" for i in range(50)]  # the acks=1 records died with the leader
     finally:
         cli("cluster", "down", *d, timeout=60)
