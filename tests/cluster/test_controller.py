@@ -515,13 +515,20 @@ def test_a_fenced_broker_that_heartbeats_again_is_unfenced_and_sent_its_full_sta
     assert (state.leader, state.isr) == (second, [second, third])  # it must catch up to rejoin the ISR
 
 
-def test_an_offline_partition_comes_back_when_its_isr_member_returns() -> None:
+def offline_with_its_last_isr_member_dead() -> tuple[Cluster, int, int, int]:
+    """t-0 with ISR {preferred} only, then preferred fenced: offline, unclean election off."""
     cluster = three_brokers_one_partition()
     preferred, second, third = replicas_of(cluster)
     cluster.alter(preferred, [preferred])
     cluster.advance(SESSION_MS + 1)
     cluster.keep_alive(second, third)
     cluster.tick()
+    assert (cluster.partition().leader, cluster.partition().isr) == (NO_LEADER, (preferred,))
+    return cluster, preferred, second, third
+
+
+def test_an_offline_partition_comes_back_when_its_isr_member_returns() -> None:
+    cluster, preferred, _, _ = offline_with_its_last_isr_member_dead()
     assert cluster.partition().is_offline
 
     result = cluster.heartbeat_result(preferred)
@@ -1281,18 +1288,6 @@ def test_an_election_names_unknown_partitions_and_refuses_unknown_election_types
         ("nope", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
     ]
     assert other.error_code == ErrorCode.INVALID_REQUEST and "UNCLEAN (1)" in (other.error_message or "")
-
-
-def offline_with_its_last_isr_member_dead() -> tuple[Cluster, int, int, int]:
-    """t-0 with ISR {preferred} only, then preferred fenced: offline, unclean election off."""
-    cluster = three_brokers_one_partition()
-    preferred, second, third = replicas_of(cluster)
-    cluster.alter(preferred, [preferred])
-    cluster.advance(SESSION_MS + 1)
-    cluster.keep_alive(second, third)
-    cluster.tick()
-    assert (cluster.partition().leader, cluster.partition().isr) == (NO_LEADER, (preferred,))
-    return cluster, preferred, second, third
 
 
 def test_an_unclean_election_gives_an_offline_partition_its_first_live_replica() -> None:

@@ -17,6 +17,20 @@ pytestmark = [pytest.mark.slow]
 FAST_FENCING = ("--override", "broker.session.timeout.ms=3000", "--override", "broker.heartbeat.interval.ms=500")
 
 
+def orders_with_records(tmp_path: Path, *extra: str) -> tuple[str, str]:
+    """A 3-broker cluster with topic orders (one partition on all three) holding r0..r49, acks=all."""
+    d = cluster_up(tmp_path / "c", 3, *FAST_FENCING, *extra)
+    try:
+        created = cli("topic", "create", "orders", "--partitions", "1", "--replication-factor", "3", *d)
+        assert created.returncode == 0, created.stderr
+        produced = cli("produce", "orders", "--acks", "all", *d, stdin="".join(f"r{i}\n" for i in range(50)))
+        assert produced.returncode == 0, produced.stderr
+    except BaseException:
+        cli("cluster", "down", *d, timeout=60)
+        raise
+    return d
+
+
 def partition_0(d: tuple[str, str]) -> dict[str, Any]:
     (topic,) = json.loads(cli("topic", "describe", "orders", "--json", *d).stdout)
     partition: dict[str, Any] = topic["partitions"][0]
@@ -25,12 +39,8 @@ def partition_0(d: tuple[str, str]) -> dict[str, Any]:
 
 @pytest.mark.timeout(180)
 def test_a_preferred_election_moves_leadership_back_after_a_kill_and_restart(tmp_path: Path) -> None:
-    d = cluster_up(tmp_path / "c", 3, *FAST_FENCING)
+    d = orders_with_records(tmp_path)
     try:
-        created = cli("topic", "create", "orders", "--partitions", "1", "--replication-factor", "3", *d)
-        assert created.returncode == 0, created.stderr
-        produced = cli("produce", "orders", "--acks", "all", *d, stdin="".join(f"r{i}\n" for i in range(50)))
-        assert produced.returncode == 0, produced.stderr
         before = partition_0(d)
         preferred = before["replicas"][0]
         assert before["leader"] == preferred
@@ -83,10 +93,8 @@ def test_elect_leaders_usage_errors_name_the_flag() -> None:
 
 @pytest.mark.timeout(180)
 def test_the_controller_gives_leadership_back_by_itself_every_check_interval(tmp_path: Path) -> None:
-    d = cluster_up(tmp_path / "c", 3, *FAST_FENCING, "--override", "leader.imbalance.check.interval.seconds=2")
+    d = orders_with_records(tmp_path, "--override", "leader.imbalance.check.interval.seconds=2")
     try:
-        created = cli("topic", "create", "orders", "--partitions", "1", "--replication-factor", "3", *d)
-        assert created.returncode == 0, created.stderr
         preferred = partition_0(d)["replicas"][0]
         assert cli("broker", "kill", "--id", str(preferred), *d).returncode == 0
         eventually(lambda: partition_0(d)["leader"] not in (preferred, -1), what="a new leader")
@@ -102,12 +110,8 @@ def test_the_controller_gives_leadership_back_by_itself_every_check_interval(tmp
 
 @pytest.mark.timeout(180)
 def test_an_unclean_election_brings_an_offline_partition_back_without_what_only_its_isr_held(tmp_path: Path) -> None:
-    d = cluster_up(tmp_path / "c", 3, *FAST_FENCING)
+    d = orders_with_records(tmp_path)
     try:
-        created = cli("topic", "create", "orders", "--partitions", "1", "--replication-factor", "3", *d)
-        assert created.returncode == 0, created.stderr
-        replicated = cli("produce", "orders", "--acks", "all", *d, stdin="".join(f"r{i}\n" for i in range(50)))
-        assert replicated.returncode == 0, replicated.stderr
         leader, *followers = partition_0(d)["replicas"]
         for follower in followers:
             assert cli("broker", "kill", "--id", str(follower), *d).returncode == 0
