@@ -29,11 +29,15 @@ def test_the_quick_start_demo_runs_to_a_valid_verdict_and_a_dashboard(tmp_path: 
     report = json.loads((demo_dir / "chaos-report.json").read_text())
     assert report["valid"] is True, report
     assert (demo_dir / "dashboard" / "dashboard.html").stat().st_size > 100_000
-    # after the chaos, the preferred leader election ran: it moved leaderships back, or found none to move
-    # (a later kill can hand a partition back to its preferred replica by itself)
-    elected = [line for line in result.stdout.splitlines() if "leader election (PREFERRED)" in line]
-    settled = "Every partition is led by its preferred replica" in result.stdout
-    assert elected or settled, result.stdout[-3000:]
+    # after the chaos, the preferred leader election ran: it moved leaderships back, found none to move (a
+    # later kill can hand a partition back to its preferred replica by itself), or left some for later
+    outcomes = (
+        "Successfully completed leader election (PREFERRED) for partitions ",
+        "Every partition is led by its preferred replica",
+        "(a preferred replica is still catching up: it stays a follower for now)",
+    )
+    assert any(outcome in result.stdout for outcome in outcomes), result.stdout[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
     # and it stopped what it started
     assert [line for line in result.stdout.splitlines() if line.endswith(": stopped")] == [
         "broker-1: stopped",
