@@ -522,9 +522,9 @@ class Controller:
             elif now_ms >= self._next_rebalance_ms:
                 self._next_rebalance_ms = now_ms + interval_ms
                 active = self._image.active_broker_ids()
-                for p in sorted(self._image.partitions.values(), key=lambda p: p.topic_partition):
-                    if p.leader != p.replicas[0] and self._preferred_problem(p, active) is None:
-                        self._commit([self._preferred_change(p)], committed)
+                ordered = sorted(self._image.partitions.values(), key=lambda p: p.topic_partition)
+                moves = [move for p in ordered if (move := self._election(p, False, active)[2]) is not None]
+                self._commit(moves, committed)  # one metadata write for the whole rebalance
         return self._result(committed, expired)
 
     def _controlled_shutdown(self, broker: BrokerRegistration, committed: list[MetadataRecord]) -> bool:
@@ -1004,7 +1004,7 @@ class Controller:
         else:
             wanted = [TopicPartition(t.topic, p) for t in request.topic_partitions for p in t.partitions]
         active = self._image.active_broker_ids()
-        committed: list[MetadataRecord] = []
+        changes: dict[TopicPartition, PartitionChangeRecord] = {}  # one per partition, however often named
         results: list[PartitionElectionResult] = []
         for tp in wanted:
             result = PartitionElectionResult(tp.topic, tp.partition)
@@ -1015,11 +1015,13 @@ class Controller:
             else:
                 code, message, change = self._election(partition, unclean, active)
                 if change is not None:
-                    self._commit([change], committed)
+                    changes.setdefault(tp, change)
                 if code == ErrorCode.ELECTION_NOT_NEEDED and every:
                     continue
                 result.error_code, result.error_message = code, message
             results.append(result)
+        committed: list[MetadataRecord] = []
+        self._commit(list(changes.values()), committed)  # one metadata write for the whole request
         return self._result(committed, ElectLeadersResponse(results=results))
 
     def _election(
@@ -1038,7 +1040,11 @@ class Controller:
             return ErrorCode.ELECTION_NOT_NEEDED, f"broker {partition.leader} already leads {tp}", None
         if (problem := self._preferred_problem(partition, active)) is not None:
             return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, problem, None
-        return ErrorCode.NONE, None, self._preferred_change(partition)
+        return (
+            ErrorCode.NONE,
+            None,
+            PartitionChangeRecord(partition.topic, partition.partition, leader=partition.replicas[0]),
+        )
 
     @staticmethod
     def _preferred_problem(partition: PartitionRegistration, active: frozenset[int]) -> str | None:
@@ -1049,10 +1055,6 @@ class Controller:
         if preferred not in partition.isr:
             return f"preferred replica {preferred} of {partition.topic_partition} is not in the ISR"
         return None
-
-    @staticmethod
-    def _preferred_change(partition: PartitionRegistration) -> PartitionChangeRecord:
-        return PartitionChangeRecord(topic=partition.topic, partition=partition.partition, leader=partition.replicas[0])
 
     def _maybe_complete_reassignment(self, tp: TopicPartition, committed: list[MetadataRecord]) -> None:
         partition = self._image.partitions.get(tp)
