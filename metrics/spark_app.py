@@ -426,7 +426,6 @@ def write_batch(batch: DataFrame, accumulated: Path, batch_id: int) -> Path:
 @dataclass
 class _FollowState:
     batches: int = 0
-    batch_id: int = -1  # the last micro-batch that published
     last: DashboardResult | None = None
     page: dashboard.DashboardData | None = None  # what the last published page shows
 
@@ -507,7 +506,6 @@ def run_follow(
             on_page=on_page,
         )
         state.batches += 1
-        state.batch_id = batch_id
         state.last = DashboardResult(
             out_dir=str(out_dir),
             dashboard_html=str(out_dir / DASHBOARD_FILE),
