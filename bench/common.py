@@ -329,6 +329,12 @@ def process_usage(pid: int) -> tuple[float, float, int]:
     return int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7])
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (0 when it is gone)."""
+    user_s, system_s, _ = process_usage(pid)
+    return user_s + system_s
+
+
 async def rpc_floor_cpu_us(
     reaper: ProcessReaper, log_file: Path, request_bytes: int, reply_bytes: int, duration_s: float
 ) -> float:
@@ -339,14 +345,14 @@ async def rpc_floor_cpu_us(
     try:
         body = os.urandom(request_bytes)
         await ping_pong("127.0.0.1", port, body, reply_bytes, min(duration_s, 1.0))  # warm both sides
-        peer_before, own_before = process_usage(echo.pid), os.times()
+        peer_before, own_before = process_cpu_s(echo.pid), os.times()
         started = time.perf_counter()
         rate = await ping_pong("127.0.0.1", port, body, reply_bytes, duration_s)
         trips = rate * (time.perf_counter() - started)
-        peer_after, own_after = process_usage(echo.pid), os.times()
+        peer_after, own_after = process_cpu_s(echo.pid), os.times()
     finally:
         stop_peer(echo)
-    cpu_s = sum(peer_after[:2]) - sum(peer_before[:2])
+    cpu_s = peer_after - peer_before
     cpu_s += own_after.user - own_before.user + own_after.system - own_before.system
     return cpu_s / trips * 1e6 if trips else 0.0
 

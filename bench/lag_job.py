@@ -40,6 +40,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from bench.common import process_cpu_s
 from metrics import schema as s
 from metrics import spark_app
 from metrics.lag_job import REPLICA_KEY, LagJobConfig
@@ -127,15 +128,6 @@ def write_metrics_dir(spark: SparkSession, samples: int, root: Path) -> Path:
     return metrics
 
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-
-
 @dataclass
 class Timing:
     wall_s: float
@@ -151,7 +143,7 @@ class Clock:
         self._jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
 
     def cpu_s(self) -> float:
-        return _process_cpu_s(self._jvm_pid) + time.process_time()
+        return process_cpu_s(self._jvm_pid) + time.process_time()
 
     def measure(self, run: Callable[[], object]) -> Timing:
         wall, cpu = time.monotonic(), self.cpu_s()

@@ -81,6 +81,7 @@ from bench.common import (
     free_port_block,
     main_guard,
     percentile,
+    process_cpu_s,
     progress,
     rounded,
     rpc_floor_cpu_us,
@@ -345,22 +346,9 @@ class Sample:
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU so far: controller, brokers, producer
 
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
 def cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
-    """User + system CPU time each group of processes has used so far (/proc/PID/stat; a gone process
-    counts 0)."""
-    out = {}
-    for group, members in pids.items():
-        total = 0
-        for pid in members:
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{pid}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
-        out[group] = total / _CLOCK_TICKS
-    return out
+    """User + system CPU time each group of processes has used so far (a gone process counts 0)."""
+    return {group: sum(process_cpu_s(pid) for pid in members) for group, members in pids.items()}
 
 
 async def sample_log_dirs(
