@@ -3,8 +3,10 @@
 How this works
 --------------
 One `_ServerConnection` (an asyncio BufferedProtocol) per client connection reads frames with the
-shared `FrameDecoder` straight into its buffers, decodes each into (header, typed body) and queues it.
-One worker task per connection starts the queued requests in arrival order — up to
+shared `FrameDecoder` straight into its buffers and decodes each into (header, typed body). A request
+with nothing ahead of it is started on the spot and, if its handler does not wait (most do not), answered
+before the next frame is read: no task and no loop iteration in between. Otherwise it is queued, and one
+worker task per connection starts the queued requests in arrival order — up to
 `max.in.flight.requests.per.connection` at once — and writes their responses in that same order with
 their correlation ids. A request's effect on the broker (an append, a read) happens before the next
 request starts, so ordering is as if they ran one by one; only the waits overlap (see `_work`).
@@ -38,7 +40,7 @@ import asyncio
 import collections
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +119,44 @@ class _Wakeup:
             self._waiter = None
 
 
+@dataclass(slots=True)
+class _Answered:
+    """A request whose handler finished without waiting: its answer, ready to write."""
+
+    response: Message | None
+
+
+def _finished(outcome: _Answered | asyncio.Task[Message | None]) -> bool:
+    return isinstance(outcome, _Answered) or outcome.done()
+
+
+def _result(outcome: _Answered | asyncio.Task[Message | None]) -> Message | None:
+    return outcome.response if isinstance(outcome, _Answered) else outcome.result()
+
+
+async def _drive(coro: Coroutine[Any, Any, Message | None], awaited: Any) -> Message | None:
+    """Go on with a handler coroutine that `_start` ran up to its first wait, on `awaited` (what it
+    yielded: the future it waits for, or None for a bare yield). The outcome of each wait is passed back
+    in as a task would: a result by resuming it, an exception (a cancellation included) by throwing it."""
+    while True:
+        try:
+            if awaited is None:
+                await asyncio.sleep(0)
+            else:
+                awaited._asyncio_future_blocking = False  # taken over from the handler's await, as a task does
+                await awaited
+        except BaseException as exc:  # noqa: BLE001 - handed to the handler, which decides
+            try:
+                awaited = coro.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+        else:
+            try:
+                awaited = coro.send(None)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+
 class _ServerConnection(FrameProtocol):
     def __init__(self, server: SocketServer, connection_id: int) -> None:
         super().__init__(FrameDecoder(max_frame_bytes=server.max_frame_bytes))
@@ -130,6 +170,10 @@ class _ServerConnection(FrameProtocol):
         self.peer_gone = False  # the connection is closed: nothing more to read or write
         self.draining = False  # the server is closing: answer what was received, read nothing new
         self.worker: asyncio.Task[None] | None = None
+        # Started requests in arrival order: a task while its handler waits, else its answer.
+        self.pending: collections.deque[tuple[RequestHeader, _Answered | asyncio.Task[Message | None]]] = (
+            collections.deque()
+        )
         self.in_flight = 0
         self.last_active_s = 0.0  # loop time of the last bytes read or response written
         self.partial_since_s: float | None = None  # loop time a frame began that is not complete yet
@@ -180,9 +224,28 @@ class _ServerConnection(FrameProtocol):
             header, body = decode_request_value(value)
         except RequestDecodeError as exc:
             self.server.stats.bad_requests_total += 1
-            self.queue.append((exc.header, None, exc))
+            self._enqueue(exc.header, None, exc)
         else:
-            self.queue.append((header, body, None))
+            self._enqueue(header, body, None)
+
+    def _enqueue(self, header: RequestHeader, body: Message | None, error: RequestDecodeError | None) -> None:
+        if (
+            not self.queue
+            and not self.pending
+            and not self.draining
+            and not self.peer_gone
+            and self.worker is not None
+            and self.can_write.is_set()
+        ):
+            # Nothing ahead of it: start it now, and answer now if it does not wait.
+            outcome = self._start(header, body, error)
+            if isinstance(outcome, _Answered):
+                self._write_response(header, outcome.response)
+            else:
+                self.pending.append((header, outcome))
+                self.in_flight = 1
+            return
+        self.queue.append((header, body, error))
         self.wakeup.set()
 
     def _pause_reading(self) -> None:
@@ -223,54 +286,77 @@ class _ServerConnection(FrameProtocol):
         that same order as they finish.
 
         Each handler runs its synchronous part (a log append, a log read, a fetch-session check) before
-        the next request's starts, because tasks start in creation order, so what a request does to the
-        broker's state happens in request order; only the waiting overlaps (an acks=all produce waiting
-        for followers, a fetch parked in the purgatory). Kafka processes one request per connection at a
+        the next request's starts (`_start` runs it on the spot), so what a request does to the broker's
+        state happens in request order; only the waiting overlaps (an acks=all produce waiting for
+        followers, a fetch parked in the purgatory). Kafka processes one request per connection at a
         time and gets its throughput from batching instead; overlapping the waits lets a pipelining
         client reach the same without changing what it observes.
         """
-        loop = self.loop
-        in_flight: collections.deque[tuple[RequestHeader, asyncio.Task[Message | None]]] = collections.deque()
+        pending = self.pending
         limit = self.server.max_in_flight
         try:
             while True:
                 self.wakeup.clear()
-                while self.queue and len(in_flight) < limit and not self.peer_gone:
+                while self.queue and len(pending) < limit and not self.peer_gone:
                     header, body, error = self.queue.popleft()
-                    task = loop.create_task(self._respond(header, body, error))
-                    task.add_done_callback(self._on_request_done)
-                    in_flight.append((header, task))
-                self.in_flight = len(in_flight)
+                    pending.append((header, self._start(header, body, error)))
+                self.in_flight = len(pending)
                 self._maybe_resume_reading()
-                while in_flight and in_flight[0][1].done():
-                    header, task = in_flight.popleft()
-                    self.in_flight = len(in_flight)
-                    response = task.result()
-                    if response is None or self.peer_gone or self.transport is None:
-                        continue
-                    if header.api_key == ApiKey.FETCH and header.api_version == FETCH_RECORDS_APART:
-                        if not write_parts(self.transport, encode_fetch_response(header.correlation_id, response)):
-                            self.close_for("the log changed under an answer being sent from its files")
-                            return
-                    else:
-                        payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
-                        self.transport.writelines([frame_prefix(len(payload)), payload])
-                    self.last_active_s = loop.time()
-                    if self.context.close_after_response:
-                        self.close_for("the handler asked to close it after its answer")
+                while pending and _finished(pending[0][1]):
+                    header, outcome = pending.popleft()
+                    self.in_flight = len(pending)
+                    if not self._write_response(header, _result(outcome)):
                         return
                     if not self.can_write.is_set():
                         await self.can_write.wait()
-                if self.peer_gone or (self.draining and not self.queue and not in_flight):
+                if self.peer_gone or (self.draining and not self.queue and not pending):
                     return
-                if (in_flight and in_flight[0][1].done()) or (self.queue and len(in_flight) < limit):
+                if (pending and _finished(pending[0][1])) or (self.queue and len(pending) < limit):
                     continue
                 await self.wakeup.wait()
         finally:
-            for _, task in in_flight:
+            tasks = [outcome for _, outcome in pending if isinstance(outcome, asyncio.Task)]
+            pending.clear()
+            for task in tasks:
                 task.cancel()
-            if in_flight:
-                await asyncio.gather(*(task for _, task in in_flight), return_exceptions=True)
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _start(
+        self, header: RequestHeader, body: Message | None, error: RequestDecodeError | None
+    ) -> _Answered | asyncio.Task[Message | None]:
+        """Run the request's handler up to its first wait, here and now (what an eager task does).
+
+        Most requests never wait (a read, a metadata lookup, a fetch that finds data): they finish in
+        this call, with no task, no loop iteration and no wake-up of the worker between the request's
+        arrival and its answer. One that waits (an acks=all produce, a parked fetch) goes on in a task
+        that drives the same coroutine from where it stopped.
+        """
+        coro = self._respond(header, body, error)
+        try:
+            awaited = coro.send(None)
+        except StopIteration as done:
+            return _Answered(done.value)
+        task = self.loop.create_task(_drive(coro, awaited))
+        task.add_done_callback(self._on_request_done)
+        return task
+
+    def _write_response(self, header: RequestHeader, response: Message | None) -> bool:
+        """Write one answer; False when the connection had to be closed instead."""
+        if response is None or self.peer_gone or self.transport is None:
+            return True
+        if header.api_key == ApiKey.FETCH and header.api_version == FETCH_RECORDS_APART:
+            if not write_parts(self.transport, encode_fetch_response(header.correlation_id, response)):
+                self.close_for("the log changed under an answer being sent from its files")
+                return False
+        else:
+            payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
+            self.transport.writelines([frame_prefix(len(payload)), payload])
+        self.last_active_s = self.loop.time()
+        if self.context.close_after_response:
+            self.close_for("the handler asked to close it after its answer")
+            return False
+        return True
 
     def _on_request_done(self, task: asyncio.Task[Message | None]) -> None:
         self.wakeup.set()
