@@ -20,7 +20,10 @@ neighbour's burst should not decide the ratio):
   same with version 0, records inside the msgpack;
 * `raw_mb_s`: a stream of 1 MiB length-prefixed messages from a source process, read here through an
   asyncio BufferedProtocol: as many bytes, and at least 4 times the log;
-* `ratio_mb` = fetch_mb_s / raw_mb_s (target >= 0.5), `ratio_rps` = fetch_rps / raw_rps.
+* `ratio_mb` = fetch_mb_s / raw_mb_s (target >= 0.5), `ratio_rps` = fetch_rps / raw_rps;
+* `broker_cpu_us_per_round_trip`: the broker's CPU time (user and system) per small FETCH of the
+  `fetch_rps` phase, and `echo_cpu_us_per_round_trip` the echo process's per round trip of the `raw_rps`
+  phase, its floor: what any server pays to read a request and write an answer (lower of the two rounds).
 
 Beside the rates, for the better 1 MiB round: CPU per MiB of the broker and of this client process
 (user and system, from /proc and os.times) and the broker's minor page faults per MiB, which show
@@ -46,6 +49,7 @@ from bench.common import (
     free_port,
     main_guard,
     ping_pong,
+    process_cpu_s,
     process_usage,
     progress,
     rounded,
@@ -251,10 +255,20 @@ async def run(reaper: ProcessReaper, quick: bool) -> dict[str, Any]:
             request_body = os.urandom(req_bytes)
             fetch_rps = raw_rps = fetch_mb_s = raw_mb_s = v0_mb_s = 0.0
             costs: dict[str, float] = {}
+            broker_us = echo_us = float("inf")
             for attempt in (1, 2):
+                broker_cpu, echo_cpu, wall = process_cpu_s(broker.pid), process_cpu_s(echo.pid), time.perf_counter()
                 rps = await fetch_round_trips(conn, log_end, rps_seconds)
+                broker_cpu, wall = process_cpu_s(broker.pid) - broker_cpu, time.perf_counter() - wall
+                broker_us = min(broker_us, broker_cpu * 1e6 / (rps * wall))
+                wall = time.perf_counter()
                 raw = await ping_pong("127.0.0.1", echo_port, request_body, resp_bytes, rps_seconds)
-                progress(f"round {attempt}: fetch {rps:,.0f} round trips/s, raw {raw:,.0f} round trips/s")
+                echo_cpu, wall = process_cpu_s(echo.pid) - echo_cpu, time.perf_counter() - wall
+                echo_us = min(echo_us, echo_cpu * 1e6 / (raw * wall))
+                progress(
+                    f"round {attempt}: fetch {rps:,.0f} round trips/s ({broker_us:.1f} µs of broker CPU each),"
+                    f" raw {raw:,.0f} round trips/s ({echo_us:.1f} µs of echo CPU each)"
+                )
                 fetch_rps, raw_rps = max(fetch_rps, rps), max(raw_rps, raw)
                 v0_got, v0_secs = await fetch_passes(conn, log_end, mb_seconds, api_version=0)
                 v0_mb_s = max(v0_mb_s, v0_got / MIB / v0_secs)
@@ -293,6 +307,8 @@ async def run(reaper: ProcessReaper, quick: bool) -> dict[str, Any]:
             "fetch_rps": round(fetch_rps, 1),
             "raw_rps": round(raw_rps, 1),
             "ratio_rps": rounded(fetch_rps / raw_rps if raw_rps else None, 3),
+            "broker_cpu_us_per_round_trip": round(broker_us, 1),
+            "echo_cpu_us_per_round_trip": round(echo_us, 1),
             "fetch_mb_s": round(fetch_mb_s, 1),
             "raw_mb_s": round(raw_mb_s, 1),
             "ratio_mb": rounded(fetch_mb_s / raw_mb_s if raw_mb_s else None, 3),
