@@ -244,9 +244,11 @@ class Producer:
             await self._space.wait()
         now_ms = int(self._clock())
         batch = self.accumulator.append(tp, key, value, headers, now_ms, callback)
-        if batch.closed:
+        if batch.closed or len(batch.records) == 1:
+            # Full, or a new batch (so the one before it, if any, is full): what is ready goes now, as
+            # Kafka's producer wakes its sender on batchIsFull || newBatchCreated; the rest lingers.
             self._dispatch_ready(now_ms)
-        elif self._linger_timer is None:
+        if self._linger_timer is None:
             self._arm_linger(now_ms)
 
     def _arm_linger(self, now_ms: int) -> None:

@@ -66,6 +66,34 @@ async def test_a_lingering_batch_is_sent_after_linger_ms_without_a_flush(broker:
         await producer.close()
 
 
+async def test_a_full_batch_goes_as_soon_as_the_next_record_opens_a_new_one(broker: BrokerProcess) -> None:
+    # Kafka's producer wakes its sender when an append finds the batch full or opens a new one: a full
+    # batch does not wait out linger.ms, however long that is; the new batch does.
+    async with ClusterClient(f"127.0.0.1:{broker.port}") as client:
+        await client.refresh_metadata(["p"])
+        producer = Producer(client, acks=1, batch_size=1000, linger_ms=60_000)
+        loop = asyncio.get_running_loop()
+        first_batch_acked = loop.create_future()
+        acked: list[int] = []
+
+        def on_ack(offset: int, error: str | None) -> None:
+            assert error is None
+            acked.append(offset)
+            if len(acked) == 3:
+                first_batch_acked.set_result(None)
+
+        for _ in range(3):  # three 300-byte records fill most of a 1000-byte batch; the fourth does not fit
+            await producer.send(P0, b"x" * 300, callback=on_ack)
+        await asyncio.sleep(0.2)
+        assert acked == [] and client.sender.requests_sent == 0  # the batch is not full yet: it lingers
+        await producer.send(P0, b"y" * 300, callback=on_ack)
+        await asyncio.wait_for(first_batch_acked, 10)
+        assert acked == [0, 1, 2]  # the fourth record's batch still lingers
+        assert await values_of(client, P0) == [b"x" * 300] * 3
+        await producer.close()
+        assert acked == [0, 1, 2, 3]
+
+
 async def test_queued_record_sets_of_one_partition_share_a_request_only_when_allowed(broker: BrokerProcess) -> None:
     async def produce_ten(client: ClusterClient, first: int) -> list[int]:
         sets = [build_batch([b"%d" % (first + 2 * i), b"%d" % (first + 2 * i + 1)]) for i in range(10)]
