@@ -335,6 +335,21 @@ def process_cpu_s(pid: int) -> float:
     return user_s + system_s
 
 
+def filesystem_of(path: Path) -> str:
+    """Type of the filesystem `path` lives on ("ext4", "tmpfs", ...), from /proc/mounts ("?" elsewhere)."""
+    try:
+        mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return "?"
+    target = str(path.resolve())
+    best, fs_type = "", "?"
+    for mount_point, kind in mounts:
+        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) > len(best):
+            best, fs_type = mount_point, kind
+    return fs_type
+
+
 async def rpc_floor_cpu_us(
     reaper: ProcessReaper, log_file: Path, request_bytes: int, reply_bytes: int, duration_s: float
 ) -> float:
