@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -370,6 +370,15 @@ async def rpc_floor_cpu_us(
     cpu_s = peer_after - peer_before
     cpu_s += own_after.user - own_before.user + own_after.system - own_before.system
     return cpu_s / trips * 1e6 if trips else 0.0
+
+
+async def cpu_us_per_trip(pid: int, phase: Awaitable[float]) -> tuple[float, float]:
+    """Run `phase`, a round-trip phase that answers trips per second, and return those trips per second
+    and the CPU µs (user + system) process `pid` spent per trip meanwhile."""
+    cpu_before, started = process_cpu_s(pid), time.perf_counter()
+    rate = await phase
+    trips = rate * (time.perf_counter() - started)
+    return rate, (process_cpu_s(pid) - cpu_before) * 1e6 / trips if trips else 0.0
 
 
 async def ping_pong(host: str, port: int, request_body: bytes, reply_body_bytes: int, duration_s: float) -> float:

@@ -46,10 +46,10 @@ from typing import Any
 from bench.common import (
     ProcessReaper,
     broker_argv,
+    cpu_us_per_trip,
     free_port,
     main_guard,
     ping_pong,
-    process_cpu_s,
     process_usage,
     progress,
     rounded,
@@ -257,14 +257,12 @@ async def run(reaper: ProcessReaper, quick: bool) -> dict[str, Any]:
             costs: dict[str, float] = {}
             broker_us = echo_us = float("inf")
             for attempt in (1, 2):
-                broker_cpu, echo_cpu, wall = process_cpu_s(broker.pid), process_cpu_s(echo.pid), time.perf_counter()
-                rps = await fetch_round_trips(conn, log_end, rps_seconds)
-                broker_cpu, wall = process_cpu_s(broker.pid) - broker_cpu, time.perf_counter() - wall
-                broker_us = min(broker_us, broker_cpu * 1e6 / (rps * wall))
-                wall = time.perf_counter()
-                raw = await ping_pong("127.0.0.1", echo_port, request_body, resp_bytes, rps_seconds)
-                echo_cpu, wall = process_cpu_s(echo.pid) - echo_cpu, time.perf_counter() - wall
-                echo_us = min(echo_us, echo_cpu * 1e6 / (raw * wall))
+                rps, us = await cpu_us_per_trip(broker.pid, fetch_round_trips(conn, log_end, rps_seconds))
+                broker_us = min(broker_us, us)
+                raw, us = await cpu_us_per_trip(
+                    echo.pid, ping_pong("127.0.0.1", echo_port, request_body, resp_bytes, rps_seconds)
+                )
+                echo_us = min(echo_us, us)
                 progress(
                     f"round {attempt}: fetch {rps:,.0f} round trips/s ({broker_us:.1f} µs of broker CPU each),"
                     f" raw {raw:,.0f} round trips/s ({echo_us:.1f} µs of echo CPU each)"
