@@ -305,7 +305,7 @@ class ReplicaFetcher:
                 f"{sorted(map(str, unrequested))}"
             )
         truncated: dict[TopicPartition, OffsetTruncationState] = {}
-        errors: set[TopicPartition] = set()
+        errors: list[TopicPartition] = []  # in partition order: delaying moves each to the end
         for tp, end_offset in end_offsets.items():
             state = self._states.state_value(tp)
             request_epoch = requested[tp].current_leader_epoch
@@ -324,10 +324,10 @@ class ReplicaFetcher:
                     truncated[tp] = truncation
             elif code is ErrorCode.FENCED_LEADER_EPOCH:
                 if self._on_partition_fenced(tp, request_epoch):
-                    errors.add(tp)
+                    errors.append(tp)
             else:
                 log.info("%s: retrying OffsetsForLeaderEpoch of %s after error %s", self.name, tp, code.name)
-                errors.add(tp)
+                errors.append(tp)
         self._delay_partitions(errors)
         self._update_fetch_offset_and_maybe_mark_truncation_complete(truncated)
 
@@ -423,14 +423,14 @@ class ReplicaFetcher:
     def _build_fetch(self) -> tuple[FetchRequestData, FetchRequest] | None:
         now = self._time.milliseconds()
         builder = self._session.new_builder()
-        errors: set[TopicPartition] = set()
+        errors: list[TopicPartition] = []  # in partition order: delaying moves each to the end
         for tp, state in self._states.items():
             if not state.is_ready_for_fetch(now) or self._should_follower_throttle(tp, state):
                 continue
             try:
                 log_start_offset = self._replicas.follower_log(tp).log_start_offset
             except KafkaStorageError:
-                errors.add(tp)  # the broker takes the partition away when it handles the storage failure
+                errors.append(tp)  # the broker takes the partition away when it handles the storage failure
                 continue
             builder.add(
                 tp,
@@ -498,7 +498,7 @@ class ReplicaFetcher:
             return
 
         now = self._time.milliseconds()
-        errors: set[TopicPartition] = set()
+        errors: list[TopicPartition] = []  # in partition order: delaying moves each to the end
         out_of_range: list[tuple[TopicPartition, PartitionFetchState, int]] = []
         for partition in response.partitions:
             tp = TopicPartition(partition.topic, partition.partition)
@@ -516,17 +516,17 @@ class ReplicaFetcher:
                 self._truncate_on_fetch(tp, state, partition)
             elif code is ErrorCode.NONE:
                 if not self._process_partition_data(tp, state, partition, now):
-                    errors.add(tp)
+                    errors.append(tp)
             elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
                 out_of_range.append((tp, state, requested.current_leader_epoch))
             elif code is ErrorCode.FENCED_LEADER_EPOCH:
                 if self._on_partition_fenced(tp, requested.current_leader_epoch):
-                    errors.add(tp)
+                    errors.append(tp)
             else:
                 # UNKNOWN_LEADER_EPOCH (leader behind us), NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION
                 # (leadership moving) and anything else: try again after the backoff.
                 log.debug("%s: %s answered %s, retrying after backoff", self.name, tp, code.name)
-                errors.add(tp)
+                errors.append(tp)
         self._delay_partitions(errors)
         for tp, state, request_epoch in out_of_range:
             if await self._handle_out_of_range(tp, state, request_epoch):
