@@ -19,9 +19,11 @@ has learned was committed. Checks, by the name a violation reports:
 
 Losses are excused, and counted, only where Kafka promises nothing: an unclean election; every replica of
 the partition having lost unflushed data in crashes since the record was committed; or a leader elected
-from an ISR whose every member lost unflushed data in a crash and has not been back in the ISR since (a
-broker that was the last ISR member stays in it through its crash, so nothing tells the controller its
-log is short: the gap KIP-966's eligible leader replicas close).
+from an ISR whose every member lost unflushed data in a crash and has not been back in the ISR since it
+came back up (a broker that was the last ISR member stays in it through its crash, so nothing tells the
+controller its log is short: the gap KIP-966's eligible leader replicas close). A broker added to the ISR
+while it is down does not count as back: the leader added it on a fetch it sent before it crashed that
+arrived late, which says what its log held then, not what its disk kept.
 """
 
 from __future__ import annotations
@@ -81,9 +83,9 @@ class Checker:
         # unflushed data. A loss is excused once every replica crashed and one of them lost data.
         self.crashed: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
         self.lost_power: dict[TopicPartition, bool] = {tp: False for tp in partitions}
-        # Per partition: brokers that lost unflushed data in a crash and have not joined the ISR since
-        # (joining means the leader saw them reach its HW), and whether the current leader was elected from
-        # an ISR made only of such brokers (see the module docstring).
+        # Per partition: brokers that lost unflushed data in a crash and have not joined the ISR since they
+        # came back up (joining then means the leader saw them reach its HW), and whether the current leader
+        # was elected from an ISR made only of such brokers (see the module docstring).
         self.lost_data: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
         self.elected_without_data: dict[TopicPartition, bool] = {tp: False for tp in partitions}
         self._metadata: dict[TopicPartition, tuple[int, int, tuple[int, ...]]] = {}
@@ -135,7 +137,11 @@ class Checker:
         before = self._metadata.get(tp)
         self._metadata[tp] = (state.leader, state.leader_epoch, isr)
         lost = self.lost_data[tp]
-        lost.difference_update(set(isr) - set(before[2] if before else ()))
+        # Only a member that joins while it is up has fetched the leader's log since its crash. One that is
+        # down joins on a fetch it sent before the crash that reached the leader late: its disk may not have
+        # kept what that fetch says it had.
+        up = self.cluster.brokers
+        lost.difference_update(b for b in set(isr) - set(before[2] if before else ()) if b in up)
         elected = before is None or (before[0], before[1]) != (state.leader, state.leader_epoch)
         if elected and state.leader >= 0 and state.leader in lost and set(isr) <= lost:
             self.elected_without_data[tp] = True
