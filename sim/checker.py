@@ -88,9 +88,14 @@ class Checker:
         # was elected from an ISR made only of such brokers (see the module docstring).
         self.lost_data: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
         self.elected_without_data: dict[TopicPartition, bool] = {tp: False for tp in partitions}
+        # Per partition: (leader, epoch) of the last election made from an ISR that had all lost unflushed
+        # data, while that leadership stands and the partition has not been back in sync since.
+        self.without_data_leadership: dict[TopicPartition, tuple[int, int]] = {}
         self._metadata: dict[TopicPartition, tuple[int, int, tuple[int, ...]]] = {}
         self._views: dict[tuple[int, TopicPartition], _ReplicaView] = {}
-        self.pending_acks: dict[TopicPartition, dict[bytes, tuple[int, int]]] = {tp: {} for tp in partitions}
+        # Per partition: acknowledged writes not seen committed yet, with their offset, acks and the broker
+        # that acknowledged them.
+        self.pending_acks: dict[TopicPartition, dict[bytes, tuple[int, int, int]]] = {tp: {} for tp in partitions}
         self._leader_key: dict[TopicPartition, tuple[int, int, int, int]] = {}
         self._commit_cursor: dict[TopicPartition, int] = {}
         self._isr_verified: dict[tuple[int, TopicPartition], tuple[int, Any]] = {}
@@ -143,8 +148,11 @@ class Checker:
         up = self.cluster.brokers
         lost.difference_update(b for b in set(isr) - set(before[2] if before else ()) if b in up)
         elected = before is None or (before[0], before[1]) != (state.leader, state.leader_epoch)
+        if elected:
+            self.without_data_leadership.pop(tp, None)
         if elected and state.leader >= 0 and state.leader in lost and set(isr) <= lost:
             self.elected_without_data[tp] = True
+            self.without_data_leadership[tp] = (state.leader, state.leader_epoch)
             self.trace.event(
                 "checker",
                 "elected-without-data",
@@ -230,7 +238,7 @@ class Checker:
         self._commit_cursor[tp] = max(self._commit_cursor.get(tp, 0), min(hw, len(leader_records)))
         # Acknowledged writes of this partition not yet seen committed.
         pending = self.pending_acks[tp]
-        for rid, (offset, acks) in list(pending.items()):
+        for rid, (offset, acks, acked_by) in list(pending.items()):
             have = leader_records[offset] if offset < len(leader_records) else None
             if have == rid:
                 if offset < hw:
@@ -243,6 +251,20 @@ class Checker:
                 continue
             if self._excused(tp, f"acked {rid!r} gone from leader {leader}"):
                 return
+            if acked_by != leader and self.without_data_leadership.get(tp) == (leader, epoch):
+                # A zombie of an earlier leadership acknowledged it after this leader was elected without the
+                # data: its HW counted a replica's fetch from before that replica lost the write in a crash.
+                # The same loss as the election's, only acknowledged later.
+                self.excused_losses += 1
+                self.trace.event(
+                    "checker",
+                    "excused-loss",
+                    tp=str(tp),
+                    what=f"acked {rid!r} gone from leader {leader}",
+                    why=f"acknowledged by broker {acked_by}, a leader of an earlier epoch, after leader {leader} "
+                    "was elected from an ISR that had all lost unflushed data",
+                )
+                continue
             self.fail(
                 "acked_write_lost",
                 f"{tp}: {rid.decode()} was acknowledged at offset {offset} but leader {leader} (epoch {epoch}) "
@@ -275,6 +297,7 @@ class Checker:
             self.crashed[tp].clear()
             self.lost_power[tp] = False
             self.elected_without_data[tp] = False
+            self.without_data_leadership.pop(tp, None)
 
     def _hold(
         self, tp: TopicPartition, leader: int, epoch: int, records: list[bytes | None], offset: int, rid: bytes
@@ -298,8 +321,8 @@ class Checker:
             f"{have.decode() if have else 'nothing'}",
         )
 
-    def on_ack(self, rid: bytes, tp: TopicPartition, offset: int, acks: int) -> None:
-        self.pending_acks[tp][rid] = (offset, acks)
+    def on_ack(self, rid: bytes, tp: TopicPartition, offset: int, acks: int, leader: int) -> None:
+        self.pending_acks[tp][rid] = (offset, acks, leader)
         self.check(tp)
 
     def _commit(self, tp: TopicPartition, offset: int, rid: bytes) -> None:

@@ -105,7 +105,7 @@ class Producer:
         acks: int,
         rate: float,
         record_bytes: int,
-        on_ack: Callable[[bytes, TopicPartition, int, int], None] | None = None,
+        on_ack: Callable[[bytes, TopicPartition, int, int, int], None] | None = None,
         idempotent: bool = False,
     ) -> None:
         self.id = producer_id
@@ -161,7 +161,7 @@ class Producer:
             self.history.acked[rid] = (tp, part.base_offset, self.acks)
             self.trace.event(self.id, "ack", tp=str(tp), id=rid.decode(), offset=part.base_offset, leader=leader)
             if self.on_ack is not None:
-                self.on_ack(rid, tp, part.base_offset, self.acks)
+                self.on_ack(rid, tp, part.base_offset, self.acks, leader)
             return True
         if code in FAILED_BEFORE_APPEND:
             self.history.failed += 1
@@ -207,7 +207,7 @@ class Producer:
                 self.history.acked[rid] = (tp, offset, self.acks)
                 self.trace.event(self.id, "ack", tp=str(tp), id=rid.decode(), offset=offset, leader=leader)
                 if self.on_ack is not None:
-                    self.on_ack(rid, tp, offset, self.acks)
+                    self.on_ack(rid, tp, offset, self.acks, leader)
                 return True
             if code not in FAILED_BEFORE_APPEND and code not in MAYBE_APPENDED:
                 break  # OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, ...: not appended, will not be

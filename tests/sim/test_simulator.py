@@ -400,6 +400,30 @@ def test_a_member_put_back_in_the_isr_by_a_fetch_that_arrived_after_its_crash_st
 
 
 @pytest.mark.timeout(60)
+def test_a_write_a_zombie_leader_acknowledges_after_a_leader_was_elected_without_it_is_excused_as_that_loss() -> None:
+    # Seed 91054: t0-4's write 1003-121 reaches leader 1 and follower 3 but not the paused follower 2. Broker 3
+    # crashes and loses it; the controller, cut off from 1 and 2, elects 3 from an ISR of [3], without its
+    # data (excused). Leader 1 never hears of it and, once 2 catches up, acknowledges the write at epoch 0:
+    # its HW counts 3's fetch from before the crash, as Kafka's would. That is the same loss as the
+    # election's; the current leader's own writes stay unexcused.
+    options = SimOptions(
+        faults=KINDS,
+        fault_rate=1.0,
+        idempotence=True,
+        producers=3,
+        consumers=2,
+        crash_loses_unflushed=True,
+        truncation="epoch",
+    )
+    result = run_seed(91054, options, keep_trace=True)
+    assert result.violation is None, result.violation
+    late = [e for e in _events(result, "excused-loss") if "a leader of an earlier epoch" in e["why"]]
+    assert [(e["tp"], e["what"]) for e in late] == [("t0-4", "acked b'1003-121' gone from leader 3")]
+    elected = [e for e in _events(result, "elected-without-data") if e["tp"] == "t0-4"]
+    assert elected and elected[0]["t_ms"] < late[0]["t_ms"]
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("seed", [25, 97])
 def test_a_leader_restarted_before_the_controller_noticed_does_not_lead_at_its_old_epoch(seed: int) -> None:
     # KIP-380: the leader is killed and restarted within its session timeout, with its unflushed tail gone.
