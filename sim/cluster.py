@@ -204,6 +204,10 @@ class SimCluster:
         if node is None:
             return
         await node.controlled_shutdown()
+        if self.brokers.get(broker_id) is not node:
+            # Killed while it shut down (a controlled shutdown waits for the controller), and perhaps started
+            # again since: the kill has stopped this process, and the one running now is not ours to stop.
+            return
         self.brokers.pop(broker_id, None)
         self.network.take_down(broker_id)
         await node.stop_tasks()

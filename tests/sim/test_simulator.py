@@ -16,9 +16,9 @@ import pytest
 from broker.partition import Partition
 from protocol.messages import FetchRequest
 from sim.cli import main as sim_main
-from sim.cluster import SimOptions
+from sim.cluster import CONTROLLER_ID, SimOptions
 from sim.disk import SimDisk
-from sim.faults import KINDS
+from sim.faults import KINDS, Fault
 from sim.loop import SimulationDeadlock, VirtualTimeLoop
 from sim.network import SimNetwork
 from sim.runner import RunResult, run_seed
@@ -160,6 +160,28 @@ def test_a_seed_gives_the_same_history_in_any_process() -> None:
         for salt in ("0", "7", "11")
     }
     assert len(hashes) == 1 and "" not in hashes, hashes
+
+
+@pytest.mark.timeout(60)
+def test_a_broker_killed_during_its_controlled_shutdown_is_restarted_once_and_not_stopped_again() -> None:
+    # A clean restart waits for the controller (cut off here) to accept the controlled shutdown; the broker is
+    # killed meanwhile and started again. When the old shutdown finally returned, the restart went on to stop
+    # "broker 3", by then the new process: it took that one off the network and out of the cluster with its
+    # tasks still running, and started a third later, so two brokers 3 fetched side by side.
+    schedule = [
+        Fault(2000, "partition", 6000, (CONTROLLER_ID,)),
+        Fault(2500, "restart", 8000, (3,)),
+        Fault(3500, "kill", 1000, (3,)),
+    ]
+    result = run_seed(1, SimOptions(duration_s=15.0), schedule, keep_trace=True)
+    assert result.violation is None, result.violation
+    lifecycle = [
+        (e["event"], e.get("kind"))
+        for e in map(json.loads, result.trace_lines)
+        if e.get("node") == 3 and e["event"] in ("start", "stop", "kill", "fault")
+    ]
+    assert lifecycle == [("start", None), ("fault", "restart"), ("fault", "kill"), ("kill", None), ("start", None)]
+    assert result.converged
 
 
 # -- the sweep ----------------------------------------------------------------------------------------
