@@ -146,7 +146,11 @@ class Checker:
         # down joins on a fetch it sent before the crash that reached the leader late: its disk may not have
         # kept what that fetch says it had.
         up = self.cluster.brokers
-        lost.difference_update(b for b in set(isr) - set(before[2] if before else ()) if b in up)
+        for b in sorted(set(isr) - set(before[2] if before else ())):
+            if b in up:
+                lost.discard(b)
+            elif b in lost:
+                self.trace.event("checker", "isr-join-while-down", tp=str(tp), broker=b, isr=list(isr))
         elected = before is None or (before[0], before[1]) != (state.leader, state.leader_epoch)
         if elected:
             self.without_data_leadership.pop(tp, None)

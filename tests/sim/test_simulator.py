@@ -415,8 +415,10 @@ def test_a_member_put_back_in_the_isr_by_a_fetch_that_arrived_after_its_crash_st
     options = SimOptions(faults=KINDS, fault_rate=0.5, idempotence=True, crash_loses_unflushed=True)
     result = run_seed(70115, options, keep_trace=True)
     assert result.violation is None, result.violation
+    joined = {(e["tp"], e["broker"]) for e in _events(result, "isr-join-while-down")}
     elected = {e["tp"] for e in _events(result, "elected-without-data")}
     excused = {e["tp"]: e["why"] for e in _events(result, "excused-loss")}
+    assert ("t0-5", 1) in joined
     assert "t0-5" in elected
     assert excused.get("t0-5") == "leader elected from an ISR that had all lost unflushed data"
 
