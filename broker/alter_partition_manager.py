@@ -17,7 +17,13 @@ import logging
 from collections.abc import Callable
 
 from protocol.errors import ErrorCode
-from protocol.messages import AlterPartitionItem, AlterPartitionRequest, AlterPartitionResponse, TopicPartition
+from protocol.messages import (
+    AlterPartitionItem,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    IsrMember,
+    TopicPartition,
+)
 from protocol.time import Time
 from protocol.transport import NETWORK_ERRORS, Transport
 
@@ -54,6 +60,7 @@ class AlterPartitionManager:
             partition.leader_epoch,  # type: ignore[attr-defined]
             sorted(new_isr),
             partition.partition_epoch,  # type: ignore[attr-defined]
+            [IsrMember(b, e) for b, e in partition.isr_with_epochs(new_isr)],  # type: ignore[attr-defined]
         )
         self._wakeup.set()
 

@@ -118,6 +118,7 @@ class BrokerNode:
             self._leader_end_point,
             time,
             quota=self.follower_quota,
+            broker_epoch=lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
         )
         self.replica_manager.fetcher_manager = self.fetcher_manager
         self.fetch_manager = FetchManager(

@@ -236,6 +236,7 @@ class KafkaApis:
             request.min_bytes,
             request.max_bytes,
             file_records=records_apart and not is_from_follower,
+            replica_epoch=request.replica_epoch,
         )
         parts: list[FetchPartitionResponse] = await answered(
             lambda respond: self.replica_manager.fetch_messages(params, context.partitions_to_read(), respond)

@@ -339,17 +339,38 @@ class Partition:
         follower_log_start_offset: int,
         fetch_time_ms: int,
         leader_end_offset: int,
+        broker_epoch: int = -1,
     ) -> bool:
-        """Record a follower's fetch (L4, L5); maybe expand the ISR and raise the HW. False: unknown replica."""
+        """Record a follower's fetch (L4, L5); maybe expand the ISR and raise the HW. False: unknown replica,
+        or a fetch from an earlier incarnation than the last one heard from (see `stale_replica_epoch`)."""
         replica = self.remote_replicas.get(replica_id)
-        if replica is None:
+        if replica is None or self.stale_replica_epoch(replica_id, broker_epoch) is not None:
             return False
         old_leo = replica.log_end_offset
-        replica.update_fetch_state(fetch_offset, follower_log_start_offset, fetch_time_ms, leader_end_offset)
+        replica.update_fetch_state(
+            fetch_offset, follower_log_start_offset, fetch_time_ms, leader_end_offset, broker_epoch
+        )
         self.maybe_expand_isr(replica, fetch_time_ms)
         if old_leo != replica.log_end_offset:
             self.maybe_increment_leader_hw(fetch_time_ms)
         return True
+
+    def stale_replica_epoch(self, replica_id: int, broker_epoch: int) -> int | None:
+        """The newer broker epoch this follower has fetched with, when `broker_epoch` is older (KIP-903): the
+        fetch comes from an incarnation that has since restarted, late, and its offset says what a log that
+        may be gone held. None when the fetch is current (or either epoch is unknown)."""
+        replica = self.remote_replicas.get(replica_id)
+        if replica is None or broker_epoch == -1 or broker_epoch >= replica.broker_epoch:
+            return None
+        return replica.broker_epoch
+
+    def isr_with_epochs(self, isr: Iterable[int]) -> list[tuple[int, int]]:
+        """(broker, broker epoch) for each member, as the leader last heard the followers fetch (-1 for
+        itself and for a follower not heard from in this leadership): KIP-903's NewIsrWithEpochs."""
+        return [
+            (b, replica.broker_epoch if (replica := self.remote_replicas.get(b)) is not None else -1)
+            for b in sorted(isr)
+        ]
 
     def maybe_expand_isr(self, replica: Replica, now_ms: int) -> None:
         if self.pending_isr is not None or replica.broker_id in self.isr:

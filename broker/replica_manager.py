@@ -81,6 +81,7 @@ class FetchParams:
     max_bytes: int
     # Records may come back as FileRecords (sent from the segment files unread): a FETCH v1 from a consumer.
     file_records: bool = False
+    replica_epoch: int = -1  # a follower's broker epoch (KIP-903), -1 when not given
 
     @property
     def is_from_follower(self) -> bool:
@@ -251,10 +252,19 @@ class ReplicaManager:
                 if params.replica_id not in partition.remote_replicas:
                     _refuse_unknown_replica(resp, params.replica_id, tp, info.current_leader_epoch)
                     continue
+                stale = partition.stale_replica_epoch(params.replica_id, params.replica_epoch)
+                if stale is not None:
+                    _refuse_stale_fetch(resp, params.replica_id, params.replica_epoch, stale, tp)
+                    continue
                 hw_before = partition.high_watermark
                 partition.counters.replication_bytes_out += len(resp.records)
                 partition.update_follower_fetch_state(
-                    params.replica_id, info.fetch_offset, info.log_start_offset, now, partition.log_end_offset
+                    params.replica_id,
+                    info.fetch_offset,
+                    info.log_start_offset,
+                    now,
+                    partition.log_end_offset,
+                    params.replica_epoch,
                 )
                 if partition.high_watermark != hw_before:
                     self._on_high_watermark_change(tp)
@@ -541,6 +551,22 @@ def _refuse_unknown_replica(
     else:
         resp.error_code = int(ErrorCode.UNKNOWN_LEADER_EPOCH)
     resp.error_message = f"broker {replica_id} is not a replica of {tp}"
+
+
+def _refuse_stale_fetch(
+    resp: FetchPartitionResponse, replica_id: int, replica_epoch: int, known_epoch: int, tp: TopicPartition
+) -> None:
+    """A fetch from an earlier incarnation of a follower, arriving after a later one's: it says what a log
+    that no longer exists held, so it gets no data and moves nothing (Kafka's "stale fetch state update",
+    KIP-903). The incarnation that sent it is gone; nobody reads the error."""
+    resp.records = b""
+    resp.high_watermark = -1
+    resp.log_start_offset = -1
+    resp.error_code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    resp.error_message = (
+        f"stale fetch of {tp} from broker {replica_id} at broker epoch {replica_epoch}: "
+        f"it has fetched at epoch {known_epoch} since"
+    )
 
 
 __all__ = ["CONSUMER_REPLICA_ID", "FetchParams", "ReplicaManager"]

@@ -1173,6 +1173,20 @@ class Controller:
         ineligible = [r for r in item.new_isr if r not in partition.isr and r not in active]
         if ineligible:
             return ErrorCode.INELIGIBLE_REPLICA, f"brokers {ineligible} are fenced or shutting down"
+        # KIP-903: the leader names the broker epoch each new member last fetched with. Another epoch than the
+        # registered one means the fetch that made it look caught up came from an earlier incarnation (it
+        # reached the leader late), whose log the broker may not have kept.
+        brokers = self._image.brokers
+        stale = [
+            f"{m.broker_id} (epoch {m.broker_epoch}, registered {brokers[m.broker_id].broker_epoch})"
+            for m in item.new_isr_with_epochs
+            if m.broker_id not in partition.isr
+            and m.broker_epoch != -1
+            and m.broker_id in brokers
+            and brokers[m.broker_id].broker_epoch != m.broker_epoch
+        ]
+        if stale:
+            return ErrorCode.INELIGIBLE_REPLICA, f"brokers {', '.join(stale)} fetched from an earlier incarnation"
         tp = TopicPartition(partition.topic, partition.partition)
         offline = [r for r in item.new_isr if r not in partition.isr and tp in self._offline_replicas.get(r, ())]
         if offline:

@@ -129,6 +129,7 @@ class ReplicaFetcher:
         broker_id: int,
         quota: ReplicaQuota | None = None,
         on_partitions_failed: Callable[[set[TopicPartition]], None] | None = None,
+        broker_epoch: Callable[[], int] = lambda: -1,
     ) -> None:
         self.name = name
         self.fetcher_id = fetcher_id
@@ -139,6 +140,7 @@ class ReplicaFetcher:
         self._broker_id = broker_id
         self._quota = quota
         self._on_partitions_failed = on_partitions_failed
+        self._broker_epoch = broker_epoch  # this broker's registration epoch, sent with every FETCH (KIP-903)
         self._states = PartitionStates()
         self._failed: set[TopicPartition] = set()
         self._session = FetchSessionHandler(leader.leader_broker_id)
@@ -454,6 +456,7 @@ class ReplicaFetcher:
             return None
         request = FetchRequest(
             replica_id=self._broker_id,
+            replica_epoch=self._broker_epoch(),
             max_wait_ms=self._config.replica_fetch_wait_max_ms,
             min_bytes=self._config.replica_fetch_min_bytes,
             max_bytes=self._config.replica_fetch_response_max_bytes,

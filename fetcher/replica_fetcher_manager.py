@@ -73,8 +73,10 @@ class ReplicaFetcherManager:
         leader_end_point_factory: Callable[[int, int], LeaderEndPoint],
         time: Time,
         quota: ReplicaQuota | None = None,
+        broker_epoch: Callable[[], int] = lambda: -1,
     ) -> None:
         self._broker_id = broker_id
+        self._broker_epoch = broker_epoch
         self._config = config
         self._replicas = replicas
         self._factory = leader_end_point_factory
@@ -190,6 +192,7 @@ class ReplicaFetcherManager:
             broker_id=self._broker_id,
             quota=self._quota,
             on_partitions_failed=self._failed.update,
+            broker_epoch=self._broker_epoch,
         )
         self._fetchers[key] = fetcher
         self._tasks[key] = asyncio.get_running_loop().create_task(fetcher.run(), name=fetcher.name)

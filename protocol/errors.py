@@ -169,7 +169,8 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ),
     ErrorCode.INVALID_RECORD: "a batch passed its CRC but breaks the record format (the message says how)",
     ErrorCode.INVALID_UPDATE_VERSION: "ALTER_PARTITION: the partition epoch is not the current one",
-    ErrorCode.INELIGIBLE_REPLICA: "ALTER_PARTITION: a proposed ISR member is fenced or shutting down",
+    ErrorCode.INELIGIBLE_REPLICA: "ALTER_PARTITION: a proposed ISR member is fenced, shutting down, not a "
+    "replica, or at another broker epoch than its registration",
     ErrorCode.NEW_LEADER_ELECTED: "ALTER_PARTITION: a new leader was elected meanwhile",
     ErrorCode.BROKER_ID_NOT_REGISTERED: "a broker request from a broker id the controller does not know",
 }

@@ -145,6 +145,10 @@ class FetchRequest(Message):
     session_id: int = INVALID_SESSION_ID
     session_epoch: int = FINAL_EPOCH
     forgotten: list[ForgottenPartition] = field(default_factory=list)
+    # A follower's broker epoch (KIP-903's ReplicaState.ReplicaEpoch): the leader ignores a fetch from an
+    # incarnation older than the last it heard from, and names the epoch when it proposes the follower
+    # for the ISR. -1: unknown (a consumer, or a broker that has not registered).
+    replica_epoch: int = -1
 
     def validate(self) -> None:
         _non_negative("FetchRequest.max_wait_ms", self.max_wait_ms)
@@ -832,12 +836,23 @@ class SaslAuthenticateResponse(Message):
 
 
 @dataclass(slots=True)
+class IsrMember(Message):
+    """An ISR member and the broker epoch its leader last heard it fetch with (-1: unknown)."""
+
+    broker_id: int
+    broker_epoch: int = -1
+
+
+@dataclass(slots=True)
 class AlterPartitionItem(Message):
     topic: str
     partition: int
     leader_epoch: int
     new_isr: list[int]
     partition_epoch: int
+    # KIP-903's NewIsrWithEpochs: the controller refuses to add a member whose epoch is not the one it has
+    # registered (a fetch from an earlier incarnation reached the leader late). Empty: no epochs known.
+    new_isr_with_epochs: list[IsrMember] = field(default_factory=list)
 
 
 @dataclass(slots=True)

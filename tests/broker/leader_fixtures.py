@@ -248,8 +248,9 @@ class LeaderBroker:
         partition_max_bytes: int = BIG,
         log_start_offset: int = 0,
         last_fetched_epoch: int = UNDEFINED_EPOCH,
+        replica_epoch: int = -1,
     ) -> tuple[FetchParams, list[FetchPartition]]:
-        params = FetchParams(replica_id, max_wait_ms, min_bytes, max_bytes)
+        params = FetchParams(replica_id, max_wait_ms, min_bytes, max_bytes, replica_epoch=replica_epoch)
         infos = [
             FetchPartition(
                 tp.topic,

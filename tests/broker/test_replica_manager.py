@@ -377,6 +377,39 @@ async def test_bytes_withheld_from_a_throttled_partition_do_not_starve_the_next_
     assert values_of(responses[TP1].records) == [(0, b"x" * 200)]
 
 
+# -- KIP-903: a fetch from an earlier incarnation of a follower ---------------------------------------------
+
+
+async def test_a_late_fetch_from_an_earlier_incarnation_of_a_follower_moves_nothing(tmp_path: Path) -> None:
+    # Broker 2 fetched at offset 2 with broker epoch 7, restarted (epoch 9) with a shorter log and fetched from
+    # 0; a fetch its earlier incarnation sent arrives last. Taken, it would say broker 2 holds offsets 0-1 and
+    # propose it for the ISR. It is refused instead, and the follower's state stays what epoch 9 said.
+    sink = RecordingIsrSink()
+    broker = LeaderBroker(tmp_path / "b", isr_sink=sink)
+    try:
+        replicas = (LOCAL_ID, FOLLOWER_ID, OTHER_FOLLOWER_ID)
+        partition = broker.make_leader(isr=(LOCAL_ID, FOLLOWER_ID), replicas=replicas, partition_epoch=1)
+        await broker.produce(TP0, b"a", b"b")
+        await broker.follower_fetch(2)
+        assert partition.high_watermark == 2
+
+        fresh = await broker.follower_fetch(0, replica_id=OTHER_FOLLOWER_ID, replica_epoch=9)
+        stale = await broker.follower_fetch(2, replica_id=OTHER_FOLLOWER_ID, replica_epoch=7)
+
+        assert fresh.error_code == ErrorCode.NONE and fresh.records
+        assert (stale.error_code, stale.records, stale.high_watermark) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, b"", -1)
+        assert "broker epoch 7" in (stale.error_message or "") and "epoch 9 since" in (stale.error_message or "")
+        follower = partition.remote_replicas[OTHER_FOLLOWER_ID]
+        assert (follower.log_end_offset, follower.broker_epoch) == (0, 9)
+        assert sink.proposals == []
+        # caught up at its current epoch, it is proposed, and the proposal names that epoch
+        await broker.follower_fetch(2, replica_id=OTHER_FOLLOWER_ID, replica_epoch=9)
+        assert sink.proposals == [(TP0, frozenset(replicas))]
+        assert partition.isr_with_epochs(replicas) == [(LOCAL_ID, -1), (FOLLOWER_ID, -1), (OTHER_FOLLOWER_ID, 9)]
+    finally:
+        broker.close()
+
+
 # -- DelayedProduce: min.insync.replicas against the maximal ISR ------------------------------------------
 
 

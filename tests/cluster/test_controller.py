@@ -48,6 +48,7 @@ from protocol.messages import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
+    IsrMember,
     ListPartitionReassignmentsRequest,
     ReassignablePartition,
     TopicPartition,
@@ -121,6 +122,7 @@ class Cluster:
         new_isr: list[int],
         leader_epoch: int | None = None,
         partition_epoch: int | None = None,
+        member_epochs: dict[int, int] | None = None,
     ) -> ControllerResult[AlterPartitionResponse]:
         p = self.partition()
         item = AlterPartitionItem(
@@ -129,6 +131,7 @@ class Cluster:
             leader_epoch=p.leader_epoch if leader_epoch is None else leader_epoch,
             new_isr=new_isr,
             partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
+            new_isr_with_epochs=[IsrMember(b, e) for b, e in (member_epochs or {}).items()],
         )
         request = AlterPartitionRequest(broker_id=broker_id, broker_epoch=self.epochs[broker_id], partitions=[item])
         return self.controller.alter_partition(request, self.now_ms)
@@ -755,6 +758,31 @@ def test_a_fenced_broker_may_not_join_the_isr() -> None:
 
     assert result.response.partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA
     assert cluster.partition().isr == (preferred, second)
+
+
+def test_a_broker_joins_the_isr_only_at_the_broker_epoch_it_is_registered_with() -> None:
+    # KIP-903: the leader names the broker epoch each new member last fetched with. A fetch its earlier
+    # incarnation sent reached the leader late and made it look caught up; the broker has restarted since, on
+    # a log that may be shorter, and must catch up again before it counts.
+    cluster = three_brokers_one_partition()
+    preferred, second, third = replicas_of(cluster)
+    assert cluster.alter(preferred, [preferred, second]).response.partitions[0].error_code == ErrorCode.NONE
+    old_epoch = cluster.epochs[third]
+    cluster.register(third, incarnation_id="restarted")
+    assert not cluster.heartbeat(third).is_fenced
+
+    stale = cluster.alter(preferred, [preferred, second, third], member_epochs={third: old_epoch})
+    refused = stale.response.partitions[0]
+    assert refused.error_code == ErrorCode.INELIGIBLE_REPLICA
+    assert f"{third} (epoch {old_epoch}, registered {cluster.epochs[third]})" in (refused.error_message or "")
+    assert cluster.partition().isr == (preferred, second)
+
+    current = cluster.alter(preferred, [preferred, second, third], member_epochs={third: cluster.epochs[third]})
+    assert current.response.partitions[0].error_code == ErrorCode.NONE
+    assert set(cluster.partition().isr) == {preferred, second, third}
+    # a member already in the ISR is not re-judged (only the controller takes one out), nor one with no epoch
+    unknown = cluster.alter(preferred, [preferred, second, third], member_epochs={second: -1, third: old_epoch})
+    assert unknown.response.partitions[0].error_code == ErrorCode.NONE
 
 
 def test_a_broker_that_is_not_a_replica_may_not_join_the_isr() -> None:

@@ -31,8 +31,10 @@ class Harness:
         quota: ReplicationQuotaManager | None = None,
         config: FetcherConfig | None = None,
         time: ManualTime | None = None,
+        broker_epoch: int = -1,
     ) -> None:
         self.time = time or ManualTime()
+        self.broker_epoch = broker_epoch
         self.leader = ScriptedLeader(LEADER_ID, sessions=sessions, batches_per_fetch=batches_per_fetch)
         self.replicas = MemoryReplicas()
         self.failed_reports: list[set[TopicPartition]] = []
@@ -47,6 +49,7 @@ class Harness:
             FOLLOWER_ID,
             quota=quota,
             on_partitions_failed=self.failed_reports.append,
+            broker_epoch=lambda: self.broker_epoch,
         )
 
     def follower_log(

@@ -29,6 +29,19 @@ async def test_one_round_replicates_a_batch_and_the_high_watermark() -> None:
     assert h.in_step(T0)
 
 
+async def test_every_fetch_carries_the_followers_current_broker_epoch() -> None:
+    # KIP-903: the leader tells a late fetch of an earlier incarnation from the current ones by this epoch,
+    # read when each request is built (a broker re-registers with a new one after it was fenced)
+    h = Harness(broker_epoch=7)
+    h.follower_log(T0)
+    h.leader_log(T0, single(0, 3), leader_epoch=0)
+    h.add(T0, leader_epoch=0)
+    await h.fetcher.do_work()
+    h.broker_epoch = 9
+    await h.fetcher.do_work()
+    assert [r.replica_epoch for r in h.leader.fetch_requests] == [7, 9]
+
+
 async def test_follower_high_watermark_is_the_leaders_capped_at_its_own_end() -> None:
     h = Harness()
     follower = h.follower_log(T0)
