@@ -9,12 +9,14 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from broker.partition import Partition
-from protocol.messages import FetchRequest
+from protocol.messages import FetchRequest, TopicPartition
+from sim.checker import Checker
 from sim.cli import main as sim_main
 from sim.cluster import CONTROLLER_ID, SimOptions
 from sim.disk import SimDisk
@@ -24,6 +26,8 @@ from sim.network import SimNetwork
 from sim.runner import RunResult, run_seed
 from sim.scenarios import LEGACY, run_scenario
 from sim.shrink import shrink
+from sim.trace import Trace
+from sim.workload import WriteHistory
 
 ALL_FAULTS = SimOptions(duration_s=8.0, partitions=3, producers=1, rate=20.0, faults=KINDS, fault_rate=1.5, consumers=1)
 
@@ -403,6 +407,38 @@ def test_a_last_isr_member_elected_without_its_unflushed_data_is_excused_only_af
         assert excused[0]["tp"] == elected[0]["tp"] and elected[0]["t_ms"] <= excused[0]["t_ms"]
     else:
         assert (excused, result.excused_losses) == ([], 0)
+
+
+@pytest.mark.timeout(10)
+async def test_the_checker_takes_a_broker_put_back_in_the_isr_while_it_is_down_for_one_still_without_its_data() -> None:
+    # The rule on its own: a join while the broker is down (an expansion its leader proposed before the crash,
+    # committed after it) says nothing of what its disk kept; a join once it is up again does.
+    tp = TopicPartition("t0", 0)
+    cluster = SimpleNamespace(brokers={2: object(), 3: object()})  # broker 1 is down
+    trace = Trace(keep=True)
+    checker = Checker(cluster, [tp], WriteHistory(), trace)
+
+    def metadata(leader: int, epoch: int, isr: tuple[int, ...]) -> None:
+        image = SimpleNamespace(partitions={tp: SimpleNamespace(leader=leader, leader_epoch=epoch, isr=isr)})
+        checker.on_metadata(SimpleNamespace(topic=tp.topic, partition=tp.partition), image)
+
+    metadata(2, 0, (1, 2, 3))
+    checker.on_crash(1, True)
+    metadata(2, 0, (2, 3))
+    metadata(2, 0, (1, 2, 3))  # while it is down
+    assert checker.lost_data[tp] == {1}
+    metadata(1, 1, (1,))
+    assert checker.elected_without_data[tp]
+    assert [json.loads(line)["event"] for line in trace.lines] == ["isr-join-while-down", "elected-without-data"]
+
+    cluster.brokers[1] = object()  # back up
+    metadata(1, 1, (1, 2))
+    metadata(1, 1, (1,))
+    metadata(1, 1, (1, 2))  # broker 2 never lost anything; broker 1 is still the one that did
+    assert checker.lost_data[tp] == {1}
+    metadata(2, 2, (2,))
+    metadata(2, 2, (1, 2))  # broker 1 joins while up: it has fetched the leader's log again
+    assert checker.lost_data[tp] == set()
 
 
 @pytest.mark.timeout(60)
