@@ -156,8 +156,21 @@ class SimNetwork:
             raise ConnectionRefusedError(f"node {dst} is down")
         self.messages += 1
         self.requests[type(request).__name__] += 1
-        if not await self._travel(src, dst):
+        # Once sent, a request is on the wire: it arrives even if its sender dies or gives up meanwhile, as
+        # bytes a TCP connection has sent do, and is handled; only the answer then goes nowhere.
+        delivery = asyncio.ensure_future(self._deliver(src, sender.incarnation, dst, _copy(request)))
+        delivery.add_done_callback(_observed)
+        try:
+            return await asyncio.shield(delivery)
+        except _Lost:
             await asyncio.Future()  # lost: the sender's timeout ends this
+            raise  # unreachable
+
+    async def _deliver(self, src: int, src_incarnation: int, dst: int, request: Message) -> Message | None:
+        sender = self.node(src)
+        if not await self._travel(src, dst):
+            raise _Lost
+        target = self.node(dst)
         await target.resumed.wait()  # a paused node reads nothing
         if target.slow_ms:
             await asyncio.sleep(target.slow_ms / 1000.0)
@@ -170,7 +183,7 @@ class SimNetwork:
         ctx = ConnectionContext(self._correlation, f"node-{src}", authenticated=True)
         # The handler runs in a task of its own: a sender that gives up (its timeout) does not stop the
         # work, as a closed connection does not stop a request a broker is already handling.
-        task = asyncio.ensure_future(handler(ctx, header, _copy(request)))
+        task = asyncio.ensure_future(handler(ctx, header, request))
         target.inflight[task] = None
         task.add_done_callback(lambda done: target.inflight.pop(done, None))
         await asyncio.wait({task})
@@ -181,9 +194,21 @@ class SimNetwork:
         if response is None:
             return None
         if not await self._travel(dst, src):
-            await asyncio.Future()
+            raise _Lost
         await sender.resumed.wait()
+        if sender.incarnation != src_incarnation:
+            raise ConnectionResetError(f"node {src} died before the answer came")  # nobody is waiting
         return _copy(response)
+
+
+class _Lost(Exception):
+    """A message the network lost: its sender hears nothing until its own timeout."""
+
+
+def _observed(delivery: asyncio.Future[Any]) -> None:
+    """A delivery whose sender is gone or gave up ends unobserved; its outcome is of no one's concern."""
+    if not delivery.cancelled():
+        delivery.exception()
 
 
 class SimTransport:

@@ -442,24 +442,6 @@ async def test_the_checker_takes_a_broker_put_back_in_the_isr_while_it_is_down_f
 
 
 @pytest.mark.timeout(60)
-def test_a_member_put_back_in_the_isr_by_a_fetch_that_arrived_after_its_crash_still_lacks_its_data() -> None:
-    # Seed 70115: broker 1 is killed and loses its unflushed logs. A fetch it sent just before reaches leader 2
-    # afterwards and puts it back in t0-5's ISR while it is down (it is not fenced yet, so the controller
-    # takes the change, as Kafka's would). Elected later as the last ISR member, it comes back empty: the
-    # KIP-966 gap again, so the loss is excused. Taking that late join for "back in sync" reported it as a
-    # lost acknowledged write.
-    options = SimOptions(faults=KINDS, fault_rate=0.5, idempotence=True, crash_loses_unflushed=True)
-    result = run_seed(70115, options, keep_trace=True)
-    assert result.violation is None, result.violation
-    joined = {(e["tp"], e["broker"]) for e in _events(result, "isr-join-while-down")}
-    elected = {e["tp"] for e in _events(result, "elected-without-data")}
-    excused = {e["tp"]: e["why"] for e in _events(result, "excused-loss")}
-    assert ("t0-5", 1) in joined
-    assert "t0-5" in elected
-    assert excused.get("t0-5") == "leader elected from an ISR that had all lost unflushed data"
-
-
-@pytest.mark.timeout(60)
 def test_a_write_a_zombie_leader_acknowledges_after_a_leader_was_elected_without_it_is_excused_as_that_loss() -> None:
     # Seed 91054: t0-4's write 1003-121 reaches leader 1 and follower 3 but not the paused follower 2. Broker 3
     # crashes and loses it; the controller, cut off from 1 and 2, elects 3 from an ISR of [3], without its
