@@ -442,6 +442,19 @@ async def test_the_checker_takes_a_broker_put_back_in_the_isr_while_it_is_down_f
 
 
 @pytest.mark.timeout(60)
+def test_a_consumer_reading_from_a_leader_elected_uncleanly_since_the_last_check_is_judged_with_that_election() -> None:
+    # Seed 96067 with unclean.leader.election.enable: broker 3, out of the ISR with a record of its own at
+    # t0-5@113, is elected when the ISR's members are gone, and a consumer reads that record before the
+    # checks' next pass has seen the new leader. Kafka allows the change (an unclean election); the consumer
+    # check now judges the leader first, as the leader check would, instead of failing at once.
+    options = SimOptions(producers=3, faults=KINDS, fault_rate=1.0, unclean_leader_election=True)
+    result = run_seed(96067, options, keep_trace=True)
+    assert result.violation is None, result.violation
+    excused = [(e["tp"], e["why"]) for e in _events(result, "excused-loss")]
+    assert ("t0-5", "unclean leader election") in excused
+
+
+@pytest.mark.timeout(60)
 def test_a_write_a_zombie_leader_acknowledges_after_a_leader_was_elected_without_it_is_excused_as_that_loss() -> None:
     # Seed 91054: t0-4's write 1003-121 reaches leader 1 and follower 3 but not the paused follower 2. Broker 3
     # crashes and loses it; the controller, cut off from 1 and 2, elects 3 from an ISR of [3], without its
