@@ -22,8 +22,8 @@ the partition having lost unflushed data in crashes since the record was committ
 from an ISR whose every member lost unflushed data in a crash and has not been back in the ISR since it
 came back up (a broker that was the last ISR member stays in it through its crash, so nothing tells the
 controller its log is short: the gap KIP-966's eligible leader replicas close). A broker added to the ISR
-while it is down does not count as back: the leader added it on a fetch it sent before it crashed that
-arrived late, which says what its log held then, not what its disk kept.
+while it is down does not count as back: the leader judged it on a fetch from before the crash (the change
+took effect after it, or the fetch arrived late), which says what its log held then, not what its disk kept.
 """
 
 from __future__ import annotations
@@ -143,8 +143,8 @@ class Checker:
         self._metadata[tp] = (state.leader, state.leader_epoch, isr)
         lost = self.lost_data[tp]
         # Only a member that joins while it is up has fetched the leader's log since its crash. One that is
-        # down joins on a fetch it sent before the crash that reached the leader late: its disk may not have
-        # kept what that fetch says it had.
+        # down joins on a fetch from before the crash (the expansion was committed after it, or the fetch
+        # arrived late): its disk may not have kept what that fetch says it had.
         up = self.cluster.brokers
         for b in sorted(set(isr) - set(before[2] if before else ())):
             if b in up:
