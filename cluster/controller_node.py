@@ -99,7 +99,12 @@ class BrokerChannel:
 
     def enqueue(self, states: list[LeaderAndIsrPartition]) -> None:
         for s in states:
-            self.pending[TopicPartition(s.topic, s.partition)] = s
+            tp = TopicPartition(s.topic, s.partition)
+            # A replica assigned here again (a new reassignment took it back) must not be deleted by the
+            # STOP_REPLICA of its removal if that has not gone yet: it would go first and empty a log the
+            # leader may already count as in sync.
+            self.pending_deletes.pop(tp, None)
+            self.pending[tp] = s
         self.wakeup.set()
 
     def enqueue_deletes(self, tps: list[TopicPartition]) -> None:

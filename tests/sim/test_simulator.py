@@ -455,6 +455,27 @@ def test_a_consumer_reading_from_a_leader_elected_uncleanly_since_the_last_check
 
 
 @pytest.mark.timeout(60)
+def test_a_replica_a_new_reassignment_takes_back_is_not_deleted_by_the_stop_replica_of_its_removal() -> None:
+    # Seed 99003: one reassignment of t2-0 completes and removes broker 2 (a STOP_REPLICA with delete is queued
+    # for it); 12 ms later another puts broker 2 back. The queued delete still went first, after broker 2 had
+    # rejoined the ISR on its old log: it emptied an ISR member below the HW (isr_member_missing_committed).
+    options = SimOptions(
+        brokers=4,
+        topics=3,
+        partitions=2,
+        faults=KINDS,
+        fault_rate=1.2,
+        idempotence=True,
+        crash_loses_unflushed=True,
+        truncation="epoch",
+    )
+    result = run_seed(99003, options, keep_trace=True)
+    assert result.violation is None, result.violation
+    reassigned = [e for e in _events(result, "fault") if e.get("kind") == "reassign" and e.get("tp") == "t2-0"]
+    assert len(reassigned) >= 2
+
+
+@pytest.mark.timeout(60)
 def test_a_write_a_zombie_leader_acknowledges_after_a_leader_was_elected_without_it_is_excused_as_that_loss() -> None:
     # Seed 91054: t0-4's write 1003-121 reaches leader 1 and follower 3 but not the paused follower 2. Broker 3
     # crashes and loses it; the controller, cut off from 1 and 2, elects 3 from an ISR of [3], without its
