@@ -952,9 +952,12 @@ class Controller:
             full = target + removing
             if (full, adding, removing) != (partition.replicas, partition.adding_replicas, partition.removing_replicas):
                 isr = in_replica_order(full, [r for r in partition.isr if r in full])
+                dropped = not set(partition.replicas) <= set(full)
                 change = PartitionChangeRecord(
                     topic=item.topic,
                     partition=item.partition,
+                    # replicas leave the list: a leader epoch bump, as at the end of a reassignment (below)
+                    leader=partition.leader if dropped and partition.leader in full else None,
                     replicas=full,
                     isr=isr,
                     adding_replicas=adding,
@@ -1068,6 +1071,11 @@ class Controller:
         if partition.leader not in target:
             active = self._image.active_broker_ids()
             leader = next((r for r in isr if r in active), isr[0])
+        elif partition.removing_replicas:
+            # As KRaft's triggerLeaderEpochBumpForReplicaReassignmentIfNeeded: replicas leave the list, so the
+            # leader epoch goes up (same leader). A removed replica's late fetches then carry an old epoch
+            # and are refused, even if a later reassignment brings it back before they arrive.
+            leader = partition.leader
         change = PartitionChangeRecord(
             topic=tp.topic,
             partition=tp.partition,

@@ -1388,11 +1388,13 @@ def test_a_reassignment_adds_first_then_drops_the_removed_replicas_once_the_new_
     listed = cluster.controller.list_partition_reassignments(ListPartitionReassignmentsRequest()).response
     assert [(r.adding_replicas, r.removing_replicas) for r in listed.reassignments] == [([new], [dropped])]
 
-    # when the leader reports broker 4 in sync, then the move completes and the dropped replica is deleted
+    # when the leader reports broker 4 in sync, then the move completes and the dropped replica is deleted; a
+    # replica left the list, so the leader epoch goes up with the same leader (KRaft's
+    # triggerLeaderEpochBumpForReplicaReassignmentIfNeeded): the dropped replica's late fetches are fenced
     done = cluster.alter(leader, [*before.isr, new])
     after = cluster.partition()
     assert (after.replicas, after.adding_replicas, after.removing_replicas) == (tuple(target), (), ())
-    assert set(after.isr) == set(target) and after.leader == leader and after.leader_epoch == before.leader_epoch
+    assert set(after.isr) == set(target) and after.leader == leader and after.leader_epoch == before.leader_epoch + 1
     assert done.deleted_replicas == {dropped: [TopicPartition("t", 0)]}
     assert (
         cluster.controller.list_partition_reassignments(ListPartitionReassignmentsRequest()).response.reassignments
@@ -1428,6 +1430,8 @@ def test_a_cancelled_reassignment_goes_back_and_deletes_what_it_added() -> None:
     assert (set(after.replicas), after.adding_replicas, after.removing_replicas) == (set(before.replicas), (), ())
     assert after.leader == before.leader
     assert cancelled.deleted_replicas == {new: [TopicPartition("t", 0)]}
+    # the added replica left the list: a new leader epoch, so its late fetches are fenced
+    assert after.leader_epoch == before.leader_epoch + 1
 
 
 @pytest.mark.parametrize(
