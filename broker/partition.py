@@ -341,10 +341,11 @@ class Partition:
         leader_end_offset: int,
         broker_epoch: int = -1,
     ) -> bool:
-        """Record a follower's fetch (L4, L5); maybe expand the ISR and raise the HW. False: unknown replica,
-        or a fetch from an earlier incarnation than the last one heard from (see `stale_replica_epoch`)."""
+        """Record a follower's fetch (L4, L5); maybe expand the ISR and raise the HW. False: unknown replica.
+        The caller refuses a fetch from an earlier incarnation first (`stale_replica_epoch`), with an answer
+        that says so; it never reaches here."""
         replica = self.remote_replicas.get(replica_id)
-        if replica is None or self.stale_replica_epoch(replica_id, broker_epoch) is not None:
+        if replica is None:
             return False
         old_leo = replica.log_end_offset
         replica.update_fetch_state(

@@ -259,13 +259,10 @@ class Checker:
                 # A zombie of an earlier leadership acknowledged it after this leader was elected without the
                 # data: its HW counted a replica's fetch from before that replica lost the write in a crash.
                 # The same loss as the election's, only acknowledged later.
-                self.excused_losses += 1
-                self.trace.event(
-                    "checker",
-                    "excused-loss",
-                    tp=str(tp),
-                    what=f"acked {rid!r} gone from leader {leader}",
-                    why=f"acknowledged by broker {acked_by}, a leader of an earlier epoch, after leader {leader} "
+                self._count_excused(
+                    tp,
+                    f"acked {rid!r} gone from leader {leader}",
+                    f"acknowledged by broker {acked_by}, a leader of an earlier epoch, after leader {leader} "
                     "was elected from an ISR that had all lost unflushed data",
                 )
                 continue
@@ -347,8 +344,7 @@ class Checker:
             why = "unclean leader election"
         else:
             return False
-        self.excused_losses += 1
-        self.trace.event("checker", "excused-loss", tp=str(tp), what=what, why=why)
+        self._count_excused(tp, what, why)
         self.pending_acks[tp].clear()
         for rid in self.committed[tp].values():
             self.offset_of.pop(rid, None)
@@ -359,6 +355,10 @@ class Checker:
         self.lost_power[tp] = False
         self.elected_without_data[tp] = False
         return True
+
+    def _count_excused(self, tp: TopicPartition, what: str, why: str) -> None:
+        self.excused_losses += 1
+        self.trace.event("checker", "excused-loss", tp=str(tp), what=what, why=why)
 
     def _controller_isr(self, tp: TopicPartition) -> tuple[int, ...] | None:
         controller = self.cluster.controller

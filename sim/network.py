@@ -164,7 +164,7 @@ class SimNetwork:
             return await asyncio.shield(delivery)
         except _Lost:
             await asyncio.Future()  # lost: the sender's timeout ends this
-            raise  # unreachable
+            raise  # unreachable: the timeout cancels the wait above
 
     async def _deliver(self, src: int, src_incarnation: int, dst: int, request: Message) -> Message | None:
         sender = self.node(src)
