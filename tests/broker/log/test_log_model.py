@@ -83,6 +83,9 @@ class LogModel(RuleBasedStateMachine):
         changed = self.log.truncate_to(target)
         assert changed == (target < self.log_end)
         if not changed:
+            # Nothing cut, but as truncate_to (and Kafka's truncateTo) an epoch entry that starts at the log end,
+            # with no batch in it, goes: e.g. one delete_records moved up to an emptied log's end.
+            self._epochs_from_end(self.log_end)
             return
         if target < first_segment_base:  # the log restarts empty at the target
             self.batches, self.epochs = [], []
