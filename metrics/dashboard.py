@@ -246,14 +246,13 @@ def broker_runs(records: DataFrame) -> list[BrokerRun]:
     One small job over the records (any kind); the record count, the time span, "now" and the
     broker events all derive from it.
     """
+    return broker_runs_of_partials(lag_job.broker_runs_partial(records))
+
+
+def broker_runs_of_partials(partials: DataFrame) -> list[BrokerRun]:
+    """``broker_runs`` from partial counts (``lag_job.broker_runs_partial`` of disjoint record sets)."""
     rows = (
-        records.where(F.col(s.TS_MS).isNotNull())
-        .groupBy(s.BROKER_ID, s.BROKER_START_MS)
-        .agg(
-            F.count(F.lit(1)).alias("records"),
-            F.min(s.TS_MS).alias("first_ts_ms"),
-            F.max(s.TS_MS).alias("last_ts_ms"),
-        )
+        lag_job.merge_partials(partials, lag_job.BROKER_RUNS_KEY, lag_job.BROKER_RUNS_MERGE)
         .orderBy(s.BROKER_ID, "first_ts_ms")
         .collect()
     )

@@ -24,7 +24,14 @@ clock. "Now" for the STOP rule is the newest ``ts_ms`` in the data set unless gi
 
 Sample durations: a sample stands for the time until the next sample of the same key, capped at
 ``sample_gap_max_ms`` (a longer gap means the emitter was down and the state is unknown, so it is not
-counted); the last sample of a key stands for 0 ms.
+counted); the last sample of a key stands for 0 ms. A duration is counted at the next sample, from the
+previous one's flags, so every per-row fact looks only backwards.
+
+Incremental use (``metrics.follow``): because every per-row fact looks backwards, the facts of a row are
+final once every earlier row is there. The per-key tables (``under_replicated``, ``isr_changes``,
+``leader_timeline``, the broker runs) are therefore built from mergeable partials over time ranges
+(``*_partial``, ``merge_partials``, ``*_of_partials``), and the windowed tables take a ``from_ms``, so the
+follow job aggregates only new rows and merges.
 """
 
 from __future__ import annotations
@@ -88,9 +95,39 @@ def _window_start(ts: Column, window_ms: int) -> Column:
     return ts - F.pmod(ts, F.lit(window_ms))
 
 
-def _sample_duration(next_ts: Column, ts: Column, gap_max_ms: int) -> Column:
-    """How long a sample stands for: until the next one, at most ``gap_max_ms``, 0 for the last."""
-    return F.least(F.coalesce(next_ts - ts, F.lit(0)), F.lit(gap_max_ms)).cast("long")
+def _previous_duration(ts: Column, prev_ts: Column, gap_max_ms: int) -> Column:
+    """How long the previous sample of a key stood for, counted at this one: until this sample, at most
+    ``gap_max_ms``; 0 at the first sample. Summed over a key's samples this is the sum of every sample's
+    duration (the last one stands for 0), and each addend is known once both samples are, so a sum over
+    a time range never changes when later samples arrive (what ``--follow`` merges relies on)."""
+    return F.least(F.coalesce(ts - prev_ts, F.lit(0)), F.lit(gap_max_ms)).cast("long")
+
+
+def in_range(
+    df: DataFrame, from_ms: int | None = None, until_ms: int | None = None, column: str = s.TS_MS
+) -> DataFrame:
+    """Rows of ``df`` with ``from_ms <= column < until_ms`` (either bound left out when None)."""
+    if from_ms is not None:
+        df = df.where(F.col(column) >= from_ms)
+    if until_ms is not None:
+        df = df.where(F.col(column) < until_ms)
+    return df
+
+
+AggSpec = str | tuple[str, str]
+
+
+def merge_partials(partials: DataFrame, key: tuple[str, ...], spec: dict[str, AggSpec]) -> DataFrame:
+    """Merge partial aggregates of the same key: ``spec`` maps each column to "sum", "min" or "max", or to
+    ("max_by", ordering column) for a value taken from the partial with the largest ordering column.
+    Partials of disjoint row sets merge into the aggregate of their union."""
+    aggs = []
+    for column, how in spec.items():
+        if isinstance(how, tuple):
+            aggs.append(F.max_by(column, how[1]).alias(column))
+        else:
+            aggs.append(getattr(F, how)(column).alias(column))
+    return partials.groupBy(*key).agg(*aggs)
 
 
 # What ``replica_samples`` and ``follower_status_of_samples`` read from a record.
@@ -245,26 +282,30 @@ def _nearest_rank(sorted_values: Column, percent: int) -> Column:
     return F.get(sorted_values, rank - 1)
 
 
-def lag_windows(follower_lag_df: DataFrame, config: LagJobConfig) -> DataFrame:
+def lag_windows(follower_lag_df: DataFrame, config: LagJobConfig, from_ms: int | None = None) -> DataFrame:
     """``lag_windows``: lag percentiles per follower and tumbling window of ``window_ms``.
 
     Columns: topic, partition, follower_id, window_start_ms, window_end_ms (exclusive), samples,
     lag_messages_p50/_p99/_max, lag_ms_p50/_p99/_max. Percentiles are nearest-rank and exact: the
     smallest sampled value v with at least ⌈p·n⌉ samples ≤ v (n the non-null samples), so p50 of
     the lags 1..100 is 50 and p99 is 99. A window holds a follower's samples of ``window_ms``, a few
-    per second, so sorting them is cheap.
+    per second, so sorting them is cheap. ``from_ms`` (a window start): only the windows from there on.
     """
-    grouped = follower_lag_df.groupBy(
-        s.TOPIC,
-        s.PARTITION,
-        "follower_id",
-        _window_start(F.col(s.TS_MS), config.window_ms).alias(WINDOW_START_MS),
-    ).agg(
-        F.count(F.lit(1)).alias("samples"),
-        F.sort_array(F.collect_list(s.LAG_MESSAGES)).alias("_lag_messages"),
-        F.max(s.LAG_MESSAGES).alias("lag_messages_max"),
-        F.sort_array(F.collect_list(s.LAG_MS)).alias("_lag_ms"),
-        F.max(s.LAG_MS).alias("lag_ms_max"),
+    grouped = (
+        in_range(follower_lag_df, from_ms)
+        .groupBy(
+            s.TOPIC,
+            s.PARTITION,
+            "follower_id",
+            _window_start(F.col(s.TS_MS), config.window_ms).alias(WINDOW_START_MS),
+        )
+        .agg(
+            F.count(F.lit(1)).alias("samples"),
+            F.sort_array(F.collect_list(s.LAG_MESSAGES)).alias("_lag_messages"),
+            F.max(s.LAG_MESSAGES).alias("lag_messages_max"),
+            F.sort_array(F.collect_list(s.LAG_MS)).alias("_lag_ms"),
+            F.max(s.LAG_MS).alias("lag_ms_max"),
+        )
     )
     return grouped.select(
         s.TOPIC,
@@ -317,7 +358,7 @@ _RATE_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def byte_rates(counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
+def byte_rates(counter_deltas_df: DataFrame, config: LagJobConfig, from_ms: int | None = None) -> DataFrame:
     """``byte_rates``: bytes and rates per broker, partition and tumbling window.
 
     Columns: broker_id, topic, partition, window_start_ms, window_end_ms, interval_ms,
@@ -327,6 +368,7 @@ def byte_rates(counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
     over the time since: a window gets the share of it that falls inside the window. A window with no
     elapsed time carries no rate and is left out. Deltas come
     from ``counter_deltas`` (or ``replica_samples``), so a restart never makes a rate negative.
+    ``from_ms`` (a window start): only the windows from there on.
     """
     ts = F.col(s.TS_MS)
     window_start = _window_start(ts, config.window_ms)
@@ -341,15 +383,19 @@ def byte_rates(counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
     def in_window(counter: str) -> Column:
         return F.round(F.col(delta_column(counter)) * share).cast("long")
 
-    grouped = counter_deltas_df.groupBy(
-        s.BROKER_ID,
-        s.TOPIC,
-        s.PARTITION,
-        window_start.alias(WINDOW_START_MS),
-    ).agg(
-        F.sum(interval).alias(INTERVAL_MS),
-        *(F.sum(in_window(counter)).alias(f"{name}_bytes") for counter, name in _RATE_COLUMNS),
-        F.sum(in_window(s.MESSAGES_IN)).alias("messages_in"),
+    grouped = (
+        in_range(counter_deltas_df, from_ms)
+        .groupBy(
+            s.BROKER_ID,
+            s.TOPIC,
+            s.PARTITION,
+            window_start.alias(WINDOW_START_MS),
+        )
+        .agg(
+            F.sum(interval).alias(INTERVAL_MS),
+            *(F.sum(in_window(counter)).alias(f"{name}_bytes") for counter, name in _RATE_COLUMNS),
+            F.sum(in_window(s.MESSAGES_IN)).alias("messages_in"),
+        )
     )
     per_s = 1000.0 / F.col(INTERVAL_MS)
     return grouped.where(F.col(INTERVAL_MS) > 0).select(
@@ -367,6 +413,9 @@ def byte_rates(counter_deltas_df: DataFrame, config: LagJobConfig) -> DataFrame:
 
 
 NEXT_TS_MS = "next_ts_ms"  # ts_ms of the partition's next leader sample (null for its last)
+PREV_TS_MS = "prev_ts_ms"  # ts_ms of the partition's previous leader sample (null for its first)
+PREV_UNDER_REPLICATED = "prev_under_replicated"
+PREV_UNDER_MIN_ISR = "prev_under_min_isr"
 
 
 def leader_samples(samples: DataFrame) -> DataFrame:
@@ -374,9 +423,11 @@ def leader_samples(samples: DataFrame) -> DataFrame:
 
     ``samples`` is ``replica_samples`` output (or partition records: ``interval_ms`` is then null).
     Per (topic, partition), ordered by (ts_ms, broker_id) whichever broker led, ``next_ts_ms`` is the
-    ts_ms of the next leader sample. ``under_replicated`` and ``cluster_health`` both read this one
-    ordered pass (the batch job caches it). Columns: topic, partition, ts_ms, broker_id,
-    under_replicated, under_min_isr, isr_size, interval_ms, next_ts_ms.
+    ts_ms of the next leader sample; ``prev_ts_ms``, ``prev_under_replicated`` and
+    ``prev_under_min_isr`` are the previous one's. ``under_replicated`` and ``cluster_health`` both read
+    this one ordered pass (the batch job caches it). Columns: topic, partition, ts_ms, broker_id,
+    under_replicated, under_min_isr, isr_size, interval_ms, next_ts_ms, prev_ts_ms,
+    prev_under_replicated, prev_under_min_isr.
     """
     by_partition = Window.partitionBy(s.TOPIC, s.PARTITION).orderBy(s.TS_MS, s.BROKER_ID)
     interval = F.col(INTERVAL_MS) if INTERVAL_MS in samples.columns else F.lit(None).cast("long")
@@ -390,6 +441,67 @@ def leader_samples(samples: DataFrame) -> DataFrame:
         s.ISR_SIZE,
         interval.alias(INTERVAL_MS),
         F.lead(s.TS_MS).over(by_partition).alias(NEXT_TS_MS),
+        F.lag(s.TS_MS).over(by_partition).alias(PREV_TS_MS),
+        F.lag(s.UNDER_REPLICATED).over(by_partition).alias(PREV_UNDER_REPLICATED),
+        F.lag(s.UNDER_MIN_ISR).over(by_partition).alias(PREV_UNDER_MIN_ISR),
+    )
+
+
+UNDER_REPLICATED_KEY: tuple[str, ...] = (s.TOPIC, s.PARTITION)
+UNDER_REPLICATED_MERGE: dict[str, AggSpec] = {
+    "leader_samples": "sum",
+    "first_ts_ms": "min",
+    "last_ts_ms": "max",
+    "observed_ms": "sum",
+    "under_replicated_ms": "sum",
+    "under_min_isr_ms": "sum",
+    "isr_size_min": "min",
+}
+
+
+def under_replicated_partial(
+    leaders: DataFrame, config: LagJobConfig, from_ms: int | None = None, until_ms: int | None = None
+) -> DataFrame:
+    """Per partition, the mergeable sums of ``under_replicated`` over the leader samples (``leader_samples``)
+    with ``from_ms <= ts_ms < until_ms``; ``merge_partials`` with ``UNDER_REPLICATED_MERGE`` adds up the
+    partials of disjoint ranges. A sample's duration is counted at the next sample (``_previous_duration``)."""
+    d = _previous_duration(F.col(s.TS_MS), F.col(PREV_TS_MS), config.gap_max_ms)
+    zero = F.lit(0).cast("long")
+    return (
+        in_range(leaders, from_ms, until_ms)
+        .groupBy(*UNDER_REPLICATED_KEY)
+        .agg(
+            F.count(F.lit(1)).alias("leader_samples"),
+            F.min(s.TS_MS).alias("first_ts_ms"),
+            F.max(s.TS_MS).alias("last_ts_ms"),
+            F.sum(d).alias("observed_ms"),
+            F.sum(F.when(F.col(PREV_UNDER_REPLICATED), d).otherwise(zero)).alias("under_replicated_ms"),
+            F.sum(F.when(F.col(PREV_UNDER_MIN_ISR), d).otherwise(zero)).alias("under_min_isr_ms"),
+            F.min(s.ISR_SIZE).alias("isr_size_min"),
+        )
+    )
+
+
+def under_replicated_of_partials(partials: DataFrame, isr_changes_df: DataFrame) -> DataFrame:
+    """``under_replicated`` from its partials (``under_replicated_partial``) and ``isr_changes``."""
+    times = merge_partials(partials, UNDER_REPLICATED_KEY, UNDER_REPLICATED_MERGE)
+    isr_counts = isr_changes_df.groupBy(s.TOPIC, s.PARTITION).agg(
+        F.sum("shrinks").alias("isr_shrinks"),
+        F.sum("expands").alias("isr_expands"),
+    )
+    zero = F.lit(0).cast("long")
+    return times.join(isr_counts, [s.TOPIC, s.PARTITION], "left").select(
+        s.TOPIC,
+        s.PARTITION,
+        F.col("leader_samples").cast("long").alias("leader_samples"),
+        "first_ts_ms",
+        "last_ts_ms",
+        "observed_ms",
+        "under_replicated_ms",
+        "under_min_isr_ms",
+        "isr_size_min",
+        F.coalesce("isr_shrinks", zero).cast("long").alias("isr_shrinks"),
+        F.coalesce("isr_expands", zero).cast("long").alias("isr_expands"),
     )
 
 
@@ -413,47 +525,27 @@ def under_replicated(
     """
     if leaders is None:
         leaders = leader_samples(partition_records_df)
-    duration = _sample_duration(F.col(NEXT_TS_MS), F.col(s.TS_MS), config.gap_max_ms)
-    timed = leaders.select(
-        s.TOPIC, s.PARTITION, s.TS_MS, s.UNDER_REPLICATED, s.UNDER_MIN_ISR, s.ISR_SIZE, duration.alias("d")
-    )
-    zero = F.lit(0).cast("long")
-    times = timed.groupBy(s.TOPIC, s.PARTITION).agg(
-        F.count(F.lit(1)).alias("leader_samples"),
-        F.min(s.TS_MS).alias("first_ts_ms"),
-        F.max(s.TS_MS).alias("last_ts_ms"),
-        F.sum("d").alias("observed_ms"),
-        F.sum(F.when(F.col(s.UNDER_REPLICATED), F.col("d")).otherwise(zero)).alias("under_replicated_ms"),
-        F.sum(F.when(F.col(s.UNDER_MIN_ISR), F.col("d")).otherwise(zero)).alias("under_min_isr_ms"),
-        F.min(s.ISR_SIZE).alias("isr_size_min"),
-    )
-    isr_counts = isr_changes_df.groupBy(s.TOPIC, s.PARTITION).agg(
-        F.sum("shrinks").alias("isr_shrinks"),
-        F.sum("expands").alias("isr_expands"),
-    )
-    return times.join(isr_counts, [s.TOPIC, s.PARTITION], "left").select(
-        s.TOPIC,
-        s.PARTITION,
-        "leader_samples",
-        "first_ts_ms",
-        "last_ts_ms",
-        "observed_ms",
-        "under_replicated_ms",
-        "under_min_isr_ms",
-        "isr_size_min",
-        F.coalesce("isr_shrinks", zero).cast("long").alias("isr_shrinks"),
-        F.coalesce("isr_expands", zero).cast("long").alias("isr_expands"),
-    )
+    return under_replicated_of_partials(under_replicated_partial(leaders, config), isr_changes_df)
 
 
-def isr_changes(partition_records_df: DataFrame, config: LagJobConfig) -> DataFrame:
-    """``isr_changes``: per partition and follower, ISR shrinks and expands seen by the leaders.
+ISR_CHANGES_KEY: tuple[str, ...] = (s.TOPIC, s.PARTITION, "follower_id")
+ISR_CHANGES_MERGE: dict[str, AggSpec] = {
+    "samples": "sum",
+    "shrinks": "sum",
+    "expands": "sum",
+    "out_of_sync_ms": "sum",
+    "observed_ms": "sum",
+    "in_sync_last": ("max_by", "last_ts_ms"),
+    "last_ts_ms": "max",
+}
 
-    Each leader sample lists its followers with ``in_sync``. Per (topic, partition, follower_id),
-    ordered by ts_ms: a shrink is in_sync true → false between consecutive samples, an expand
-    false → true; out_of_sync_ms sums the durations of samples with in_sync false. Columns: topic,
-    partition, follower_id, samples, shrinks, expands, out_of_sync_ms, observed_ms, in_sync_last.
-    """
+
+def isr_changes_partial(
+    partition_records_df: DataFrame, config: LagJobConfig, from_ms: int | None = None, until_ms: int | None = None
+) -> DataFrame:
+    """Per follower, the mergeable counts of ``isr_changes`` over the leader samples with
+    ``from_ms <= ts_ms < until_ms`` (each compared with the sample before it, whatever its time), and
+    ``last_ts_ms`` to merge ``in_sync_last`` by (``ISR_CHANGES_MERGE``)."""
     follower = F.explode(s.FOLLOWERS).alias("f")
     exploded = (
         partition_records_df.where((F.col(s.ROLE) == s.ROLE_LEADER) & F.col(s.FOLLOWERS).isNotNull())
@@ -466,31 +558,65 @@ def isr_changes(partition_records_df: DataFrame, config: LagJobConfig) -> DataFr
             F.col(f"f.{s.IN_SYNC}").alias("in_sync"),
         )
     )
-    by_follower = Window.partitionBy(s.TOPIC, s.PARTITION, "follower_id").orderBy(s.TS_MS)
+    by_follower = Window.partitionBy(*ISR_CHANGES_KEY).orderBy(s.TS_MS)
     prev_in_sync = F.lag("in_sync").over(by_follower)
-    duration = _sample_duration(F.lead(s.TS_MS).over(by_follower), F.col(s.TS_MS), config.gap_max_ms)
     flagged = exploded.select(
-        s.TOPIC,
-        s.PARTITION,
-        "follower_id",
+        *ISR_CHANGES_KEY,
         s.TS_MS,
         "in_sync",
         (prev_in_sync & ~F.col("in_sync")).alias("shrink"),
         (~prev_in_sync & F.col("in_sync")).alias("expand"),
-        duration.alias("d"),
+        (~prev_in_sync).alias("_was_out"),
+        _previous_duration(F.col(s.TS_MS), F.lag(s.TS_MS).over(by_follower), config.gap_max_ms).alias("d"),
     )
     zero = F.lit(0).cast("long")
-    return flagged.groupBy(s.TOPIC, s.PARTITION, "follower_id").agg(
-        F.count(F.lit(1)).alias("samples"),
-        F.count(F.when(F.col("shrink"), True)).alias("shrinks"),
-        F.count(F.when(F.col("expand"), True)).alias("expands"),
-        F.sum(F.when(~F.col("in_sync"), F.col("d")).otherwise(zero)).alias("out_of_sync_ms"),
-        F.sum("d").alias("observed_ms"),
-        F.max_by("in_sync", s.TS_MS).alias("in_sync_last"),
+    return (
+        in_range(flagged, from_ms, until_ms)
+        .groupBy(*ISR_CHANGES_KEY)
+        .agg(
+            F.count(F.lit(1)).alias("samples"),
+            F.count(F.when(F.col("shrink"), True)).alias("shrinks"),
+            F.count(F.when(F.col("expand"), True)).alias("expands"),
+            F.sum(F.when(F.col("_was_out"), F.col("d")).otherwise(zero)).alias("out_of_sync_ms"),
+            F.sum("d").alias("observed_ms"),
+            F.max_by("in_sync", s.TS_MS).alias("in_sync_last"),
+            F.max(s.TS_MS).alias("last_ts_ms"),
+        )
     )
 
 
-def cluster_health(samples: DataFrame, config: LagJobConfig, leaders: DataFrame | None = None) -> DataFrame:
+def isr_changes_of_partials(partials: DataFrame) -> DataFrame:
+    """``isr_changes`` from its partials (``isr_changes_partial``)."""
+    merged = merge_partials(partials, ISR_CHANGES_KEY, ISR_CHANGES_MERGE)
+    return merged.select(
+        *ISR_CHANGES_KEY,
+        F.col("samples").cast("long").alias("samples"),
+        F.col("shrinks").cast("long").alias("shrinks"),
+        F.col("expands").cast("long").alias("expands"),
+        "out_of_sync_ms",
+        "observed_ms",
+        "in_sync_last",
+    )
+
+
+def isr_changes(partition_records_df: DataFrame, config: LagJobConfig) -> DataFrame:
+    """``isr_changes``: per partition and follower, ISR shrinks and expands seen by the leaders.
+
+    Each leader sample lists its followers with ``in_sync``. Per (topic, partition, follower_id),
+    ordered by ts_ms: a shrink is in_sync true → false between consecutive samples, an expand
+    false → true; out_of_sync_ms sums the durations of samples with in_sync false. Columns: topic,
+    partition, follower_id, samples, shrinks, expands, out_of_sync_ms, observed_ms, in_sync_last.
+    """
+    return isr_changes_of_partials(isr_changes_partial(partition_records_df, config))
+
+
+def cluster_health(
+    samples: DataFrame,
+    config: LagJobConfig,
+    leaders: DataFrame | None = None,
+    from_ms: int | None = None,
+    seen: DataFrame | None = None,
+) -> DataFrame:
     """``cluster_health``: the SRE's health row over time, one row per bucket of ``health_bucket_ms``.
 
     Columns: bucket_start_ms, partitions (known by then: a partition counts from its first record),
@@ -504,6 +630,10 @@ def cluster_health(samples: DataFrame, config: LagJobConfig, leaders: DataFrame 
     dead broker. In a bucket, a partition is under-replicated (under min ISR) when any leader sample
     standing for part of it says so, and led by the broker of its newest such sample.
     ``leaders``: ``leader_samples`` of ``samples`` when already computed.
+
+    ``from_ms`` (a bucket start): only the buckets from there on; ``samples`` must then hold every record
+    from ``from_ms - gap_max_ms`` on (a sample stands for at most that long before a bucket), and
+    ``seen`` every partition's first record (``first_seen``), which ``samples`` alone may lack.
     """
     bucket = config.health_bucket_ms
     step = F.lit(bucket).cast("long")
@@ -530,10 +660,14 @@ def cluster_health(samples: DataFrame, config: LagJobConfig, leaders: DataFrame 
             "bucket_start_ms"
         ),
     )
-    per_partition = covering.groupBy("bucket_start_ms", s.TOPIC, s.PARTITION).agg(
-        F.max("_ur").alias("_ur"),
-        F.max("_umi").alias("_umi"),
-        F.max_by(s.BROKER_ID, s.TS_MS).alias("_leader"),
+    per_partition = (
+        in_range(covering, from_ms, column="bucket_start_ms")
+        .groupBy("bucket_start_ms", s.TOPIC, s.PARTITION)
+        .agg(
+            F.max("_ur").alias("_ur"),
+            F.max("_umi").alias("_umi"),
+            F.max_by(s.BROKER_ID, s.TS_MS).alias("_leader"),
+        )
     )
     # One pass over the per-partition rows: per leader first, then per bucket (the totals are the sums).
     counts = (
@@ -547,19 +681,23 @@ def cluster_health(samples: DataFrame, config: LagJobConfig, leaders: DataFrame 
             F.map_from_entries(F.collect_list(F.struct("_leader", "_n"))).alias("leaders"),
         )
     )
-    # Every bucket of the data set's span, and how many partitions had appeared by each.
-    span = parts.agg(F.min(s.TS_MS).alias("_first"), F.max(s.TS_MS).alias("_last"))
-    buckets = span.select(
-        F.explode(
-            F.sequence(_window_start(F.col("_first"), bucket), _window_start(F.col("_last"), bucket), step)
-        ).alias("bucket_start_ms")
+    # Every bucket of the data set's span (from ``from_ms``), and how many partitions had appeared by
+    # each: a partition that appeared before the first bucket counts in it.
+    if seen is None:
+        seen = first_seen(parts)
+    first_bucket = _window_start(F.col("_first"), bucket)
+    if from_ms is not None:
+        first_bucket = F.greatest(first_bucket, F.lit(from_ms).cast("long"))
+    span = seen.agg(F.min("first_ts_ms").alias("_first")).crossJoin(parts.agg(F.max(s.TS_MS).alias("_last")))
+    buckets = (
+        span.select(first_bucket.alias("_from"), _window_start(F.col("_last"), bucket).alias("_to"))
+        .where(F.col("_from") <= F.col("_to"))
+        .select(F.explode(F.sequence("_from", "_to", step)).alias("bucket_start_ms"))
     )
-    appeared = (
-        parts.groupBy(s.TOPIC, s.PARTITION)
-        .agg(_window_start(F.min(s.TS_MS), bucket).alias("bucket_start_ms"))
-        .groupBy("bucket_start_ms")
-        .agg(F.count(F.lit(1)).alias("_new"))
-    )
+    appeared_at = _window_start(F.col("first_ts_ms"), bucket)
+    if from_ms is not None:
+        appeared_at = F.greatest(appeared_at, F.lit(from_ms).cast("long"))
+    appeared = seen.groupBy(appeared_at.alias("bucket_start_ms")).agg(F.count(F.lit(1)).alias("_new"))
     in_time = Window.orderBy("bucket_start_ms").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     zero = F.lit(0).cast("long")
     known = F.sum(F.coalesce(F.col("_new"), zero)).over(in_time).cast("long")
@@ -751,6 +889,51 @@ def follower_status_of_samples(samples: DataFrame, config: LagJobConfig, now_ms:
     )
 
 
+LEADER_TIMELINE_KEY: tuple[str, ...] = (s.TOPIC, s.PARTITION, s.LEADER_EPOCH, s.LEADER_ID)
+LEADER_TIMELINE_MERGE: dict[str, AggSpec] = {
+    "first_seen_ms": "min",
+    "last_seen_ms": "max",
+    "reports": "sum",
+    "confirmed": "max",
+}
+
+
+def leader_timeline_partial(
+    partition_records_df: DataFrame, from_ms: int | None = None, until_ms: int | None = None
+) -> DataFrame:
+    """Per (topic, partition, leader_epoch, leader_id), the mergeable ``leader_timeline`` columns over the
+    records with ``from_ms <= ts_ms < until_ms`` (``LEADER_TIMELINE_MERGE``)."""
+    return (
+        in_range(partition_records_df, from_ms, until_ms)
+        .where(F.col(s.LEADER_EPOCH).isNotNull() & F.col(s.LEADER_ID).isNotNull())
+        .groupBy(*LEADER_TIMELINE_KEY)
+        .agg(
+            F.min(s.TS_MS).alias("first_seen_ms"),
+            F.max(s.TS_MS).alias("last_seen_ms"),
+            F.count(F.lit(1)).alias("reports"),
+            F.max(F.col(s.ROLE) == s.ROLE_LEADER).alias("confirmed"),
+        )
+    )
+
+
+def leader_timeline_of_partials(partials: DataFrame) -> DataFrame:
+    """``leader_timeline`` from its partials (``leader_timeline_partial``)."""
+    grouped = merge_partials(partials, LEADER_TIMELINE_KEY, LEADER_TIMELINE_MERGE)
+    by_partition = Window.partitionBy(s.TOPIC, s.PARTITION).orderBy("first_seen_ms", s.LEADER_EPOCH)
+    return grouped.select(
+        s.TOPIC,
+        s.PARTITION,
+        s.LEADER_EPOCH,
+        s.LEADER_ID,
+        "first_seen_ms",
+        "last_seen_ms",
+        F.col("reports").cast("long").alias("reports"),
+        "confirmed",
+        F.lag(s.LEADER_ID).over(by_partition).alias("previous_leader_id"),
+        F.lag(s.LEADER_EPOCH).over(by_partition).alias("previous_leader_epoch"),
+    )
+
+
 def leader_timeline(partition_records_df: DataFrame) -> DataFrame:
     """``leader_timeline``: each (leader epoch, leader) a partition went through, in order.
 
@@ -760,29 +943,34 @@ def leader_timeline(partition_records_df: DataFrame) -> DataFrame:
     epoch), then previous_leader_id / previous_leader_epoch of the partition's entry before it
     (null for the first). leader_id −1 means the replicas knew no leader (offline).
     """
-    grouped = (
-        partition_records_df.where(F.col(s.LEADER_EPOCH).isNotNull() & F.col(s.LEADER_ID).isNotNull())
-        .groupBy(s.TOPIC, s.PARTITION, s.LEADER_EPOCH, s.LEADER_ID)
+    return leader_timeline_of_partials(leader_timeline_partial(partition_records_df))
+
+
+BROKER_RUNS_KEY: tuple[str, ...] = (s.BROKER_ID, s.BROKER_START_MS)
+BROKER_RUNS_MERGE: dict[str, AggSpec] = {"records": "sum", "first_ts_ms": "min", "last_ts_ms": "max"}
+
+
+def broker_runs_partial(records: DataFrame, from_ms: int | None = None, until_ms: int | None = None) -> DataFrame:
+    """Per (broker_id, broker_start_ms): records, first and last ts_ms over the records (any kind) with
+    ``from_ms <= ts_ms < until_ms``; merged with ``BROKER_RUNS_MERGE``."""
+    return (
+        in_range(records.where(F.col(s.TS_MS).isNotNull()), from_ms, until_ms)
+        .groupBy(*BROKER_RUNS_KEY)
         .agg(
-            F.min(s.TS_MS).alias("first_seen_ms"),
-            F.max(s.TS_MS).alias("last_seen_ms"),
-            F.count(F.lit(1)).alias("reports"),
-            F.max(F.col(s.ROLE) == s.ROLE_LEADER).alias("confirmed"),
+            F.count(F.lit(1)).alias("records"),
+            F.min(s.TS_MS).alias("first_ts_ms"),
+            F.max(s.TS_MS).alias("last_ts_ms"),
         )
     )
-    by_partition = Window.partitionBy(s.TOPIC, s.PARTITION).orderBy("first_seen_ms", s.LEADER_EPOCH)
-    return grouped.select(
-        s.TOPIC,
-        s.PARTITION,
-        s.LEADER_EPOCH,
-        s.LEADER_ID,
-        "first_seen_ms",
-        "last_seen_ms",
-        "reports",
-        "confirmed",
-        F.lag(s.LEADER_ID).over(by_partition).alias("previous_leader_id"),
-        F.lag(s.LEADER_EPOCH).over(by_partition).alias("previous_leader_epoch"),
-    )
+
+
+FIRST_SEEN_KEY: tuple[str, ...] = (s.TOPIC, s.PARTITION)
+FIRST_SEEN_MERGE: dict[str, AggSpec] = {"first_ts_ms": "min"}
+
+
+def first_seen(partition_records_df: DataFrame) -> DataFrame:
+    """Per partition, the ts_ms of its first record (``cluster_health`` counts a partition from then)."""
+    return partition_records(partition_records_df).groupBy(*FIRST_SEEN_KEY).agg(F.min(s.TS_MS).alias("first_ts_ms"))
 
 
 def tables_of_samples(
