@@ -1,0 +1,202 @@
+"""The incremental ``--follow`` job: merged micro-batch by micro-batch, it writes what the batch job computes.
+
+The scenario is ``test_dashboard.cluster_records`` (a leader killed and restarted, a truncation, a
+stalled follower, a leader change), with two gaps in one incarnation (SIGSTOP, not a restart): leader 1
+paused for 16 s while broker 2 takes over, follower 3 for 22 s. Delivered as brokers' files arrive:
+brokers 1 and 2 every 5 s, broker 3's file of each 5 s one batch late. Small windows make the settled
+horizon move many times over its 40 s, so rows settle, the tail carries context across gaps, and the
+partials merge.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from metrics import follow, lag_job, spark_app
+from metrics import schema as s
+from metrics.lag_job import LagJobConfig
+from tests.metrics.test_dashboard import T0, cluster_records, roll_active_files, write_metrics_dir
+from tests.metrics.test_lag_job import follower, leader, records
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+CONFIG = LagJobConfig(window_ms=4000, health_bucket_ms=1000)
+WATERMARK_MS = 5000  # broker 3's records arrive up to 5 s behind the newest
+SLICE_MS = 5000
+PAUSED_MS = {1: range(T0 + 20_000, T0 + 36_000), 3: range(T0 + 8_000, T0 + 30_000)}
+
+
+def arrivals() -> list[list[dict[str, Any]]]:
+    """Micro-batches: brokers 1 and 2's records of each 5 s, and broker 3's of the 5 s before."""
+    by_broker = cluster_records()
+    for broker, paused in PAUSED_MS.items():
+        start = by_broker[broker][0][s.BROKER_START_MS]  # the same incarnation throughout
+        by_broker[broker] = [{**r, s.BROKER_START_MS: start} for r in by_broker[broker] if r[s.TS_MS] not in paused]
+    end = max(r[s.TS_MS] for rs in by_broker.values() for r in rs)
+    slices = (end - T0) // SLICE_MS + 2
+
+    def of(broker: int, k: int) -> list[dict[str, Any]]:
+        return [r for r in by_broker[broker] if k * SLICE_MS <= r[s.TS_MS] - T0 < (k + 1) * SLICE_MS]
+
+    return [of(1, k) + of(2, k) + of(3, k - 1) for k in range(slices)]
+
+
+def all_rows() -> list[dict[str, Any]]:
+    return [r for batch in arrivals() for r in batch]
+
+
+def assert_tables_as_the_batch_job_computes(spark: SparkSession, out: Path, rows: list[dict[str, Any]]) -> None:
+    recs = follow.as_records(records(spark, rows))
+    now_ms = max(r[s.TS_MS] for r in rows)
+    expected = lag_job.compute_tables(recs, CONFIG, now_ms)
+    for name in s.TABLES:
+        actual = spark.read.parquet(str(out / name))
+        want = expected[name]
+        assert sorted(actual.columns) == sorted(want.columns), name
+        assertDataFrameEqual(_comparable(actual.select(*want.columns)), _comparable(want))
+
+
+def _comparable(df: DataFrame) -> DataFrame:
+    """Maps as sorted entry arrays (rows holding a map cannot be sorted for the comparison)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType
+
+    return df.select(
+        *(
+            F.array_sort(F.map_entries(f.name)).alias(f.name) if isinstance(f.dataType, MapType) else F.col(f.name)
+            for f in df.schema.fields
+        )
+    )
+
+
+def merge_all(spark: SparkSession, out: Path, batches: list[list[dict[str, Any]]], first_id: int = 0) -> follow.Round:
+    job = follow.FollowJob(out, CONFIG, WATERMARK_MS)
+    result = None
+    for i, batch in enumerate(batches):
+        result = job.merge(records(spark, batch), first_id + i)
+    assert result is not None
+    return result
+
+
+def test_the_tables_merged_batch_by_batch_are_the_batch_jobs(spark: SparkSession, tmp_path: Path) -> None:
+    batches = arrivals()
+    result = merge_all(spark, tmp_path, batches)
+    # the horizon moved: most rows were settled and written once, the rest replaced each round
+    assert result.settled_ms is not None and result.settled_ms > T0 + 20_000
+    settled_parts = [p for p in (tmp_path / s.TABLE_FOLLOWER_LAG).iterdir() if p.name.startswith("s")]
+    assert len({p.name.split("-")[0] + p.name.split("-")[1] for p in settled_parts}) >= 5
+    assert result.records == sum(len(b) for b in batches)
+    assert_tables_as_the_batch_job_computes(spark, tmp_path, all_rows())
+
+
+class Crash(Exception):
+    pass
+
+
+def test_a_restart_after_a_round_cut_short_and_a_rerun_batch_store_nothing_twice(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    batches = arrivals()
+    merge_all(spark, tmp_path, batches[:4])
+
+    def crash(step: str) -> None:
+        if step == "written":  # every table file written, the state not yet committed
+            raise Crash
+
+    job = follow.FollowJob(tmp_path, CONFIG, WATERMARK_MS)
+    with pytest.raises(Crash):
+        job.merge(records(spark, batches[4]), 4, on_step=crash)
+    # a new process: the stream reruns batch 4 (its commit never happened), then batch 5 twice
+    job = follow.FollowJob(tmp_path, CONFIG, WATERMARK_MS)
+    assert job.state is not None and job.state.batch_id == 3
+    for i, batch in enumerate(batches[4:], start=4):
+        job.merge(records(spark, batch), i)
+        if i == 5:
+            again = job.merge(records(spark, batch), i)
+            assert again.records == sum(len(b) for b in batches[:6])
+    assert_tables_as_the_batch_job_computes(spark, tmp_path, all_rows())
+
+
+def test_a_state_of_another_config_is_rebuilt_from_the_records(spark: SparkSession, tmp_path: Path) -> None:
+    merge_all(spark, tmp_path, arrivals()[:3])
+    job = follow.FollowJob(tmp_path, LagJobConfig(window_ms=2000), WATERMARK_MS)
+    assert job.needs_rebuild
+    assert not any(p.name.startswith(("s", "r")) for p in (tmp_path / s.TABLE_FOLLOWER_LAG).iterdir())
+
+
+def test_follow_switches_from_recomputing_to_merging_and_ends_with_the_batch_jobs_tables(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    metrics = tmp_path / "metrics"
+    rolled, active = write_metrics_dir(metrics)
+    out = tmp_path / "out"
+
+    def follow_once() -> spark_app.DashboardResult:
+        return spark_app.run_dashboard(
+            metrics, out, follow=True, trigger_s=1, max_batches=1, spark=spark, incremental_from=rolled + 1
+        )
+
+    first = follow_once()  # fewer records than the threshold: recomputed, no state yet
+    assert first.records == rolled and not (out / spark_app.STREAM_DIR / "state" / follow.STATE_FILE).exists()
+    roll_active_files(metrics)
+    second = follow_once()  # past the threshold: the state is built from every stored record, then merged
+    assert second.records == rolled + active
+    assert (out / spark_app.STREAM_DIR / "state" / follow.STATE_FILE).exists()
+    batch = spark_app.run_dashboard(metrics, tmp_path / "batch", window_s=10, spark=spark)
+    assert batch.records == second.records
+    for name in s.TABLES:
+        want = spark.read.parquet(str(tmp_path / "batch" / name))
+        got = spark.read.parquet(str(out / name)).select(*want.columns)
+        assertDataFrameEqual(_comparable(got), _comparable(want))
+    assert second.row_counts == batch.row_counts
+    page = (out / spark_app.DASHBOARD_FILE).read_text()
+    assert "orders-0" in page and "Follower lag" in page
+
+
+# ---- the tail: what a later round needs from before the cut ----
+
+
+def _leader_row(ts_s: int, broker: int, followers: tuple[int, ...]) -> dict[str, Any]:
+    return leader(T0 + ts_s * 1000, broker_id=broker, in_sync={f: True for f in followers})
+
+
+def _tail_times(spark: SparkSession, rows: list[dict[str, Any]], cut_s: int) -> set[tuple[int, int]]:
+    tail = follow.tail_of(follow.as_records(records(spark, rows)), T0 + cut_s * 1000, CONFIG)
+    return {(r[s.BROKER_ID], (r[s.TS_MS] - T0) // 1000) for r in tail.where(f"kind = '{s.KIND_PARTITION}'").collect()}
+
+
+def test_the_tail_keeps_each_replicas_newest_row_before_the_cut(spark: SparkSession) -> None:
+    # given broker 1 leads until 5 s and pauses; broker 2 leads from 6 s on; both list follower 3
+    rows = [_leader_row(t, 1, (3,)) for t in range(6)] + [_leader_row(t, 2, (3,)) for t in range(6, 21)]
+    kept = _tail_times(spark, rows, cut_s=15)
+    # every row from the cut; broker 1's newest row (the previous row of its next sample, whenever that
+    # comes); broker 2's newest before the cut (also the leader sequence's and follower 3's listing)
+    assert kept == {(1, 5), (2, 14), *((2, t) for t in range(15, 21))}
+
+
+def test_the_tail_keeps_the_partitions_newest_leader_row_before_the_cut(spark: SparkSession) -> None:
+    # given broker 2 leads until 10 s, listing no follower, then follows
+    rows = [_leader_row(t, 2, ()) for t in range(11)]
+    rows += [follower(T0 + t * 1000, fetch_offset=t, lag_messages=0) for t in range(11, 21)]
+    kept = _tail_times(spark, rows, cut_s=15)
+    # the leader sequence's newest row (10 s) and the replica's newest (14 s) before the cut
+    assert kept == {(2, 10), (2, 14), *((2, t) for t in range(15, 21))}
+
+
+def test_the_tail_keeps_the_newest_leader_row_listing_each_follower(spark: SparkSession) -> None:
+    # given broker 1 lists follower 3 until 5 s, then stops listing it (3 was moved away) and goes on
+    rows = [_leader_row(t, 1, (2, 3)) for t in range(6)] + [_leader_row(t, 1, (2,)) for t in range(6, 21)]
+    kept = _tail_times(spark, rows, cut_s=15)
+    assert kept == {(1, 5), (1, 14), *((1, t) for t in range(15, 21))}
+
+
+def test_the_tail_keeps_a_followers_last_window_and_the_two_samples_before_it(spark: SparkSession) -> None:
+    # given follower 2 samples every second until 12 s, then stops; the window is 4 s
+    rows = [follower(T0 + t * 1000, fetch_offset=t, lag_messages=1) for t in range(13)]
+    kept = _tail_times(spark, rows, cut_s=30)
+    assert kept == {(2, t) for t in range(7, 13)}  # 9..12 s in its last window (> 8 s), 7 and 8 s before
