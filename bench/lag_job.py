@@ -50,13 +50,20 @@ BROKERS = 100
 REPLICAS_PER_BROKER = 1000
 
 
-def generated_records(spark: SparkSession, samples: int) -> DataFrame:
-    """Partition records for every broker, replica and sample, as Spark expressions (no Python rows)."""
-    per_sample = BROKERS * REPLICAS_PER_BROKER
-    ids = spark.range(0, samples * per_sample, numPartitions=16)
+def generated_records(
+    spark: SparkSession,
+    samples: int,
+    brokers: int = BROKERS,
+    replicas_per_broker: int = REPLICAS_PER_BROKER,
+    first_sample: int = 0,
+) -> DataFrame:
+    """Partition records for every broker, replica and sample (one per second from ``first_sample``), as
+    Spark expressions (no Python rows)."""
+    per_sample = brokers * replicas_per_broker
+    ids = spark.range(first_sample * per_sample, (first_sample + samples) * per_sample, numPartitions=16)
     sample = (F.col("id") / per_sample).cast("long")
-    broker = ((F.col("id") % per_sample) / REPLICAS_PER_BROKER).cast("int")
-    slot = (F.col("id") % REPLICAS_PER_BROKER).cast("int")
+    broker = ((F.col("id") % per_sample) / replicas_per_broker).cast("int")
+    slot = (F.col("id") % replicas_per_broker).cast("int")
     group = (broker / 3).cast("int")
     leader = group * 3
     is_leader = broker == leader

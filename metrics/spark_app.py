@@ -16,8 +16,9 @@ How this works:
   within the watermark. The source's offsets and the dedup state
   live in ``<out>/_stream/checkpoint``; each micro-batch is written to ``<out>/_stream/records/batch-<id>``
   (``write_batch``: a rerun of a batch after a restart replaces its folder, so nothing is stored
-  twice), and the batch logic reruns over everything accumulated, rewriting the tables and the page
-  (window functions over the whole history cannot run as a streaming aggregation). Every
+  twice). Then ``merge_and_publish`` brings the tables and the page up to date: recomputed from
+  everything stored while the history is small, merged into carried state (``metrics.follow``) once it
+  holds ``INCREMENTAL_FROM_RECORDS`` records, so a round's cost stops growing with the history. Every
   ``COMPACT_AFTER_BATCHES`` batch folders are folded into one ``upto-<id>`` folder (``compact``), so a
   long follow reads a few folders, not one per micro-batch. The page reloads itself every trigger
   interval while following; when following stops (Ctrl-C or ``max_batches`` micro-batches with data) it
@@ -27,6 +28,7 @@ How this works:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -46,7 +48,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.storagelevel import StorageLevel
 
-from metrics import dashboard, lag_job
+from metrics import dashboard, follow, lag_job
 from metrics import schema as s
 from metrics.lag_job import LagJobConfig
 
@@ -349,6 +351,9 @@ def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: Lag
     )
 
 
+#: ``--follow`` recomputes the tables from every stored record until this many are stored, then merges
+#: each micro-batch into carried state (``merge_and_publish``; measured by ``bench.follow``).
+INCREMENTAL_FROM_RECORDS = 500_000
 BATCH_PREFIX = "batch-"
 COMPACTED_PREFIX = "upto-"
 BUILDING_PREFIX = "_building-"  # "_": never read as part of the records
@@ -447,6 +452,96 @@ def _run_round(start: Callable[[], StreamingQuery], poll_s: int = 1) -> Streamin
     return query
 
 
+def merge_and_publish(
+    job: follow.FollowJob,
+    batch: DataFrame,
+    batch_id: int,
+    title: str,
+    faults_file: Path | None = None,
+    refresh_s: int | None = None,
+    compact_after: int | None = None,
+    incremental_from: int = INCREMENTAL_FROM_RECORDS,
+) -> tuple[DashboardResult, dashboard.DashboardData] | None:
+    """One ``--follow`` round: store micro-batch ``batch_id``'s records, bring the tables up to date, and
+    rewrite the page. None for a batch without records (it only moved the watermark).
+
+    While fewer than ``incremental_from`` records are stored, the tables are recomputed from all of them
+    (``publish``, the batch job's code): a round of the incremental job has a fixed cost (state, tail and
+    a dozen small jobs) that a small history recomputes faster. From then on (and on every later start,
+    once a state exists) the round merges the batch into the follow job's state (``follow.FollowJob``),
+    at a cost that does not grow with the history. Records older than the settled horizon are dropped
+    and counted (the stream's watermark drops them first, so this is a guard)."""
+    round_started = time.monotonic()
+    spark = batch.sparkSession
+    out_dir = job.out_dir
+    accumulated = out_dir / STREAM_DIR / "records"
+    batch = follow.as_records(batch)
+    settled = job.settled_ms
+    late = F.col(s.TS_MS) < settled if settled is not None else F.lit(False)
+    counted = batch.agg(F.count(F.lit(1)).alias("rows"), F.count(F.when(late, True)).alias("late")).first()
+    if counted is None or counted["rows"] == 0:
+        return None
+    if counted["late"]:
+        print(f"batch {batch_id}: {counted['late']} records older than the settled horizon dropped", file=sys.stderr)
+        batch = batch.where(~late)
+    if batch_id > folded_upto(accumulated):  # else a rerun of a batch already folded into upto-<id>
+        write_batch(batch, accumulated, batch_id)
+    limit = COMPACT_AFTER_BATCHES if compact_after is None else compact_after
+    if sum(1 for p in accumulated_parts(accumulated) if p.name.startswith(BATCH_PREFIX)) >= limit:
+        compact(spark, accumulated)
+    faults = dashboard.fault_events(faults_file) if faults_file is not None else ()
+    parts = accumulated_parts(accumulated)
+    stored = sum(parquet_row_count(p) for p in parts)
+    how = "merged"
+    if job.needs_rebuild and stored < incremental_from:
+        how = "recomputed"
+        pages: list[dashboard.DashboardData] = []
+        _, _, _, n = publish(
+            spark.read.schema(s.LAG_JOB_SCHEMA).parquet(*(str(p) for p in parts)),
+            out_dir,
+            job.config,
+            title,
+            faults,
+            refresh_s=refresh_s,
+            on_page=pages.append,
+        )
+        data = pages[0]
+    else:
+        if job.needs_rebuild:  # no state to carry on (the switch, or computed another way): every record
+            batch = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(*(str(p) for p in parts))
+        merged = job.merge(batch, batch_id)
+        n = merged.records
+        data = dashboard.collect_dashboard_data(
+            title,
+            merged.tables,
+            job.config.window_ms,
+            merged.runs,
+            faults=faults,
+            health_bucket_ms=job.config.health_bucket_ms,
+        )
+        data.refresh_s = refresh_s
+        write_page(out_dir, data)
+    wall_s = time.monotonic() - round_started
+    result = DashboardResult(
+        out_dir=str(out_dir),
+        dashboard_html=str(out_dir / DASHBOARD_FILE),
+        tables={name: str(out_dir / name) for name in s.TABLES},
+        row_counts={name: parquet_row_count(out_dir / name) for name in s.TABLES},
+        records=n,
+        files=0,
+        status_counts=data.status_counts,
+        wall_s=round(wall_s, 3),
+        batches=1,
+    )
+    print(
+        f"batch {batch_id}: {counted['rows']} new records, {n} in all, {how} and published in "
+        f"{wall_s:.1f} s; dashboard {out_dir / DASHBOARD_FILE}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return result, data
+
+
 def run_follow(
     spark: SparkSession,
     metrics_dir: Path,
@@ -455,6 +550,7 @@ def run_follow(
     trigger_s: float = TRIGGER_S_DEFAULT,
     max_batches: int | None = None,
     compact_after: int | None = None,
+    incremental_from: int = INCREMENTAL_FROM_RECORDS,
 ) -> DashboardResult:
     """Stream the rolled files, republishing after every micro-batch with data (see module docstring)."""
     if not metrics_dir.is_dir():
@@ -482,42 +578,24 @@ def run_follow(
 
     refresh_s = max(1, math.ceil(trigger_s))
 
+    job = follow.FollowJob(out_dir, config, watermark_s * 1000)
+    title = _title(metrics_dir)
+
     def publish_batch(batch: DataFrame, batch_id: int) -> None:
-        if batch.isEmpty():
-            return  # a no-data batch that only moved the watermark
-        if batch_id > folded_upto(accumulated):  # else a rerun of a batch already folded into upto-<id>
-            write_batch(batch, accumulated, batch_id)
-        limit = COMPACT_AFTER_BATCHES if compact_after is None else compact_after
-        if sum(1 for p in accumulated_parts(accumulated) if p.name.startswith(BATCH_PREFIX)) >= limit:
-            compact(spark, accumulated)
-        parts = accumulated_parts(accumulated)
-        records = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(*(str(p) for p in parts))
-
-        def on_page(data: dashboard.DashboardData) -> None:
-            state.page = data
-
-        paths, counts, statuses, n = publish(
-            records,
-            out_dir,
-            config,
-            _title(metrics_dir),
-            dashboard.fault_events(metrics_dir / s.FAULTS_FILE),
+        published = merge_and_publish(
+            job,
+            batch,
+            batch_id,
+            title=title,
+            faults_file=metrics_dir / s.FAULTS_FILE,
             refresh_s=refresh_s,
-            on_page=on_page,
+            compact_after=compact_after,
+            incremental_from=incremental_from,
         )
-        state.batches += 1
-        state.last = DashboardResult(
-            out_dir=str(out_dir),
-            dashboard_html=str(out_dir / DASHBOARD_FILE),
-            tables=paths,
-            row_counts=counts,
-            records=n,
-            files=0,
-            status_counts=statuses,
-            wall_s=round(time.monotonic() - started, 3),
-            batches=state.batches,
-        )
-        print(f"batch {batch_id}: {n} records, dashboard {out_dir / DASHBOARD_FILE}", file=sys.stderr, flush=True)
+        if published is not None:
+            state.batches += 1
+            result, state.page = published
+            state.last = dataclasses.replace(result, wall_s=round(time.monotonic() - started, 3), batches=state.batches)
 
     def start() -> StreamingQuery:
         return (
@@ -560,6 +638,7 @@ def run_dashboard(
     max_batches: int | None = None,
     spark: SparkSession | None = None,
     allowed_lag: int = 0,
+    incremental_from: int = INCREMENTAL_FROM_RECORDS,
 ) -> DashboardResult:
     """Build the tables and ``dashboard.html`` once (batch) or keep refreshing them (follow).
 
@@ -577,7 +656,9 @@ def run_dashboard(
     session = spark or create_session(master)
     try:
         if follow:
-            return run_follow(session, metrics_path, out_path, config, trigger_s, max_batches)
+            return run_follow(
+                session, metrics_path, out_path, config, trigger_s, max_batches, incremental_from=incremental_from
+            )
         return run_batch(session, metrics_path, out_path, config)
     finally:
         if owned:
@@ -609,6 +690,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-batches", type=int, default=None, metavar="N", help="--follow: stop after N refreshes")
     p.add_argument(
+        "--incremental-from",
+        type=int,
+        default=INCREMENTAL_FROM_RECORDS,
+        metavar="N",
+        help="--follow: recompute from every stored record until N are stored, then merge each batch into "
+        f"carried state (default {INCREMENTAL_FROM_RECORDS:,})",
+    )
+    p.add_argument(
         "--allowed-lag",
         type=int,
         default=0,
@@ -627,6 +716,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.allowed_lag < 0:
         print("minibroker dashboard: --allowed-lag must be >= 0", file=sys.stderr)
         return 2
+    if args.incremental_from < 0:
+        print("minibroker dashboard: --incremental-from must be >= 0", file=sys.stderr)
+        return 2
     try:
         result = run_dashboard(
             args.metrics,
@@ -637,6 +729,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             trigger_s=args.trigger_s,
             max_batches=args.max_batches,
             allowed_lag=args.allowed_lag,
+            incremental_from=args.incremental_from,
         )
     except NoMetricsError as e:
         print(f"minibroker dashboard: {e}", file=sys.stderr)
