@@ -246,13 +246,14 @@ def broker_runs(records: DataFrame) -> list[BrokerRun]:
     One small job over the records (any kind); the record count, the time span, "now" and the
     broker events all derive from it.
     """
-    return broker_runs_of_partials(lag_job.broker_runs_partial(records))
+    return broker_runs_of_partials(lag_job.broker_runs_partial(records), single=True)
 
 
-def broker_runs_of_partials(partials: DataFrame) -> list[BrokerRun]:
-    """``broker_runs`` from partial counts (``lag_job.broker_runs_partial`` of disjoint record sets)."""
+def broker_runs_of_partials(partials: DataFrame, single: bool = False) -> list[BrokerRun]:
+    """``broker_runs`` from partial counts (``lag_job.broker_runs_partial`` of disjoint record sets);
+    ``single``: see ``lag_job.merge_partials``."""
     rows = (
-        lag_job.merge_partials(partials, lag_job.BROKER_RUNS_KEY, lag_job.BROKER_RUNS_MERGE)
+        lag_job.merge_partials(partials, lag_job.BROKER_RUNS_KEY, lag_job.BROKER_RUNS_MERGE, single)
         .orderBy(s.BROKER_ID, "first_ts_ms")
         .collect()
     )

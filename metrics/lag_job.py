@@ -117,10 +117,15 @@ def in_range(
 AggSpec = str | tuple[str, str]
 
 
-def merge_partials(partials: DataFrame, key: tuple[str, ...], spec: dict[str, AggSpec]) -> DataFrame:
+def merge_partials(
+    partials: DataFrame, key: tuple[str, ...], spec: dict[str, AggSpec], single: bool = False
+) -> DataFrame:
     """Merge partial aggregates of the same key: ``spec`` maps each column to "sum", "min" or "max", or to
     ("max_by", ordering column) for a value taken from the partial with the largest ordering column.
-    Partials of disjoint row sets merge into the aggregate of their union."""
+    Partials of disjoint row sets merge into the aggregate of their union. ``single``: ``partials`` is one
+    partial (a row per key) and is returned as it is, without an aggregation pass (the batch job)."""
+    if single:
+        return partials
     aggs = []
     for column, how in spec.items():
         if isinstance(how, tuple):
@@ -482,9 +487,10 @@ def under_replicated_partial(
     )
 
 
-def under_replicated_of_partials(partials: DataFrame, isr_changes_df: DataFrame) -> DataFrame:
-    """``under_replicated`` from its partials (``under_replicated_partial``) and ``isr_changes``."""
-    times = merge_partials(partials, UNDER_REPLICATED_KEY, UNDER_REPLICATED_MERGE)
+def under_replicated_of_partials(partials: DataFrame, isr_changes_df: DataFrame, single: bool = False) -> DataFrame:
+    """``under_replicated`` from its partials (``under_replicated_partial``) and ``isr_changes``; ``single``:
+    see ``merge_partials``."""
+    times = merge_partials(partials, UNDER_REPLICATED_KEY, UNDER_REPLICATED_MERGE, single)
     isr_counts = isr_changes_df.groupBy(s.TOPIC, s.PARTITION).agg(
         F.sum("shrinks").alias("isr_shrinks"),
         F.sum("expands").alias("isr_expands"),
@@ -525,7 +531,7 @@ def under_replicated(
     """
     if leaders is None:
         leaders = leader_samples(partition_records_df)
-    return under_replicated_of_partials(under_replicated_partial(leaders, config), isr_changes_df)
+    return under_replicated_of_partials(under_replicated_partial(leaders, config), isr_changes_df, single=True)
 
 
 ISR_CHANGES_KEY: tuple[str, ...] = (s.TOPIC, s.PARTITION, "follower_id")
@@ -585,9 +591,9 @@ def isr_changes_partial(
     )
 
 
-def isr_changes_of_partials(partials: DataFrame) -> DataFrame:
-    """``isr_changes`` from its partials (``isr_changes_partial``)."""
-    merged = merge_partials(partials, ISR_CHANGES_KEY, ISR_CHANGES_MERGE)
+def isr_changes_of_partials(partials: DataFrame, single: bool = False) -> DataFrame:
+    """``isr_changes`` from its partials (``isr_changes_partial``); ``single``: see ``merge_partials``."""
+    merged = merge_partials(partials, ISR_CHANGES_KEY, ISR_CHANGES_MERGE, single)
     return merged.select(
         *ISR_CHANGES_KEY,
         F.col("samples").cast("long").alias("samples"),
@@ -607,7 +613,7 @@ def isr_changes(partition_records_df: DataFrame, config: LagJobConfig) -> DataFr
     false → true; out_of_sync_ms sums the durations of samples with in_sync false. Columns: topic,
     partition, follower_id, samples, shrinks, expands, out_of_sync_ms, observed_ms, in_sync_last.
     """
-    return isr_changes_of_partials(isr_changes_partial(partition_records_df, config))
+    return isr_changes_of_partials(isr_changes_partial(partition_records_df, config), single=True)
 
 
 def cluster_health(
@@ -916,9 +922,9 @@ def leader_timeline_partial(
     )
 
 
-def leader_timeline_of_partials(partials: DataFrame) -> DataFrame:
-    """``leader_timeline`` from its partials (``leader_timeline_partial``)."""
-    grouped = merge_partials(partials, LEADER_TIMELINE_KEY, LEADER_TIMELINE_MERGE)
+def leader_timeline_of_partials(partials: DataFrame, single: bool = False) -> DataFrame:
+    """``leader_timeline`` from its partials (``leader_timeline_partial``); ``single``: see ``merge_partials``."""
+    grouped = merge_partials(partials, LEADER_TIMELINE_KEY, LEADER_TIMELINE_MERGE, single)
     by_partition = Window.partitionBy(s.TOPIC, s.PARTITION).orderBy("first_seen_ms", s.LEADER_EPOCH)
     return grouped.select(
         s.TOPIC,
@@ -943,7 +949,7 @@ def leader_timeline(partition_records_df: DataFrame) -> DataFrame:
     epoch), then previous_leader_id / previous_leader_epoch of the partition's entry before it
     (null for the first). leader_id −1 means the replicas knew no leader (offline).
     """
-    return leader_timeline_of_partials(leader_timeline_partial(partition_records_df))
+    return leader_timeline_of_partials(leader_timeline_partial(partition_records_df), single=True)
 
 
 BROKER_RUNS_KEY: tuple[str, ...] = (s.BROKER_ID, s.BROKER_START_MS)
