@@ -43,8 +43,8 @@ def run(brokers: int, replicas: int, batch_s: int, rounds: int, checkpoints: lis
     try:
         # Warm-up: one round in a throwaway dir, untimed.
         warm = follow.FollowJob(out / "warm", CONFIG, WATERMARK_MS)
-        first = generated_records(spark, batch_s, brokers, replicas)
-        spark_app.merge_and_publish(warm, first, 0, title="warm", incremental_from=0)
+        warm_batch = generated_records(spark, batch_s, brokers, replicas)
+        spark_app.merge_and_publish(warm, warm_batch, 0, title="warm", incremental_from=0)
         job = follow.FollowJob(out / "follow", CONFIG, WATERMARK_MS)
         points: list[dict[str, Any]] = []
         rounds_s: list[float] = []
@@ -55,7 +55,7 @@ def run(brokers: int, replicas: int, batch_s: int, rounds: int, checkpoints: lis
             )
             rounds_s.append(timing.wall_s)
             if k + 1 in checkpoints:
-                stored = spark_app.accumulated_parts(out / "follow" / spark_app.STREAM_DIR / "records")
+                stored = spark_app.accumulated_parts(out / "follow" / s.STREAM_DIR / "records")
                 records = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(*(str(p) for p in stored))
                 full = clock.measure(
                     lambda: spark_app.publish(records, out / "full", CONFIG, "bench")  # noqa: B023

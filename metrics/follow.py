@@ -82,7 +82,6 @@ PARTIALS: dict[str, tuple[tuple[str, ...], dict[str, lag_job.AggSpec]]] = {
     PARTIAL_FIRST_SEEN: (lag_job.FIRST_SEEN_KEY, lag_job.FIRST_SEEN_MERGE),
 }
 RECORD_COLUMNS: tuple[str, ...] = tuple(s.LAG_JOB_SCHEMA.fieldNames())
-DEDUP_KEY: tuple[str, ...] = (s.KIND, s.BROKER_ID, s.TS_MS, s.TOPIC, s.PARTITION)  # one record per key
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class FollowState:
     """What ``state.json`` holds: the last merged batch and where its state is."""
 
     batch_id: int
-    settled_ms: int | None  # every table row before it is final and written; None: nothing settled yet
+    settled_ms: int  # every table row before it is final and written
     newest_ms: int  # the newest ts_ms merged
     version: str  # the folder under the state dir holding the tail and the settled partials
     config: dict[str, int | None]  # the LagJobConfig the state was computed with
@@ -103,7 +102,7 @@ class Round:
     tables: dict[str, DataFrame]
     runs: list[dashboard.BrokerRun]
     records: int
-    settled_ms: int | None
+    settled_ms: int
     newest_ms: int
 
 
@@ -205,8 +204,8 @@ class FollowJob:
         self.out_dir = out_dir
         self.config = config
         self.watermark_ms = watermark_ms
-        self.state_dir = out_dir / "_stream" / "state"
-        self.staging = out_dir / "_stream" / "staging"
+        self.state_dir = out_dir / s.STREAM_DIR / "state"
+        self.staging = out_dir / s.STREAM_DIR / "staging"
         self.state = self._load()
         self._recover()
 
@@ -259,7 +258,7 @@ class FollowJob:
             return False
         if name.startswith(RECENT_PREFIX):
             return name.startswith(f"{RECENT_PREFIX}{state.batch_id}-")
-        if name.startswith(SETTLED_PREFIX) and state.settled_ms is not None:
+        if name.startswith(SETTLED_PREFIX):
             span = name[len(SETTLED_PREFIX) :].split("-")
             try:
                 return int(span[1]) <= state.settled_ms

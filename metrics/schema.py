@@ -127,6 +127,11 @@ LAG_JOB_SCHEMA = StructType(
     ]
 )
 
+# A record's identity: a duplicate (MQTT QoS 1 may deliver a message twice) has the same key.
+DEDUP_KEY: tuple[str, ...] = (KIND, BROKER_ID, TS_MS, TOPIC, PARTITION)
+# Under the dashboard's out dir, what --follow keeps between micro-batches (checkpoint, records, state).
+STREAM_DIR = "_stream"
+
 # Output tables, one Parquet folder each under the dashboard's out dir.
 TABLE_FOLLOWER_LAG = "follower_lag"
 TABLE_REPLICA_LAG = "replica_lag"  # the leader's view of each follower's lag

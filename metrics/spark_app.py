@@ -56,10 +56,8 @@ DASHBOARD_FILE = "dashboard.html"
 ACTIVE_DIR = "_active"
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 ROLLED_GLOB = "broker-*.jsonl"
-STREAM_DIR = "_stream"
 WINDOW_S_DEFAULT = 10
 TRIGGER_S_DEFAULT = 10
-DEDUP_KEY = (s.KIND, s.BROKER_ID, s.TS_MS, s.TOPIC, s.PARTITION)
 # Shuffle partitions per local core: enough tasks to balance two or more cores, few enough that each
 # small aggregation does not pay for hundreds of near-empty tasks (AQE coalesces further).
 LOCAL_SHUFFLE_PARTITIONS_PER_CORE = 2
@@ -474,8 +472,7 @@ def merge_and_publish(
     round_started = time.monotonic()
     spark = batch.sparkSession
     out_dir = job.out_dir
-    accumulated = out_dir / STREAM_DIR / "records"
-    batch = follow.as_records(batch)
+    accumulated = out_dir / s.STREAM_DIR / "records"
     settled = job.settled_ms
     late = F.col(s.TS_MS) < settled if settled is not None else F.lit(False)
     counted = batch.agg(F.count(F.lit(1)).alias("rows"), F.count(F.when(late, True)).alias("late")).first()
@@ -556,7 +553,7 @@ def run_follow(
     if not metrics_dir.is_dir():
         raise NoMetricsError(f"metrics dir {metrics_dir} does not exist or is not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
-    stream_dir = out_dir / STREAM_DIR
+    stream_dir = out_dir / s.STREAM_DIR
     accumulated = stream_dir / "records"
     if accumulated.is_dir():
         for leftover in accumulated.glob(f"{BUILDING_PREFIX}*"):  # a write cut short by a crash
@@ -572,7 +569,7 @@ def run_follow(
         .where(F.col(s.KIND).isNotNull() & F.col(s.TS_MS).isNotNull())
         .withColumn("event_time", F.timestamp_millis(F.col(s.TS_MS)))
         .withWatermark("event_time", f"{watermark_s} seconds")
-        .dropDuplicatesWithinWatermark(list(DEDUP_KEY))
+        .dropDuplicatesWithinWatermark(list(s.DEDUP_KEY))
         .drop("event_time")
     )
 

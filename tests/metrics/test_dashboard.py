@@ -489,7 +489,7 @@ def test_follow_folds_its_batch_folders_into_one_and_keeps_every_record_once(
     monkeypatch.setattr(spark_app, "COMPACT_AFTER_BATCHES", 2)
     rolled, active = write_metrics_dir(tmp_path / "metrics")
     out = tmp_path / "out"
-    records = out / spark_app.STREAM_DIR / "records"
+    records = out / s.STREAM_DIR / "records"
     first = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
     assert first.records == rolled
     assert [p.name for p in spark_app.accumulated_parts(records)] == [p.name for p in records.iterdir()]
@@ -503,7 +503,7 @@ def test_follow_folds_its_batch_folders_into_one_and_keeps_every_record_once(
     assert folded.name.startswith(spark_app.COMPACTED_PREFIX) and not first_batch.exists()
     assert spark_app.accumulated_parts(records) == [folded]
     stored = spark.read.parquet(str(folded))
-    assert stored.count() == stored.dropDuplicates(list(spark_app.DEDUP_KEY)).count() == rolled + active
+    assert stored.count() == stored.dropDuplicates(list(s.DEDUP_KEY)).count() == rolled + active
 
 
 @pytest.mark.slow
@@ -567,9 +567,9 @@ def test_a_follow_restart_that_reruns_a_batch_stores_its_records_once(spark: Spa
     assert first.records == rolled
     # As if the query died between the sink and the commit of the batch that stored the records: no
     # commit for it, and nothing planned after it (such as the no-data batch that moves the watermark).
-    [stored_batch] = (out / spark_app.STREAM_DIR / "records").glob(f"{spark_app.BATCH_PREFIX}*")
+    [stored_batch] = (out / s.STREAM_DIR / "records").glob(f"{spark_app.BATCH_PREFIX}*")
     batch_id = int(stored_batch.name.removeprefix(spark_app.BATCH_PREFIX))
-    checkpoint = out / spark_app.STREAM_DIR / "checkpoint"
+    checkpoint = out / s.STREAM_DIR / "checkpoint"
     for log, after in (("commits", batch_id - 1), ("offsets", batch_id)):
         for entry in (checkpoint / log).iterdir():
             number = entry.name.lstrip(".").removesuffix(".crc")  # N or .N.crc (Spark's own temp files aside)
@@ -578,9 +578,9 @@ def test_a_follow_restart_that_reruns_a_batch_stores_its_records_once(spark: Spa
 
     again = spark_app.run_dashboard(tmp_path / "metrics", out, follow=True, trigger_s=1, max_batches=1, spark=spark)
     assert again.records == rolled
-    stored = spark.read.parquet(str(out / spark_app.STREAM_DIR / "records" / f"{spark_app.BATCH_PREFIX}*"))
+    stored = spark.read.parquet(str(out / s.STREAM_DIR / "records" / f"{spark_app.BATCH_PREFIX}*"))
     assert stored.count() == rolled
-    assert stored.dropDuplicates(list(spark_app.DEDUP_KEY)).count() == rolled
+    assert stored.dropDuplicates(list(s.DEDUP_KEY)).count() == rolled
 
 
 def test_a_missing_metrics_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -137,11 +137,11 @@ def test_follow_switches_from_recomputing_to_merging_and_ends_with_the_batch_job
         )
 
     first = follow_once()  # fewer records than the threshold: recomputed, no state yet
-    assert first.records == rolled and not (out / spark_app.STREAM_DIR / "state" / follow.STATE_FILE).exists()
+    assert first.records == rolled and not (out / s.STREAM_DIR / "state" / follow.STATE_FILE).exists()
     roll_active_files(metrics)
     second = follow_once()  # past the threshold: the state is built from every stored record, then merged
     assert second.records == rolled + active
-    assert (out / spark_app.STREAM_DIR / "state" / follow.STATE_FILE).exists()
+    assert (out / s.STREAM_DIR / "state" / follow.STATE_FILE).exists()
     batch = spark_app.run_dashboard(metrics, tmp_path / "batch", window_s=10, spark=spark)
     assert batch.records == second.records
     for name in s.TABLES:
