@@ -30,7 +30,10 @@ class DelayedOperation(TimerTask):
     __slots__ = ("_completed",)
 
     def __init__(self, delay_ms: int) -> None:
-        super().__init__(delay_ms)
+        # TimerTask.__init__, inlined: one operation is built per delayed request.
+        self.delay_ms = delay_ms
+        self.bucket = None
+        self.expiration_ms = -1
         self._completed = False
 
     def force_complete(self) -> bool:

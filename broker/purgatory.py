@@ -59,7 +59,8 @@ class DelayedOperationPurgatory(Generic[T]):
         Kafka tries a second time after watching, because another thread may have changed the state in
         between; on a single thread nothing can, so one try is enough.
         """
-        keys = tuple(keys)
+        if not isinstance(keys, (tuple, list)):
+            keys = tuple(keys)  # walked once below; a one-shot iterator must not be consumed by the check
         if not keys:
             raise ValueError("the watch key list can't be empty")
         if operation.try_complete():
@@ -120,6 +121,8 @@ class DelayedOperationPurgatory(Generic[T]):
 
     def maybe_purge(self) -> int:
         """Drop completed operations from all watch lists if enough have piled up; returns how many."""
+        if self._estimated_total_operations <= self.purge_interval:
+            return 0  # not enough ever watched to be worth counting the pending ones
         num_delayed = self._timer.size
         if self._estimated_total_operations - num_delayed <= self.purge_interval:
             return 0

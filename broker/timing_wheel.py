@@ -38,8 +38,9 @@ buckets are shared between threads. On one thread the task can hold those two fi
 at most one bucket, moving it takes it out of the old one first, and no bucket ever holds a stale entry.
 That saves an object per delayed operation (about 70 bytes, and its construction on every add).
 
-Everything runs on one thread (the broker's event loop): there are no locks and no atomics, and the
-shared task counter is a plain integer box.
+Everything runs on one thread (the broker's event loop): there are no locks and no atomics. Kafka keeps
+a shared atomic task counter that every add, cancel and flush updates; here a timer's size is counted from
+its buckets when asked (a metric, and the purgatory's purge check), which costs nothing per task.
 """
 
 from __future__ import annotations
@@ -71,7 +72,6 @@ class TimerTask(ABC):
             # bucket.remove(self), inlined: every delayed operation completed early comes here.
             del bucket._entries[self]
             self.bucket = None
-            bucket._task_counter.value -= 1
 
     @property
     def scheduled(self) -> bool:
@@ -83,29 +83,18 @@ class TimerTask(ABC):
         """Called once the task's expiration has passed (on the event loop thread)."""
 
 
-class TaskCounter:
-    """The number of tasks in all buckets of one timer, shared by every bucket of every level."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0
-
-
 class TimerTaskList:
     """One bucket: the tasks expiring in one slot of one wheel, and the slot's expiration.
 
-    Invariants: `task.bucket is self` exactly for the tasks held here; `task_counter` counts them
-    (together with every other bucket sharing the counter); `expiration_ms` is -1 while the bucket is not
-    scheduled in the delay queue (new, or just flushed).
+    Invariants: `task.bucket is self` exactly for the tasks held here; `expiration_ms` is -1 while the
+    bucket is not scheduled in the delay queue (new, or just flushed).
     """
 
-    __slots__ = ("_entries", "_task_counter", "_expiration_ms")
+    __slots__ = ("_entries", "_expiration_ms")
 
-    def __init__(self, task_counter: TaskCounter) -> None:
+    def __init__(self) -> None:
         # A dict is an insertion-ordered set with O(1) add and delete, done in C.
         self._entries: dict[TimerTask, None] = {}
-        self._task_counter = task_counter
         self._expiration_ms = -1
 
     def set_expiration(self, expiration_ms: int) -> bool:
@@ -126,7 +115,6 @@ class TimerTaskList:
         task.cancel()
         self._entries[task] = None
         task.bucket = self
-        self._task_counter.value += 1
 
     def remove(self, task: TimerTask) -> None:
         if task.bucket is self:
@@ -139,10 +127,8 @@ class TimerTaskList:
         # (which never shrinks on delete) is freed with it.
         self._entries = {}
         self._expiration_ms = -1
-        counter = self._task_counter
         for task in entries:
             task.bucket = None
-            counter.value -= 1
             reinsert(task)
 
     def tasks(self) -> list[TimerTask]:
@@ -174,13 +160,10 @@ class TimingWheel:
         "current_time_ms",
         "buckets",
         "overflow_wheel",
-        "_task_counter",
         "_queue",
     )
 
-    def __init__(
-        self, tick_ms: int, wheel_size: int, start_ms: int, task_counter: TaskCounter, queue: BucketQueue
-    ) -> None:
+    def __init__(self, tick_ms: int, wheel_size: int, start_ms: int, queue: BucketQueue) -> None:
         if tick_ms <= 0 or wheel_size <= 0:
             raise ValueError(f"tick_ms and wheel_size must be positive, got {tick_ms} and {wheel_size}")
         self.tick_ms = tick_ms
@@ -188,15 +171,12 @@ class TimingWheel:
         self.interval_ms = tick_ms * wheel_size
         # Rounded down to a tick, so slot boundaries are multiples of tick_ms.
         self.current_time_ms = start_ms - (start_ms % tick_ms)
-        self.buckets = [TimerTaskList(task_counter) for _ in range(wheel_size)]
+        self.buckets = [TimerTaskList() for _ in range(wheel_size)]
         self.overflow_wheel: TimingWheel | None = None
-        self._task_counter = task_counter
         self._queue = queue
 
     def _add_overflow_wheel(self) -> TimingWheel:
-        self.overflow_wheel = TimingWheel(
-            self.interval_ms, self.wheel_size, self.current_time_ms, self._task_counter, self._queue
-        )
+        self.overflow_wheel = TimingWheel(self.interval_ms, self.wheel_size, self.current_time_ms, self._queue)
         return self.overflow_wheel
 
     def add(self, task: TimerTask) -> bool:
@@ -219,7 +199,6 @@ class TimingWheel:
                 # bucket.add(task) and bucket.set_expiration(...), inlined on this once-per-task path.
                 bucket._entries[task] = None
                 task.bucket = bucket
-                bucket._task_counter.value += 1
                 # Only a bucket whose expiration changed needs queueing: a bucket already queued for this
                 # slot will be flushed at the right time with the new task in it.
                 bucket_expiration_ms = virtual_id * tick_ms
@@ -237,6 +216,10 @@ class TimingWheel:
             wheel.current_time_ms = time_ms - (time_ms % wheel.tick_ms)
             time_ms = wheel.current_time_ms
             wheel = wheel.overflow_wheel
+
+    def task_count(self) -> int:
+        """Tasks in the buckets of this wheel and its overflow wheels."""
+        return sum(len(bucket._entries) for wheel in self.levels() for bucket in wheel.buckets)
 
     def levels(self) -> list[TimingWheel]:
         """This wheel and every overflow wheel created so far, finest first."""

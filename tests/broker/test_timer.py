@@ -122,6 +122,65 @@ def test_next_expiration_is_the_earliest_bucket_so_a_reaper_can_sleep_until_then
     assert timer.next_expiration_ms() == START_MS + 7
 
 
+def test_a_task_cancelled_before_the_earliest_staged_one_is_due_never_reaches_the_wheel() -> None:
+    # given two tasks waiting in the timer, the earlier due in 5 ms
+    time = ManualTime(START_MS)
+    timer = SystemTimer(time)
+    fired: list[tuple[int, float]] = []
+    early, late = RecordingTask(5, 1, time, fired), RecordingTask(300, 2, time, fired)
+    timer.add(early)
+    timer.add(late)
+    assert timer.size == 2 and timer.timing_wheel.task_count() == 0
+
+    # when the later one completes (is cancelled) before the earlier one is due
+    time.advance(2)
+    late.cancel()
+    timer.advance_clock()
+
+    # then no bucket of the wheel ever held it: only the early task went to the wheel when it came due
+    assert timer.timing_wheel.task_count() == 0 and timer.size == 1
+    time.advance(3)
+    timer.advance_clock()
+    assert fired == [(1, START_MS + 5)]
+    assert timer.size == 0 and timer.next_expiration_ms() is None
+
+
+def test_tasks_still_pending_when_the_earliest_is_due_move_to_the_wheel_and_fire_on_time() -> None:
+    time = ManualTime(START_MS)
+    timer = SystemTimer(time)
+    fired: list[tuple[int, float]] = []
+    for task_id, delay_ms in enumerate((7, 250, 30)):
+        timer.add(RecordingTask(delay_ms, task_id, time, fired))
+
+    time.advance(7)
+    timer.advance_clock()
+
+    assert fired == [(0, START_MS + 7)]
+    assert timer.timing_wheel.task_count() == 2 and timer.size == 2
+    assert timer.next_expiration_ms() is not None and timer.next_expiration_ms() <= START_MS + 30
+    run_until_empty(timer, time)
+    assert fired == [(0, START_MS + 7), (2, START_MS + 30), (1, START_MS + 250)]
+
+
+def test_a_task_added_between_two_milliseconds_is_due_at_the_next_whole_one_never_before() -> None:
+    # given a clock 0.3 ms past a whole millisecond
+    time = ManualTime(START_MS)
+    time.advance(0.3)
+    timer = SystemTimer(time)
+    fired: list[tuple[int, float]] = []
+
+    timer.add(RecordingTask(10, 1, time, fired))
+
+    # then the reaper is told to wake at +11 (the deadline +10.3 rounded up), and it runs then, not at +10
+    assert timer.next_expiration_ms() == START_MS + 11
+    time.advance(9.7)
+    timer.advance_clock()
+    assert fired == []
+    time.advance(1)
+    timer.advance_clock()
+    assert fired == [(1, START_MS + 11)]
+
+
 def test_a_failing_task_does_not_stop_the_others_due_in_the_same_bucket(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.timing_wheel import TaskCounter, TimerTask, TimerTaskList, TimingWheel
+from broker.timing_wheel import TimerTask, TimerTaskList, TimingWheel
 
 
 class CountingTask(TimerTask):
@@ -29,22 +29,20 @@ class RecordingQueue:
         self.offered.append((bucket.expiration_ms, bucket))
 
 
-def test_readding_a_task_moves_it_and_keeps_the_shared_counter_consistent() -> None:
+def test_readding_a_task_moves_it_so_it_sits_in_exactly_one_list() -> None:
     # given ten tasks in list1
-    counter = TaskCounter()
-    list1, list2, list3 = TimerTaskList(counter), TimerTaskList(counter), TimerTaskList(counter)
+    list1, list2, list3 = TimerTaskList(), TimerTaskList(), TimerTaskList()
     tasks = [CountingTask(10, i) for i in range(10)]
     for task in tasks:
         list1.add(due_at(task, 10))
-    assert counter.value == 10
     assert list1.tasks() == tasks
 
     # when four of them are added to list2
     for task in tasks[:4]:
         list2.add(due_at(task, 10))
 
-    # then they left list1 and the counter did not change
-    assert counter.value == 10
+    # then they left list1
+    assert len(list1) + len(list2) == 10
     assert list1.tasks() == tasks[4:]
     assert list2.tasks() == tasks[:4]
 
@@ -53,14 +51,12 @@ def test_readding_a_task_moves_it_and_keeps_the_shared_counter_consistent() -> N
         list3.add(due_at(task, 10))
 
     # then list1 is empty, each task sits in exactly one list
-    assert counter.value == 10
-    assert len(list1) == 0
+    assert len(list1) == 0 and len(list2) + len(list3) == 10
     assert list3.tasks() == tasks[4:]
 
 
-def test_cancelled_tasks_disappear_from_their_bucket_and_the_counter() -> None:
-    counter = TaskCounter()
-    bucket = TimerTaskList(counter)
+def test_cancelled_tasks_disappear_from_their_bucket() -> None:
+    bucket = TimerTaskList()
     tasks = [CountingTask(10, i) for i in range(10)]
     for task in tasks:
         bucket.add(due_at(task, 10))
@@ -70,13 +66,11 @@ def test_cancelled_tasks_disappear_from_their_bucket_and_the_counter() -> None:
 
     assert bucket.tasks() == tasks[1::2]
     assert len(bucket) == 5
-    assert counter.value == 5
     assert not any(task.scheduled for task in tasks[::2]) and all(task.scheduled for task in tasks[1::2])
 
 
 def test_cancelling_twice_or_cancelling_an_unscheduled_task_changes_nothing() -> None:
-    counter = TaskCounter()
-    bucket = TimerTaskList(counter)
+    bucket = TimerTaskList()
     scheduled, never_added = CountingTask(5), CountingTask(5)
     bucket.add(due_at(scheduled, 5))
 
@@ -84,13 +78,11 @@ def test_cancelling_twice_or_cancelling_an_unscheduled_task_changes_nothing() ->
     scheduled.cancel()
     never_added.cancel()
 
-    assert counter.value == 0
-    assert len(bucket) == 0
+    assert len(bucket) == 0 and not scheduled.scheduled
 
 
 def test_adding_a_task_to_another_bucket_takes_it_out_of_the_first() -> None:
-    counter = TaskCounter()
-    old_bucket, new_bucket = TimerTaskList(counter), TimerTaskList(counter)
+    old_bucket, new_bucket = TimerTaskList(), TimerTaskList()
     task = CountingTask(5)
     old_bucket.add(due_at(task, 5))
 
@@ -98,12 +90,10 @@ def test_adding_a_task_to_another_bucket_takes_it_out_of_the_first() -> None:
 
     assert task.bucket is new_bucket
     assert len(old_bucket) == 0 and new_bucket.tasks() == [task]
-    assert counter.value == 1
 
 
 def test_flush_hands_over_every_task_in_order_and_unschedules_the_bucket() -> None:
-    counter = TaskCounter()
-    bucket = TimerTaskList(counter)
+    bucket = TimerTaskList()
     tasks = [CountingTask(3, i) for i in range(5)]
     for task in tasks:
         bucket.add(due_at(task, 3))
@@ -116,11 +106,11 @@ def test_flush_hands_over_every_task_in_order_and_unschedules_the_bucket() -> No
     assert flushed == tasks
     assert not any(task.scheduled for task in flushed)
     assert bucket.get_expiration() == -1
-    assert counter.value == 0 and len(bucket) == 0
+    assert len(bucket) == 0
 
 
 def test_a_task_due_within_one_tick_is_rejected_as_expired() -> None:
-    wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=1000, task_counter=TaskCounter(), queue=RecordingQueue())
+    wheel = TimingWheel(tick_ms=1, wheel_size=20, start_ms=1000, queue=RecordingQueue())
 
     assert not wheel.add(due_at(CountingTask(0), 1000))
     assert not wheel.add(due_at(CountingTask(-5), 995))
@@ -130,8 +120,7 @@ def test_a_task_due_within_one_tick_is_rejected_as_expired() -> None:
 def test_far_tasks_go_to_lazily_created_overflow_wheels_with_coarser_ticks() -> None:
     # given a 1 ms x 20 wheel at t=0
     queue = RecordingQueue()
-    counter = TaskCounter()
-    wheel = TimingWheel(1, 20, 0, counter, queue)
+    wheel = TimingWheel(1, 20, 0, queue)
     assert wheel.overflow_wheel is None
 
     # when tasks due at 7, 437 and 9000 are added
@@ -145,13 +134,13 @@ def test_far_tasks_go_to_lazily_created_overflow_wheels_with_coarser_ticks() -> 
     assert levels[0].buckets[7].expiration_ms == 7
     assert levels[2].buckets[1].expiration_ms == 400
     assert levels[3].buckets[1].expiration_ms == 8000
-    assert counter.value == 3
+    assert wheel.task_count() == 3
 
 
 def test_flushing_a_coarse_bucket_cascades_its_tasks_into_finer_buckets() -> None:
     # given a task due at 437 parked in the level-2 bucket that expires at 400
     queue = RecordingQueue()
-    wheel = TimingWheel(1, 20, 0, TaskCounter(), queue)
+    wheel = TimingWheel(1, 20, 0, queue)
     task = CountingTask(437)
     wheel.add(due_at(task, 437))
     _, level2_bucket = queue.offered[-1]
@@ -174,7 +163,7 @@ def test_flushing_a_coarse_bucket_cascades_its_tasks_into_finer_buckets() -> Non
 
 
 def test_advancing_the_clock_rounds_down_to_a_tick_and_carries_the_overflow_wheels() -> None:
-    wheel = TimingWheel(1, 20, 0, TaskCounter(), RecordingQueue())
+    wheel = TimingWheel(1, 20, 0, RecordingQueue())
     wheel.add(due_at(CountingTask(500), 500))  # creates levels 1 and 2
 
     wheel.advance_clock(433)
