@@ -30,6 +30,13 @@ last merged batch, S and the folder holding the tail and the settled partials. A
 that id is a rerun after a restart and is not merged again. On start, files a round wrote without
 reaching its commit are deleted: settled parts beyond S and replaced parts of another batch. A state
 computed with another ``LagJobConfig`` is rebuilt from the stored records.
+
+Folding: each round that moves S adds one settled part per timed table, so after each commit
+``FOLD_FAN_IN`` consecutive parts of one level are folded into one part of the next level (level 0 is a
+round's part; ``s<from>-<to>-f<level>-…``). A table of n rounds then has at most ``FOLD_FAN_IN`` parts per
+level, about log(n) levels, and each row is rewritten once per level. A fold writes its output under a
+hidden name (``.fold-…``), deletes its inputs, then renames the output into place; a start finds a
+hidden output left by a crash and finishes that fold, so a row is never lost nor counted twice.
 """
 
 from __future__ import annotations
@@ -61,9 +68,12 @@ TAIL = "tail"
 PARTIAL_BROKER_RUNS = "broker_runs"
 PARTIAL_FIRST_SEEN = "first_seen"
 MERGED_BROKER_RUNS = "broker_runs_merged"
-SETTLED_PREFIX = "s"  # s<from>-<to>-<part file>: the rows of [from, to), written once
+SETTLED_PREFIX = "s"  # s<from>-<to>-[f<level>-]<part file>: the rows of [from, to), settled
 RECENT_PREFIX = "r"  # r<batch id>-<part file>: the rows after the settled horizon, replaced every round
 PART_FILE = "part-00000.parquet"
+FOLDING_PREFIX = ".fold-"  # a folded part written, its inputs not all deleted yet (hidden from readers)
+#: Settled parts folded at a time: FOLD_FAN_IN consecutive parts of one level become one part of the next.
+FOLD_FAN_IN = 8
 
 # Tables written in time order: name → the column that places a row in time.
 TIMED_TABLES: dict[str, str] = {
@@ -200,10 +210,13 @@ def tail_of(rows: DataFrame, cut_ms: int, config: LagJobConfig) -> DataFrame:
 class FollowJob:
     """The incremental lag job of ``--follow``: ``merge`` one micro-batch at a time (module docstring)."""
 
-    def __init__(self, out_dir: Path, config: LagJobConfig, watermark_ms: int) -> None:
+    def __init__(self, out_dir: Path, config: LagJobConfig, watermark_ms: int, fold_fan_in: int = FOLD_FAN_IN) -> None:
+        if fold_fan_in < 2:
+            raise ValueError(f"fold_fan_in must be at least 2, got {fold_fan_in}")
         self.out_dir = out_dir
         self.config = config
         self.watermark_ms = watermark_ms
+        self.fold_fan_in = fold_fan_in
         self.state_dir = out_dir / s.STREAM_DIR / "state"
         self.staging = out_dir / s.STREAM_DIR / "staging"
         self.state = self._load()
@@ -245,6 +258,9 @@ class FollowJob:
             folder = self.out_dir / name
             if not folder.is_dir():
                 continue
+            if self.state is not None:
+                for hidden in folder.glob(f"{FOLDING_PREFIX}*"):
+                    finish_fold(folder, hidden)
             for path in folder.iterdir():
                 if not self._committed(path.name):
                     if path.is_dir():
@@ -274,9 +290,11 @@ class FollowJob:
         if old is not None and old.version != state.version:
             shutil.rmtree(self.state_dir / old.version, ignore_errors=True)
         for name in TIMED_TABLES:
-            for path in (self.out_dir / name).iterdir():
+            folder = self.out_dir / name
+            for path in folder.iterdir():
                 if path.name.startswith(RECENT_PREFIX) and not self._committed(path.name):
                     path.unlink(missing_ok=True)
+            fold_settled(folder, self.fold_fan_in)
 
     # ---- one round ----
 
@@ -403,8 +421,8 @@ class FollowJob:
         folder.mkdir(parents=True, exist_ok=True)
         column = rows[TIMED_TABLES[name]]
         if since is None or until > since:
-            span = f"{SETTLED_PREFIX}{since if since is not None else 0}-{until}-"
-            _write_file(rows.filter(pc.less(column, until)), folder / f"{span}{PART_FILE}")
+            name = settled_part_name(since if since is not None else 0, until, 0)
+            _write_file(rows.filter(pc.less(column, until)), folder / name)
         _write_file(rows.filter(pc.greater_equal(column, until)), folder / f"{RECENT_PREFIX}{batch_id}-{PART_FILE}")
 
     def _replace_table(self, name: str, df: DataFrame) -> None:
@@ -415,6 +433,79 @@ class FollowJob:
         final = self.out_dir / name
         shutil.rmtree(final, ignore_errors=True)
         staged.rename(final)
+
+
+@dataclass(frozen=True)
+class SettledPart:
+    """One settled part file of a timed table: the rows of [start_ms, end_ms), folded ``level`` times."""
+
+    start_ms: int
+    end_ms: int
+    level: int
+    path: Path
+
+
+def settled_part_name(start_ms: int, end_ms: int, level: int) -> str:
+    fold = f"f{level}-" if level else ""
+    return f"{SETTLED_PREFIX}{start_ms}-{end_ms}-{fold}{PART_FILE}"
+
+
+def parse_settled_part(name: str) -> tuple[int, int, int] | None:
+    """(start_ms, end_ms, level) of a settled part's file name, None for any other name."""
+    if not name.startswith(SETTLED_PREFIX):
+        return None
+    fields = name[len(SETTLED_PREFIX) :].split("-")
+    try:
+        level = int(fields[2][1:]) if fields[2].startswith("f") else 0
+        return int(fields[0]), int(fields[1]), level
+    except (IndexError, ValueError):
+        return None
+
+
+def settled_parts(folder: Path) -> list[SettledPart]:
+    """The visible settled parts of a timed table's folder, oldest first."""
+    parts = []
+    for path in folder.iterdir():
+        parsed = parse_settled_part(path.name)
+        if parsed is not None:
+            parts.append(SettledPart(*parsed, path))
+    return sorted(parts, key=lambda part: part.start_ms)
+
+
+def fold_settled(folder: Path, fan_in: int = FOLD_FAN_IN) -> int:
+    """Fold every run of ``fan_in`` consecutive settled parts of one level into one part of the next level,
+    until no such run is left; returns how many folds were done."""
+    folds = 0
+    while (run := _full_run(settled_parts(folder), fan_in)) is not None:
+        hidden = folder / f"{FOLDING_PREFIX}{settled_part_name(run[0].start_ms, run[-1].end_ms, run[0].level + 1)}"
+        _write_file(pa.concat_tables([pq.read_table(part.path) for part in run]), hidden)
+        finish_fold(folder, hidden)
+        folds += 1
+    return folds
+
+
+def _full_run(parts: list[SettledPart], fan_in: int) -> list[SettledPart] | None:
+    """The oldest ``fan_in`` parts in a row that share a level and span adjacent times, if any."""
+    start = 0
+    for i in range(1, len(parts) + 1):
+        if i - start == fan_in:
+            return parts[start:i]
+        if i < len(parts) and (parts[i].level != parts[start].level or parts[i].start_ms != parts[i - 1].end_ms):
+            start = i
+    return None
+
+
+def finish_fold(folder: Path, hidden: Path) -> None:
+    """Complete a fold whose output ``hidden`` is written: delete the parts it covers, then show it."""
+    name = hidden.name[len(FOLDING_PREFIX) :]
+    span = parse_settled_part(name)
+    if span is None:
+        raise ValueError(f"not a folded part: {hidden}")
+    start_ms, end_ms, _ = span
+    for part in settled_parts(folder):
+        if start_ms <= part.start_ms and part.end_ms <= end_ms:
+            part.path.unlink()
+    os.replace(hidden, folder / name)
 
 
 def _write(df: DataFrame, folder: Path) -> None:

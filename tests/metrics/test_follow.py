@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
@@ -74,8 +76,10 @@ def _comparable(df: DataFrame) -> DataFrame:
     )
 
 
-def merge_all(spark: SparkSession, out: Path, batches: list[list[dict[str, Any]]], first_id: int = 0) -> follow.Round:
-    job = follow.FollowJob(out, CONFIG, WATERMARK_MS)
+def merge_all(
+    spark: SparkSession, out: Path, batches: list[list[dict[str, Any]]], first_id: int = 0, fan_in: int = 2
+) -> follow.Round:
+    job = follow.FollowJob(out, CONFIG, WATERMARK_MS, fold_fan_in=fan_in)
     result = None
     for i, batch in enumerate(batches):
         result = job.merge(records(spark, batch), first_id + i)
@@ -88,8 +92,9 @@ class Crash(Exception):
 
 
 def test_merged_batch_by_batch_through_a_crash_and_a_rerun_the_tables_are_the_batch_jobs(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Settled parts are folded two at a time, so every round that settles rows also folds some.
     batches = arrivals()
     merge_all(spark, tmp_path, batches[:4])
 
@@ -97,24 +102,91 @@ def test_merged_batch_by_batch_through_a_crash_and_a_rerun_the_tables_are_the_ba
         if step == "written":  # every table file written, the state not yet committed
             raise Crash
 
-    job = follow.FollowJob(tmp_path, CONFIG, WATERMARK_MS)
+    job = follow.FollowJob(tmp_path, CONFIG, WATERMARK_MS, fold_fan_in=2)
     with pytest.raises(Crash):
         job.merge(records(spark, batches[4]), 4, on_step=crash)
     # a new process: the stream reruns batch 4 (its commit never happened), then batch 5 twice
-    job = follow.FollowJob(tmp_path, CONFIG, WATERMARK_MS)
+    job = follow.FollowJob(tmp_path, CONFIG, WATERMARK_MS, fold_fan_in=2)
     assert job.state is not None and job.state.batch_id == 3
     result = None
-    for i, batch in enumerate(batches[4:], start=4):
+    for i, batch in enumerate(batches[4:7], start=4):
         result = job.merge(records(spark, batch), i)
         if i == 5:
             again = job.merge(records(spark, batch), i)
             assert again.records == sum(len(b) for b in batches[:6])
-    # the horizon moved many times: most rows were settled and written once, the rest replaced each round
+
+    # the next round that folds commits, then its fold stops halfway: the output written, one input deleted
+    def interrupted(folder: Path, hidden: Path) -> None:
+        covered = follow.parse_settled_part(hidden.name[len(follow.FOLDING_PREFIX) :])
+        assert covered is not None
+        first = next(p for p in follow.settled_parts(folder) if covered[0] <= p.start_ms)
+        first.path.unlink()
+        raise Crash
+
+    crashed_at = None
+    with monkeypatch.context() as patch:
+        patch.setattr(follow, "finish_fold", interrupted)
+        for i, batch in enumerate(batches[7:], start=7):
+            try:
+                result = job.merge(records(spark, batch), i)
+            except Crash:
+                crashed_at = i
+                break
+    assert crashed_at is not None and crashed_at < len(batches) - 1, "no later round folded"
+    # a new process finishes the fold before the stream goes on with the next batch
+    job = follow.FollowJob(tmp_path, CONFIG, WATERMARK_MS, fold_fan_in=2)
+    assert job.state is not None and job.state.batch_id == crashed_at
+    for i, batch in enumerate(batches[crashed_at + 1 :], start=crashed_at + 1):
+        result = job.merge(records(spark, batch), i)
+
+    # the horizon moved many times: settled rows were written once and folded, the rest replaced each round
     assert result is not None and result.settled_ms is not None and result.settled_ms > T0 + 20_000
-    spans = {p.name.split("-")[0] for p in (tmp_path / s.TABLE_FOLLOWER_LAG).iterdir() if p.name.startswith("s")}
-    assert len(spans) >= 5
+    for name in follow.TIMED_TABLES:
+        folder = tmp_path / name
+        parts = follow.settled_parts(folder)
+        assert [p.start_ms for p in parts[1:]] == [p.end_ms for p in parts[:-1]], f"{name}: a gap or an overlap"
+        assert parts[-1].end_ms == result.settled_ms
+        assert max(p.level for p in parts) >= 2, f"{name}: folded fewer than 4 parts into one"
+        levels = [p.level for p in parts]
+        assert all(levels.count(level) < 2 for level in levels), f"{name}: two parts of one level left: {levels}"
+        assert not any(p.name.startswith(".") for p in folder.iterdir())
     assert result.records == sum(len(b) for b in batches)
     assert_tables_as_the_batch_job_computes(spark, tmp_path, all_rows())
+
+
+def write_part(folder: Path, start_ms: int, end_ms: int) -> None:
+    rows = pa.table({s.TS_MS: pa.array(range(start_ms, end_ms), pa.int64())})
+    pq.write_table(rows, folder / follow.settled_part_name(start_ms, end_ms, 0))
+
+
+def test_settled_parts_fold_like_a_counter_and_keep_every_row_once(tmp_path: Path) -> None:
+    # given 20 rounds, each adding the next 10 ms as a part, folded three at a time after each round
+    for k in range(20):
+        write_part(tmp_path, 10 * k, 10 * (k + 1))
+        follow.fold_settled(tmp_path, fan_in=3)
+
+    # then 20 = 2·9 + 0·3 + 2·1: two parts of level 2, then two of level 0, spanning [0, 200) in order
+    parts = follow.settled_parts(tmp_path)
+    assert [(p.start_ms, p.end_ms, p.level) for p in parts] == [(0, 90, 2), (90, 180, 2), (180, 190, 0), (190, 200, 0)]
+    rows = sorted(v for p in parts for v in pq.read_table(p.path)[s.TS_MS].to_pylist())
+    assert rows == list(range(200))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.path.name for p in parts)
+
+
+def test_a_fold_stopped_after_writing_its_output_is_finished_without_losing_or_doubling_rows(tmp_path: Path) -> None:
+    # given three parts and their fold's output written under its hidden name, one input already deleted
+    for k in range(3):
+        write_part(tmp_path, 10 * k, 10 * (k + 1))
+    hidden = tmp_path / f"{follow.FOLDING_PREFIX}{follow.settled_part_name(0, 30, 1)}"
+    pq.write_table(pa.table({s.TS_MS: pa.array(range(30), pa.int64())}), hidden)
+    (tmp_path / follow.settled_part_name(0, 10, 0)).unlink()
+
+    follow.finish_fold(tmp_path, hidden)
+
+    parts = follow.settled_parts(tmp_path)
+    assert [(p.start_ms, p.end_ms, p.level) for p in parts] == [(0, 30, 1)]
+    assert pq.read_table(parts[0].path)[s.TS_MS].to_pylist() == list(range(30))
+    assert [p.name for p in tmp_path.iterdir()] == [parts[0].path.name]
 
 
 def test_a_state_of_another_config_is_rebuilt_from_the_records(spark: SparkSession, tmp_path: Path) -> None:
