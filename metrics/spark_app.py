@@ -19,8 +19,9 @@ How this works:
   twice). Then ``merge_and_publish`` brings the tables and the page up to date: recomputed from
   everything stored while the history is small, merged into carried state (``metrics.follow``) once it
   holds ``INCREMENTAL_FROM_RECORDS`` records, so a round's cost stops growing with the history. Every
-  ``COMPACT_AFTER_BATCHES`` batch folders are folded into one ``upto-<id>`` folder (``compact``), so a
-  long follow reads a few folders, not one per micro-batch. The page reloads itself every trigger
+  ``COMPACT_AFTER_BATCHES`` batch folders are folded into one folder, and as many folds into one of the
+  next level (``compact``), so a long follow keeps a few folders, not one per micro-batch, and rewrites
+  each record a few times, not at every compaction. The page reloads itself every trigger
   interval while following; when following stops (Ctrl-C or ``max_batches`` micro-batches with data) it
   is written once more without the reload, so a browser left on it stops refreshing a finished page.
 """
@@ -353,10 +354,23 @@ def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: Lag
 #: each micro-batch into carried state (``merge_and_publish``; measured by ``bench.follow``).
 INCREMENTAL_FROM_RECORDS = 500_000
 BATCH_PREFIX = "batch-"
-COMPACTED_PREFIX = "upto-"
+COMPACTED_PREFIX = "upto-"  # upto-<K>: every batch up to K (what compaction wrote before it folded in levels)
+FOLDED_PREFIX = "span-"  # span-<first>-<last>-<level>: the batches first..last, folded `level` times
 BUILDING_PREFIX = "_building-"  # "_": never read as part of the records
-#: Batch folders that ``--follow`` lets pile up before folding them into one (``compact``).
+#: Batch folders that ``--follow`` lets pile up before folding them into one (``compact``); as many folds
+#: of one level are folded into one of the next.
 COMPACT_AFTER_BATCHES = 10
+_UPTO_LEVEL = 1 << 30  # an upto-<K> folder is never folded again
+
+
+@dataclass(frozen=True)
+class StoredPart:
+    """A folder of stored records: the batches ``first``..``last`` (ids), folded ``level`` times."""
+
+    first: int
+    last: int
+    level: int
+    path: Path
 
 
 def _folder_id(path: Path, prefix: str) -> int | None:
@@ -364,49 +378,90 @@ def _folder_id(path: Path, prefix: str) -> int | None:
     return int(rest) if rest != path.name and rest.isdigit() else None
 
 
-def accumulated_parts(accumulated: Path) -> list[Path]:
-    """The folders that together hold every accumulated record once: the newest ``upto-<K>`` (the records
-    of every batch up to K) and each ``batch-<id>`` after K, in batch order. A batch folder at or below K
-    (left by a compaction cut short, or by a rerun of a batch already folded in) is not read."""
+def _stored_part(path: Path) -> StoredPart | None:
+    if (i := _folder_id(path, BATCH_PREFIX)) is not None:
+        return StoredPart(i, i, 0, path)
+    if (i := _folder_id(path, COMPACTED_PREFIX)) is not None:
+        return StoredPart(-1, i, _UPTO_LEVEL, path)
+    fields = path.name.removeprefix(FOLDED_PREFIX).split("-")
+    if path.name.startswith(FOLDED_PREFIX) and len(fields) == 3 and all(f.isdigit() for f in fields):
+        first, last, level = map(int, fields)
+        return StoredPart(first, last, level, path)
+    return None
+
+
+def _stored_cover(accumulated: Path) -> list[StoredPart]:
+    """The parts that hold every stored batch once, oldest first: of parts that overlap (a fold's output
+    and the inputs it had not deleted yet when a crash stopped it), the widest. Folds only join parts
+    next to each other, so two parts either nest or do not overlap."""
     if not accumulated.is_dir():
         return []
-    upto = folded_upto(accumulated)
-    batches = sorted(
-        (i, p) for p in accumulated.iterdir() if (i := _folder_id(p, BATCH_PREFIX)) is not None and i > upto
+    parts = sorted(
+        (part for p in accumulated.iterdir() if (part := _stored_part(p)) is not None),
+        key=lambda part: (part.first, -part.last),
     )
-    return ([accumulated / f"{COMPACTED_PREFIX}{upto}"] if upto >= 0 else []) + [p for _, p in batches]
+    cover: list[StoredPart] = []
+    for part in parts:
+        if not cover or part.first > cover[-1].last:
+            cover.append(part)
+    return cover
+
+
+def accumulated_parts(accumulated: Path) -> list[Path]:
+    """The folders that together hold every accumulated record once, in batch order: ``batch-<id>``
+    folders, folds of them (``span-<first>-<last>-<level>``) and an ``upto-<K>`` folder (every batch up to
+    K) left by an earlier version. A folder whose batches a wider one holds (left by a fold cut short, or
+    by a rerun of a batch already folded in) is not read."""
+    return [part.path for part in _stored_cover(accumulated)]
 
 
 def folded_upto(accumulated: Path) -> int:
-    """K of the newest ``upto-<K>`` folder (every batch up to K is in it); -1 when there is none."""
-    if not accumulated.is_dir():
-        return -1
-    return max((i for p in accumulated.iterdir() if (i := _folder_id(p, COMPACTED_PREFIX)) is not None), default=-1)
+    """The newest batch id some fold holds (a rerun of a batch at or below it is stored already); -1 when
+    nothing was folded."""
+    return max((part.last for part in _stored_cover(accumulated) if part.level > 0), default=-1)
 
 
-def compact(spark: SparkSession, accumulated: Path) -> Path | None:
-    """Fold the accumulated parts into one ``upto-<last batch id>`` folder, then delete what it replaces.
+def compact(spark: SparkSession, accumulated: Path, fan_in: int = COMPACT_AFTER_BATCHES) -> list[Path]:
+    """Fold every ``fan_in`` folders of one level that lie next to each other into one folder of the next
+    level, until no such run is left; returns the folders written.
 
-    Built aside and renamed into place: until the rename the old parts are what is read, after it the
-    new folder (``accumulated_parts`` ignores the older ones), so a crash at any step loses nothing and
-    stores nothing twice. None when there is nothing to fold (at most one part).
+    Level 0 is a micro-batch's folder, so a follow of n batches keeps at most ``fan_in`` folders per level
+    and about log(n) levels, and a record is rewritten once per level (not once per compaction, as
+    folding everything into one folder each time would). A fold is built aside and renamed into place
+    before its inputs are deleted: until the rename the inputs are read, after it the fold (the wider
+    folder wins, ``accumulated_parts``), so a crash at any step loses nothing and stores nothing twice.
     """
-    parts = accumulated_parts(accumulated)
-    if len(parts) < 2:
-        return None
-    last = _folder_id(parts[-1], BATCH_PREFIX)
-    assert last is not None  # two parts: the last one is a batch folder
-    final = accumulated / f"{COMPACTED_PREFIX}{last}"
-    building = accumulated / f"{BUILDING_PREFIX}{final.name}"
-    shutil.rmtree(building, ignore_errors=True)
-    spark.read.parquet(*(str(p) for p in parts)).write.parquet(str(building))
-    building.rename(final)
-    for path in accumulated.iterdir():
-        folded = _folder_id(path, COMPACTED_PREFIX)
-        batch = _folder_id(path, BATCH_PREFIX)
-        if (folded is not None and folded < last) or (batch is not None and batch <= last):
-            shutil.rmtree(path, ignore_errors=True)
-    return final
+    if fan_in < 2:
+        raise ValueError(f"fan_in must be at least 2, got {fan_in}")
+    written: list[Path] = []
+    while True:
+        cover = _stored_cover(accumulated)
+        for leftover in accumulated.iterdir() if accumulated.is_dir() else ():
+            part = _stored_part(leftover)
+            if part is not None and all(leftover != c.path for c in cover):
+                shutil.rmtree(leftover, ignore_errors=True)  # held by a wider folder: a fold cut short
+        run = _full_run(cover, fan_in)
+        if run is None:
+            return written
+        final = accumulated / f"{FOLDED_PREFIX}{run[0].first}-{run[-1].last}-{run[0].level + 1}"
+        building = accumulated / f"{BUILDING_PREFIX}{final.name}"
+        shutil.rmtree(building, ignore_errors=True)
+        spark.read.parquet(*(str(part.path) for part in run)).write.parquet(str(building))
+        building.rename(final)
+        for part in run:
+            shutil.rmtree(part.path, ignore_errors=True)
+        written.append(final)
+
+
+def _full_run(cover: list[StoredPart], fan_in: int) -> list[StoredPart] | None:
+    """The oldest ``fan_in`` parts in a row of the cover that share a level, if any."""
+    start = 0
+    for i in range(1, len(cover) + 1):
+        if i - start == fan_in:
+            return cover[start:i]
+        if i < len(cover) and cover[i].level != cover[start].level:
+            start = i
+    return None
 
 
 def write_batch(batch: DataFrame, accumulated: Path, batch_id: int) -> Path:
@@ -483,9 +538,7 @@ def merge_and_publish(
         batch = batch.where(~late)
     if batch_id > folded_upto(accumulated):  # else a rerun of a batch already folded into upto-<id>
         write_batch(batch, accumulated, batch_id)
-    limit = COMPACT_AFTER_BATCHES if compact_after is None else compact_after
-    if sum(1 for p in accumulated_parts(accumulated) if p.name.startswith(BATCH_PREFIX)) >= limit:
-        compact(spark, accumulated)
+    compact(spark, accumulated, COMPACT_AFTER_BATCHES if compact_after is None else compact_after)
     faults = dashboard.fault_events(faults_file) if faults_file is not None else ()
     parts = accumulated_parts(accumulated)
     stored = sum(parquet_row_count(p) for p in parts)

@@ -500,7 +500,8 @@ def test_follow_folds_its_batch_folders_into_one_and_keeps_every_record_once(
     assert again.records == rolled + active
     # the second batch made two folders: they were folded into one, and the two batch folders are gone
     [folded] = list(records.iterdir())
-    assert folded.name.startswith(spark_app.COMPACTED_PREFIX) and not first_batch.exists()
+    assert folded.name.startswith(f"{spark_app.FOLDED_PREFIX}0-") and folded.name.endswith("-1")
+    assert not first_batch.exists()
     assert spark_app.accumulated_parts(records) == [folded]
     stored = spark.read.parquet(str(folded))
     assert stored.count() == stored.dropDuplicates(list(s.DEDUP_KEY)).count() == rolled + active
@@ -547,14 +548,35 @@ def test_a_follow_that_reaches_max_batches_while_files_keep_arriving_stops_clean
     assert "StackOverflowError" not in stderr and "Exception in thread" not in stderr, stderr[-2000:]
 
 
-def test_the_accumulated_records_are_read_from_the_newest_fold_and_the_batches_after_it(tmp_path: Path) -> None:
-    # A compaction cut short between its rename and its deletes leaves batch folders it already holds (3)
-    # and the fold it replaced (upto-1): neither is read again, and half-built folders never are.
-    for name in ("upto-1", "batch-3", "upto-5", "batch-6", "batch-12", "_building-upto-12", "_building-13"):
+def test_the_accumulated_records_are_read_once_from_the_widest_folders(tmp_path: Path) -> None:
+    # A fold cut short between its rename and its deletes leaves folders it already holds (batch-3,
+    # span-6-7-1, and the older upto-1 an earlier version's compaction replaced): none is read again, and
+    # half-built folders never are.
+    names = ("upto-1", "batch-3", "upto-5", "span-6-7-1", "batch-6", "span-6-9-2", "batch-12", "_building-span-12")
+    for name in names:
         (tmp_path / name).mkdir()
-    assert [p.name for p in spark_app.accumulated_parts(tmp_path)] == ["upto-5", "batch-6", "batch-12"]
-    assert spark_app.folded_upto(tmp_path) == 5
+    assert [p.name for p in spark_app.accumulated_parts(tmp_path)] == ["upto-5", "span-6-9-2", "batch-12"]
+    assert spark_app.folded_upto(tmp_path) == 9
     assert spark_app.accumulated_parts(tmp_path / "none") == []
+
+
+@pytest.mark.timeout(300)
+def test_stored_batches_fold_level_by_level_and_every_record_stays_once(spark: SparkSession, tmp_path: Path) -> None:
+    # given 11 micro-batches of 3 records each, stored and compacted (three at a time) after each one
+    written = []
+    for batch_id in range(11):
+        rows = [(batch_id, batch_id * 10 + k) for k in range(3)]
+        spark_app.write_batch(spark.createDataFrame(rows, "batch long, ts_ms long"), tmp_path, batch_id)
+        written += spark_app.compact(spark, tmp_path, fan_in=3)
+
+    # then 11 = 1·9 + 0·3 + 2·1: one fold of two levels, then the last two batches as they came
+    assert [p.name for p in spark_app.accumulated_parts(tmp_path)] == ["span-0-8-2", "batch-9", "batch-10"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-10", "batch-9", "span-0-8-2"]
+    assert [p.name for p in written] == ["span-0-2-1", "span-3-5-1", "span-6-8-1", "span-0-8-2"]
+    stored = spark.read.parquet(*(str(p) for p in spark_app.accumulated_parts(tmp_path)))
+    assert sorted(r.ts_ms for r in stored.collect()) == sorted(b * 10 + k for b in range(11) for k in range(3))
+    # a rerun of a batch already folded in is not stored again
+    assert spark_app.folded_upto(tmp_path) == 8
 
 
 @pytest.mark.timeout(300)
