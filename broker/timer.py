@@ -48,6 +48,8 @@ _monotonic = time_module.monotonic
 
 #: Kafka's `SystemTimerReaper.WORK_TIMEOUT_MS` / the purgatory reaper's `advanceClock(200)`.
 REAPER_MAX_WAIT_MS = 200
+#: The shortest wait the reaper asks the event loop for: uvloop's (libuv's) timers count whole milliseconds.
+MIN_WAIT_MS = 1.0
 
 
 class DelayQueue:
@@ -316,6 +318,10 @@ class TimerReaper:
             wait_ms = float(self._max_wait_ms)
             if next_ms is not None:
                 wait_ms = min(wait_ms, max(0.0, next_ms - now_ms))
+                if 0.0 < wait_ms < MIN_WAIT_MS:
+                    # uvloop's timers count whole milliseconds: a shorter wait fires at once, so the reaper
+                    # would spin until the bucket is due (measured: 26 wake-ups per expiry, ~60 µs of CPU).
+                    wait_ms = MIN_WAIT_MS
             self._wake_at_ms = now_ms + wait_ms
             waiter = loop.create_future()
             self._waiter = waiter

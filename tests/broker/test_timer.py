@@ -330,6 +330,42 @@ def test_reaper_fires_a_task_on_time_on_uvloop_and_stops_cleanly() -> None:
     assert running_inside and not running_after
 
 
+def test_reaper_sleeps_until_each_bucket_is_due_instead_of_spinning_on_uvloop() -> None:
+    # uvloop's timers count whole milliseconds: a wait under 1 ms fires at once. A reaper asking for one
+    # woke ~26 times per expiry, spinning until the bucket came due.
+    expiries = 200
+
+    async def scenario() -> tuple[int, int]:
+        time = SystemTime()
+        timer = SystemTimer(time)
+        wakes = 0
+
+        def on_advance() -> None:
+            nonlocal wakes
+            wakes += 1
+
+        done = asyncio.Event()
+        fired = 0
+
+        class Counts(TimerTask):
+            def run(self) -> None:
+                nonlocal fired
+                fired += 1
+                if fired == expiries:
+                    done.set()
+
+        async with TimerReaper(timer, time, on_advance=on_advance):
+            for i in range(expiries):  # one task due every millisecond
+                timer.add(Counts(i + 1))
+            await asyncio.wait_for(done.wait(), timeout=10)
+        return fired, wakes
+
+    fired, wakes = uvloop.run(scenario())
+
+    assert fired == expiries
+    assert wakes <= 3 * expiries, f"{wakes} wake-ups for {expiries} expiries"
+
+
 def test_reaper_runs_the_purge_hook_and_can_be_stopped_while_idle() -> None:
     async def scenario() -> int:
         time = SystemTime()
