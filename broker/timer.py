@@ -208,7 +208,8 @@ class SystemTimer:
         return _ceil(staging_due_ms) if head_ms is None else min(head_ms, _ceil(staging_due_ms))
 
     def set_new_head_listener(self, listener: Callable[[int], None] | None) -> None:
-        """`listener(expiration_ms)` runs whenever a bucket expiring before every queued one is queued."""
+        """`listener(expiration_ms)` runs whenever the timer's earliest expiration moves earlier: a bucket
+        queued ahead of every queued one, or a task staged with an earlier due time than all of them."""
         self._delay_queue.on_new_head = listener
 
     def close(self) -> None:

@@ -55,7 +55,8 @@ class TimerTask(ABC):
 
     Invariant: a task is in at most one bucket (`bucket`, None when it is in none); adding it to a bucket
     takes it out of the one it was in, so re-adding a task never makes it run twice. `expiration_ms` is
-    the absolute expiration the timer computed when it added the task.
+    the absolute expiration the timer computed when it added the task: the exact due time while the task
+    waits in the timer's staging bucket, rounded up to a whole millisecond once it is in the wheel.
     """
 
     __slots__ = ("delay_ms", "bucket", "expiration_ms")
