@@ -69,15 +69,12 @@ class DelayQueue:
 
     def offer(self, bucket: TimerTaskList) -> None:
         expiration_ms = bucket.expiration_ms
-        heap = self._heap
-        is_new_head = not heap or expiration_ms < heap[0][0]
-        heapq.heappush(heap, (expiration_ms, next(self._sequence), bucket))
-        if is_new_head and self.on_new_head is not None:
-            self.on_new_head(expiration_ms)
+        self.new_expiration(expiration_ms)  # compared with the head before this bucket joins the heap
+        heapq.heappush(self._heap, (expiration_ms, next(self._sequence), bucket))
 
     def new_expiration(self, expiration_ms: int) -> None:
-        """Something outside the queue (the timer's staged tasks) now expires at `expiration_ms`: tell the
-        listener if that is earlier than every queued bucket."""
+        """Something (a bucket being offered, the timer's staged tasks) now expires at `expiration_ms`: tell
+        the listener if that is earlier than every queued bucket."""
         heap = self._heap
         if (not heap or expiration_ms < heap[0][0]) and self.on_new_head is not None:
             self.on_new_head(expiration_ms)

@@ -46,7 +46,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -274,13 +274,8 @@ class FollowJob:
             return False
         if name.startswith(RECENT_PREFIX):
             return name.startswith(f"{RECENT_PREFIX}{state.batch_id}-")
-        if name.startswith(SETTLED_PREFIX):
-            span = name[len(SETTLED_PREFIX) :].split("-")
-            try:
-                return int(span[1]) <= state.settled_ms
-            except (IndexError, ValueError):
-                return False
-        return False
+        settled = parse_settled_part(name)
+        return settled is not None and settled[1] <= state.settled_ms
 
     def _commit(self, state: FollowState) -> None:
         tmp = self.state_dir / f"{STATE_FILE}.tmp"
@@ -486,11 +481,21 @@ def fold_settled(folder: Path, fan_in: int = FOLD_FAN_IN) -> int:
 
 def _full_run(parts: list[SettledPart], fan_in: int) -> list[SettledPart] | None:
     """The oldest ``fan_in`` parts in a row that share a level and span adjacent times, if any."""
+    found = oldest_full_run([part.level for part in parts], fan_in, lambda i: parts[i].start_ms == parts[i - 1].end_ms)
+    return None if found is None else parts[found]
+
+
+def oldest_full_run(
+    levels: Sequence[int], fan_in: int, joined: Callable[[int], bool] = lambda _i: True
+) -> slice | None:
+    """Where the oldest ``fan_in`` items in a row share a level (item i continuing item i - 1 wherever
+    ``joined(i)``), as a slice of ``levels`` (oldest first); None if there is no such run. Used to fold the
+    settled parts here and the stored record folders (``spark_app.compact``)."""
     start = 0
-    for i in range(1, len(parts) + 1):
+    for i in range(1, len(levels) + 1):
         if i - start == fan_in:
-            return parts[start:i]
-        if i < len(parts) and (parts[i].level != parts[start].level or parts[i].start_ms != parts[i - 1].end_ms):
+            return slice(start, i)
+        if i < len(levels) and (levels[i] != levels[start] or not joined(i)):
             start = i
     return None
 

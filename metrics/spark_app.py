@@ -440,9 +440,10 @@ def compact(spark: SparkSession, accumulated: Path, fan_in: int = COMPACT_AFTER_
             part = _stored_part(leftover)
             if part is not None and all(leftover != c.path for c in cover):
                 shutil.rmtree(leftover, ignore_errors=True)  # held by a wider folder: a fold cut short
-        run = _full_run(cover, fan_in)
-        if run is None:
+        found = follow.oldest_full_run([part.level for part in cover], fan_in)
+        if found is None:
             return written
+        run = cover[found]
         final = accumulated / f"{FOLDED_PREFIX}{run[0].first}-{run[-1].last}-{run[0].level + 1}"
         building = accumulated / f"{BUILDING_PREFIX}{final.name}"
         shutil.rmtree(building, ignore_errors=True)
@@ -451,17 +452,6 @@ def compact(spark: SparkSession, accumulated: Path, fan_in: int = COMPACT_AFTER_
         for part in run:
             shutil.rmtree(part.path, ignore_errors=True)
         written.append(final)
-
-
-def _full_run(cover: list[StoredPart], fan_in: int) -> list[StoredPart] | None:
-    """The oldest ``fan_in`` parts in a row of the cover that share a level, if any."""
-    start = 0
-    for i in range(1, len(cover) + 1):
-        if i - start == fan_in:
-            return cover[start:i]
-        if i < len(cover) and cover[i].level != cover[start].level:
-            start = i
-    return None
 
 
 def write_batch(batch: DataFrame, accumulated: Path, batch_id: int) -> Path:
