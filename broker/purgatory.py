@@ -10,11 +10,22 @@ timer (`DelayedOperation.run`) but stays in its watch lists, as does one watchin
 completed through only one of them.
 
 Those completed-but-still-watched operations are the memory that would otherwise grow with the number
-of requests served. `estimated_total_operations` (ops ever watched, reset at each purge) minus
-`num_delayed` (ops still in the timer) estimates them; once it exceeds `purge_interval` (Kafka's
-`*.purgatory.purge.interval.requests`, 1000), `maybe_purge()` sweeps every watch list, dropping completed
-operations and empty lists. The `TimerReaper` calls `maybe_purge` after each advance (pass it as
-`on_advance`), so a sweep happens at most once per reaper wake-up, as in Kafka's reaper thread.
+of requests served. The purgatory counts the entries in its watch lists exactly (`watched`, Kafka's
+PurgatorySize, without walking the lists). Entries minus `num_delayed` (operations still in the timer)
+bounds the stale ones from above, since each pending operation holds at least one entry; once that
+exceeds `purge_interval` (Kafka's `*.purgatory.purge.interval.requests`, 1000), `maybe_purge()` sweeps
+every watch list, dropping completed operations and empty lists. The `TimerReaper` calls `maybe_purge`
+after each advance (pass it as `on_advance`), so a sweep happens at most once per reaper wake-up, as in
+Kafka's reaper thread.
+
+Kafka estimates the waste in operations instead: every operation watched since the last purge counts,
+even one that `check_and_complete` already took out of its list. Under load that sweeps every list about
+once per `purge_interval` new operations, although most of them completed through their key and left
+nothing behind. Counting entries only counts what is really left behind: operations that expired,
+were cancelled, or completed through one of several keys. Pending operations watched on several keys
+hold more than one entry each; what they hold beyond one at a purge is remembered (`_pending_extra`)
+and not counted as waste until the next, so a steady set of multi-key fetches does not set off a sweep
+at every wake-up. Stale entries are therefore held at most to `purge_interval` plus that excess.
 
 `num_delayed` is the timer's size, so give each purgatory its own `SystemTimer` (Kafka does too).
 
@@ -47,7 +58,8 @@ class DelayedOperationPurgatory(Generic[T]):
         self.purge_interval = purge_interval
         self._timer = timer
         self._watchers: dict[Hashable, list[T]] = {}
-        self._estimated_total_operations = 0
+        self._entries = 0  # entries in all watch lists, completed operations' included
+        self._pending_extra = 0  # at the last purge: entries beyond one per pending operation
 
     @property
     def timer(self) -> SystemTimer:
@@ -72,7 +84,7 @@ class DelayedOperationPurgatory(Generic[T]):
                 watchers[key] = [operation]
             else:
                 ops.append(operation)
-        self._estimated_total_operations += 1
+        self._entries += len(keys)
         self._timer.add(operation)
         return False
 
@@ -94,6 +106,7 @@ class DelayedOperationPurgatory(Generic[T]):
                 completed += 1
             elif not op._completed:
                 still_waiting.append(op)
+        self._entries -= len(ops) - len(still_waiting)
         current = self._watchers.get(key)
         if current is fresh:
             if still_waiting or fresh:
@@ -114,6 +127,7 @@ class DelayedOperationPurgatory(Generic[T]):
         ops = self._watchers.pop(key, None)
         if ops is None:
             return []
+        self._entries -= len(ops)
         cancelled = [op for op in ops if not op._completed]
         for op in cancelled:
             op.cancel()
@@ -121,18 +135,15 @@ class DelayedOperationPurgatory(Generic[T]):
 
     def maybe_purge(self) -> int:
         """Drop completed operations from all watch lists if enough have piled up; returns how many."""
-        if self._estimated_total_operations <= self.purge_interval:
-            return 0  # not enough ever watched to be worth counting the pending ones
-        num_delayed = self._timer.size
-        if self._estimated_total_operations - num_delayed <= self.purge_interval:
+        allowed = self.purge_interval + self._pending_extra
+        if self._entries <= allowed:
+            return 0  # even with nothing pending, no more than allowed could be stale: no need to ask the timer
+        if self._entries - self._timer.size <= allowed:
             return 0
-        # Counted from the pending ones again; an operation completed during the sweep is simply found by
-        # the next one (the estimate stays a slight overestimate, never an underestimate of waste).
-        self._estimated_total_operations = num_delayed
         return self.purge_completed()
 
     def purge_completed(self) -> int:
-        """Sweep every watch list now, whatever the estimate says; returns how many entries were dropped."""
+        """Sweep every watch list now, whatever the count says; returns how many entries were dropped."""
         purged = 0
         watchers = self._watchers
         for key in list(watchers):
@@ -143,21 +154,19 @@ class DelayedOperationPurgatory(Generic[T]):
                 watchers[key] = live
             else:
                 del watchers[key]
+        self._entries -= purged
+        self._pending_extra = max(0, self._entries - self._timer.size)
         return purged
 
     @property
     def watched(self) -> int:
         """Kafka's PurgatorySize: entries in all watch lists, completed ones not yet dropped included."""
-        return sum(len(ops) for ops in self._watchers.values())
+        return self._entries
 
     @property
     def num_delayed(self) -> int:
         """Kafka's NumDelayedOperations: operations waiting in the timer."""
         return self._timer.size
-
-    @property
-    def estimated_total_operations(self) -> int:
-        return self._estimated_total_operations
 
     def watch_keys(self) -> list[Hashable]:
         return list(self._watchers)
@@ -166,3 +175,4 @@ class DelayedOperationPurgatory(Generic[T]):
         """Close the timer (pending operations never run) and forget every watch list."""
         self._timer.close()
         self._watchers.clear()
+        self._entries = self._pending_extra = 0

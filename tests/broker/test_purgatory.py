@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable, Hashable
 
 import uvloop
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.delayed_operation import DelayedOperation
 from broker.purgatory import DelayedOperationPurgatory
@@ -33,6 +35,19 @@ class MockDelayedOperation(DelayedOperation):
 
     def on_expiration(self) -> None:
         self.expirations += 1
+
+
+def count_sweeps(purgatory: DelayedOperationPurgatory[MockDelayedOperation]) -> list[int]:
+    """Each full sweep of the watch lists appends how many entries it dropped (a sweep may drop none)."""
+    sweeps: list[int] = []
+    sweep = purgatory.purge_completed
+
+    def counted() -> int:
+        sweeps.append(sweep())
+        return sweeps[-1]
+
+    purgatory.purge_completed = counted  # type: ignore[method-assign]
+    return sweeps
 
 
 def make_purgatory(
@@ -156,7 +171,7 @@ def test_an_operation_that_cannot_complete_is_watched_on_every_key_and_timed() -
 
     assert op.completions == 0
     assert purgatory.watched == 3 and purgatory.num_delayed == 1
-    assert purgatory.estimated_total_operations == 1
+    assert sorted(purgatory.watch_keys()) == ["a", "b", "c"]
 
 
 def test_force_complete_runs_on_complete_exactly_once_even_when_called_again_from_on_complete() -> None:
@@ -221,7 +236,110 @@ def test_expired_operations_are_purged_from_watch_lists_once_enough_pile_up() ->
     assert purgatory.maybe_purge() == 30
     assert purgatory.watched == 1
     assert purgatory.watch_keys() == [("t", 0)]
-    assert purgatory.maybe_purge() == 0, "the estimate was reset to the pending count"
+    assert purgatory.maybe_purge() == 0, "only the pending operation is left"
+
+
+def test_operations_completed_through_their_key_leave_nothing_behind_and_set_off_no_purge() -> None:
+    # given a purge interval of 10 and 100 operations, each completed through the key it watches
+    purgatory, _ = make_purgatory(purge_interval=10)
+    sweeps = count_sweeps(purgatory)
+    for i in range(100):
+        op = MockDelayedOperation(100_000)
+        purgatory.try_complete_else_watch(op, [("t", i % 3)])
+        op.completable = True
+        assert purgatory.check_and_complete(("t", i % 3)) == 1
+        purgatory.maybe_purge()  # what the reaper does after each advance
+
+    # then nothing is left, and no sweep ran: Kafka's estimate (operations watched since the last purge)
+    # would have swept every list after every eleventh operation, to find nothing
+    assert purgatory.watched == 0
+    assert sweeps == []
+
+
+def test_pending_operations_on_several_keys_do_not_set_off_a_sweep_at_every_wake_up() -> None:
+    # given 20 pending operations, each watched on 5 keys (100 entries, 80 beyond one per operation)
+    purgatory, time = make_purgatory(purge_interval=10)
+    sweeps = count_sweeps(purgatory)
+    pending = [MockDelayedOperation(100_000) for _ in range(20)]
+    for op in pending:
+        purgatory.try_complete_else_watch(op, [("t", k) for k in range(5)])
+    # and 11 operations on one key that expire
+    for i in range(11):
+        purgatory.try_complete_else_watch(MockDelayedOperation(5), [("x", i)])
+    time.advance(5)
+    purgatory.timer.advance_clock()
+
+    # when the reaper asks, then the expired ones are dropped, once
+    assert purgatory.maybe_purge() == 11
+    assert purgatory.maybe_purge() == 0
+    assert sweeps == [11], "the pending operations' extra entries are not waste: no second sweep"
+    assert purgatory.watched == 100
+
+    # and once those operations complete through one key each, their entries on the other four are
+    # stale: 80, counted against the interval plus what the pending ones held beyond one entry (80)
+    for op in pending:
+        op.completable = True
+    assert purgatory.check_and_complete(("t", 0)) == 20
+    assert purgatory.watched == 80 and purgatory.num_delayed == 0
+    assert purgatory.maybe_purge() == 0 and sweeps == [11]
+    for i in range(11):
+        purgatory.try_complete_else_watch(MockDelayedOperation(5), [("y", i)])
+    time.advance(5)
+    purgatory.timer.advance_clock()
+    assert purgatory.maybe_purge() == 91, "past the interval plus the excess, every stale entry goes"
+    assert purgatory.watched == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["watch", "check", "expire", "cancel_key", "purge", "maybe_purge"]),
+            st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True),
+            st.integers(1, 30),
+            st.booleans(),
+        ),
+        max_size=60,
+    )
+)
+def test_the_entry_count_matches_the_watch_lists_and_bounds_what_is_stale(
+    steps: list[tuple[str, list[int], int, bool]],
+) -> None:
+    purgatory, time = make_purgatory(purge_interval=4)
+    ops: list[MockDelayedOperation] = []
+    for action, keys, delay_ms, flag in steps:
+        if action == "watch":
+            # an on_complete that watches a new operation on the same key exercises the re-entrant path
+            hook = (
+                (lambda _op, k=keys[0]: purgatory.try_complete_else_watch(MockDelayedOperation(50), [k]))
+                if flag
+                else None
+            )
+            op = MockDelayedOperation(delay_ms, on_complete_hook=hook)
+            ops.append(op)
+            purgatory.try_complete_else_watch(op, keys)
+        elif action == "check":
+            for op in ops:
+                if flag or delay_ms % 2:
+                    op.completable = True
+            purgatory.check_and_complete(keys[0])
+        elif action == "expire":
+            time.advance(delay_ms)
+            purgatory.timer.advance_clock()
+        elif action == "cancel_key":
+            purgatory.cancel_for_key(keys[0])
+        elif action == "purge":
+            purgatory.purge_completed()
+        else:
+            purgatory.maybe_purge()
+        lists = [purgatory._watchers[key] for key in purgatory.watch_keys()]
+        assert purgatory.watched == sum(len(ops) for ops in lists)
+        assert all(lists), "no watch list is empty"
+    # after a purge only pending operations are watched, each at least once
+    purgatory.purge_completed()
+    lists = [purgatory._watchers[key] for key in purgatory.watch_keys()]
+    assert all(not op.is_completed for ops in lists for op in ops)
+    assert purgatory.watched >= purgatory.num_delayed
 
 
 def test_no_purge_while_completed_operations_stay_within_the_interval() -> None:
