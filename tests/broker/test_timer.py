@@ -386,3 +386,28 @@ def test_reaper_runs_the_purge_hook_and_can_be_stopped_while_idle() -> None:
         return calls
 
     assert uvloop.run(scenario()) >= 1
+
+
+def test_a_failing_purge_hook_is_logged_and_the_reaper_keeps_expiring_tasks(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> bool:
+        time = SystemTime()
+        timer = SystemTimer(time)
+        fired = asyncio.Event()
+
+        def on_advance() -> None:
+            raise RuntimeError("purge failed")
+
+        class Fires(TimerTask):
+            def run(self) -> None:
+                fired.set()
+
+        async with TimerReaper(timer, time, on_advance=on_advance) as reaper:
+            await asyncio.sleep(0.005)  # the first wake-up has failed by now
+            timer.add(Fires(20))
+            await asyncio.wait_for(fired.wait(), timeout=5)
+            return reaper.running
+
+    with caplog.at_level(logging.ERROR, logger="broker.timer"):
+        assert uvloop.run(scenario())
+    failures = [r for r in caplog.records if "advancing the timer failed" in r.getMessage()]
+    assert failures and all(r.exc_info and "purge failed" in str(r.exc_info[1]) for r in failures)
