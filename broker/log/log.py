@@ -283,34 +283,44 @@ class Log:
         Raises CorruptRecordError (appending nothing) if any batch is torn, corrupt or inconsistent."""
         # What @_storage_errors does, without a wrapper call on the path every produced batch takes.
         try:
-            return self._append_as_leader(records, leader_epoch)
-        except OSError as exc:
-            raise self._storage_error("append_as_leader", exc) from None
-
-    def _append_as_leader(self, records: Buffer, leader_epoch: int) -> AppendInfo:
-        self._check_online()
-        single = single_batch(records)
-        if single is not None and single[1] + 1 == single[3]:
-            # One producer batch: the hot path, with nothing allocated but the stamped copy.
+            single = single_batch(records)
+            if single is None or single[1] + 1 != single[3] or self.offline_reason is not None or self._closed:
+                return self._append_as_leader(records, leader_epoch)
+            # One producer batch: the hot path, in one frame, with nothing allocated but the stamped copy.
             _, delta, max_timestamp, count, pid, producer_epoch, sequence = single
-            first_offset = self._segments[-1].next_offset
+            segment = self._segments[-1]
+            first_offset = segment.next_offset
+            last_offset = first_offset + delta
             producer_batch = None
             if pid >= 0:
-                producer_batch = ProducerBatch(
-                    pid, producer_epoch, sequence, first_offset, first_offset + delta, max_timestamp
-                )
+                producer_batch = ProducerBatch(pid, producer_epoch, sequence, first_offset, last_offset, max_timestamp)
                 duplicate = self.producer_state.check(producer_batch)
                 if duplicate is not None:
                     return AppendInfo(
                         duplicate.first_offset, duplicate.last_offset, 0, 0, 0, NO_TIMESTAMP, duplicate=True
                     )
+            size = len(records)
             stamped = bytearray(records)
-            OFFSET_LENGTH_EPOCH.pack_into(stamped, 0, first_offset, len(stamped) - LOG_OVERHEAD, leader_epoch)
+            OFFSET_LENGTH_EPOCH.pack_into(stamped, 0, first_offset, size - LOG_OVERHEAD, leader_epoch)
             self._epoch_cache.assign(leader_epoch, first_offset)
-            self._append(stamped, first_offset + delta, max_timestamp, ((first_offset, len(stamped)),), count)
+            now_ms = self._time.milliseconds()
+            config = self.config
+            if not segment.append_batch(
+                stamped, first_offset, last_offset, max_timestamp, now_ms, config.segment_bytes, config.segment_ms
+            ):
+                self.roll().append_batch(
+                    stamped, first_offset, last_offset, max_timestamp, now_ms, config.segment_bytes, config.segment_ms
+                )
+            self._count_unflushed(count, now_ms)
             if producer_batch is not None:
                 self.producer_state.update(producer_batch)
-            return AppendInfo(first_offset, first_offset + delta, 1, count, len(stamped), max_timestamp)
+            return AppendInfo(first_offset, last_offset, 1, count, size, max_timestamp)
+        except OSError as exc:
+            raise self._storage_error("append_as_leader", exc) from None
+
+    def _append_as_leader(self, records: Buffer, leader_epoch: int) -> AppendInfo:
+        """Any number of batches (`append_as_leader` takes the one-batch case itself)."""
+        self._check_online()
         result = scan(records, verify_crc=True)
         if result.error is not None:
             raise CorruptRecordError(result.error)
@@ -433,7 +443,12 @@ class Log:
         if segment.should_roll(len(records), last_offset, now_ms, config.segment_bytes, config.segment_ms):
             segment = self.roll()
         segment.append(records, last_offset, max_timestamp, placed, contiguous)
+        self._count_unflushed(num_records, now_ms)
+
+    def _count_unflushed(self, num_records: int, now_ms: int) -> None:
+        """Flush once flush.messages records or flush.ms have passed since the last flush."""
         self._unflushed_messages += num_records
+        config = self.config
         if self._unflushed_messages >= config.flush_interval_messages or (
             config.flush_interval_ms is not None and now_ms - self._last_flush_ms >= config.flush_interval_ms
         ):

@@ -238,6 +238,45 @@ class LogSegment:
             self._max_timestamp = largest_timestamp
         self._dirty = True
 
+    def append_batch(
+        self,
+        batch: Buffer,
+        base_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        now_ms: int,
+        segment_bytes: int,
+        segment_ms: int,
+    ) -> bool:
+        """`should_roll` then `append`, for one batch whose offsets follow on from the segment's, in one
+        call: False (nothing written) when the segment must roll first. The path every produced batch
+        takes; it does what those two do, without the list of placed batches."""
+        position = self._size
+        total = len(batch)
+        if position and (
+            position > segment_bytes - total
+            or now_ms - self.created_ms > segment_ms
+            or self.index.is_full
+            or last_offset - self.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            return False
+        written = os.pwrite(self._fd, batch, position)
+        if written != total:
+            self._write_rest(batch, position, written)
+        since = self._bytes_since_last_index_entry
+        if since > self._index_interval_bytes and self.index.append_if_room(base_offset, position):
+            since = 0
+        self._bytes_since_last_index_entry = since + total
+        self._size = size = position + total
+        if self._crc_verified_end == position and base_offset == self._verified_next:
+            self._crc_verified_end = size
+            self._verified_next = last_offset + 1
+        self._next_offset = last_offset + 1
+        if self._max_timestamp is not None and max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+        self._dirty = True
+        return True
+
     def _write_rest(self, records: Buffer, position: int, written: int) -> None:
         view = memoryview(records)
         try:
