@@ -246,11 +246,11 @@ class TimerReaper:
     bucket's expiration, at most `max_wait_ms` away; a task added with an earlier expiration re-arms it
     for the next loop iteration.
 
-    A plain callback rather than an asyncio task: a task that awaits a future the loop's timer resolves
-    pays for the future, the resolution and the task step on every wake-up, about 12 µs of CPU, where the
-    callback costs the timer handle alone. The reaper wakes about once per tick while operations expire.
-    `time` (the same clock the timer reads) decides how long to wait. An exception from `advance_clock`
-    or `on_advance` is logged and the reaper carries on, as Kafka's reaper thread does.
+    A plain callback rather than an asyncio task awaiting a future: a failure cannot end it (an exception
+    from `advance_clock` or `on_advance` is logged and the reaper carries on, as Kafka's reaper thread
+    does), and a wake-up skips the future and the task step (measured: 21.5 µs of CPU per expiry with one
+    task due every millisecond, against 22.5; most of it is the idle loop waking up, which a `call_later`
+    per task pays as well). `time` (the same clock the timer reads) decides how long to wait.
     """
 
     def __init__(
