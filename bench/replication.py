@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.replication [--quick]
 
 Setup: `start_cluster` (controller + 3 broker processes on free loopback ports, metrics every 200 ms),
-one topic with 6 partitions, RF 3, min.insync.replicas=2.
+one topic with 6 partitions (`--partitions N` for another count), RF 3, min.insync.replicas=2.
 
 Load, from a separate client process (`--producer-child`): one `client.producer.Producer` with Kafka's
 defaults (`PRODUCER_CONFIG`: batch.size 16384, linger.ms 5, max.in.flight.requests.per.connection 5,
@@ -56,6 +56,14 @@ before the cluster starts: the CPU of one bare round trip between two uvloop pro
 batch-sized request and a 64-byte reply, with no codec and no logic (`bench.common.rpc_floor_cpu_us`).
 Their product, `transport_floor_cpu_us_per_batch`, is what moving the requests alone would cost per
 batch, before any broker or client work: the least `cpu_us_per_batch` could be with requests this size.
+
+The producer's window, sampled every 5 ms in phase 1: `in_flight_batches_mean` (batches handed to the
+sender and not answered; an idempotent producer allows 5 per partition, so 30 with 6 partitions),
+`in_flight_requests_mean` (PRODUCE requests unanswered; 5 per broker), `producer_blocked_frac` (how
+often `send` waited for buffer.memory) and `in_flight_ms`, the mean time a batch spends between the
+sender and its answer at full rate (batches in flight / batch rate, Little's law). When the window is
+full and `cpu_cores_busy` is below the machine's cores, the throughput is window / `in_flight_ms`,
+bounded by the answer's latency rather than by CPU.
 With BENCH_PROFILE_DIR=D every process runs under cProfile and
 leaves its stats in D (`broker-broker-N.prof`, `controller-controller.prof`, `producer.prof`).
 """
@@ -67,6 +75,7 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -104,7 +113,7 @@ from protocol.messages import DescribeLogDirsRequest, FetchPartition, FetchReque
 from protocol.record_batch import build_batch
 
 TOPIC = "bench-repl"
-PARTITIONS = 6
+PARTITIONS = 6  # the workload the targets were set on; --partitions changes it
 REPLICATION_FACTOR = 3
 RECORDS_PER_BATCH = 16
 RECORD_BYTES = 1012  # 16 records of this size fill a 16384-byte batch (batch.size): 16368 bytes with the header
@@ -268,6 +277,15 @@ async def verify(bootstrap: str, pool: ValuePool, stats: list[ProducerStats]) ->
     return checked, lost
 
 
+async def sample_window(producer: Producer, client: ClusterClient, out: list[tuple[int, int, bool]]) -> None:
+    """Every 5 ms until cancelled: (batches unanswered, PRODUCE requests unanswered, whether `send` waits
+    for buffer.memory). With the window full, batches in flight / batch rate is how long a batch takes
+    from the sender to its answer at full rate (Little's law)."""
+    while True:
+        await asyncio.sleep(0.005)
+        out.append((producer.batches_in_flight, client.sender.requests_in_flight, producer.blocked_on_buffer))
+
+
 async def producer_child(args: argparse.Namespace) -> dict[str, Any]:
     pool = ValuePool()
     client = ClusterClient(
@@ -291,7 +309,12 @@ async def producer_child(args: argparse.Namespace) -> dict[str, Any]:
         # phase 1: as fast as the producer takes records
         max_stats = ProducerStats()
         t_start = time.time()
-        await max_rate_phase(producer, tps, pool, max_stats, time.monotonic() + args.max_seconds)
+        window: list[tuple[int, int, bool]] = []
+        sampler = asyncio.get_running_loop().create_task(sample_window(producer, client, window))
+        try:
+            await max_rate_phase(producer, tps, pool, max_stats, time.monotonic() + args.max_seconds)
+        finally:
+            sampler.cancel()
         t_end = time.time()
         phase1_s = t_end - t_start
         requests_1, batches_1 = client.sender.requests_sent, producer.batches_sent
@@ -326,6 +349,9 @@ async def producer_child(args: argparse.Namespace) -> dict[str, Any]:
         "produced_batches": batches_1,
         "produce_requests": requests_1,
         "paced_rate_batches_s": rate,
+        "in_flight_batches_mean": statistics.fmean(w[0] for w in window) if window else None,
+        "in_flight_requests_mean": statistics.fmean(w[1] for w in window) if window else None,
+        "producer_blocked_frac": statistics.fmean(w[2] for w in window) if window else None,
         "paced_acked": len(latencies),
         "ack_p50_ms": percentile(latencies, 50),
         "ack_p99_ms": percentile(latencies, 99),
@@ -495,9 +521,9 @@ async def raw_baseline(reaper: ProcessReaper, work: Path, bytes_per_reader: int)
         stop_peer(source)
 
 
-async def create_topic(state: LocalClusterState) -> None:
+async def create_topic(state: LocalClusterState, partitions: int) -> None:
     async with ClusterClient(state.bootstrap, client_id="bench-admin") as admin:
-        resp = await admin.create_topic(TOPIC, PARTITIONS, REPLICATION_FACTOR, {"min.insync.replicas": "2"})
+        resp = await admin.create_topic(TOPIC, partitions, REPLICATION_FACTOR, {"min.insync.replicas": "2"})
         code = resp.topics[0].error_code if resp.topics else resp.error_code
         if code != ErrorCode.NONE:
             raise RuntimeError(f"cannot create {TOPIC}: {ErrorCode(code).name}")
@@ -512,7 +538,11 @@ async def create_topic(state: LocalClusterState) -> None:
 
 
 async def run(
-    reaper: ProcessReaper, quick: bool, batches_per_partition: int, idempotence: bool = True
+    reaper: ProcessReaper,
+    quick: bool,
+    batches_per_partition: int,
+    idempotence: bool = True,
+    partitions: int = PARTITIONS,
 ) -> dict[str, Any]:
     max_seconds = 10.0 if quick else 30.0
     paced_seconds = 5.0 if quick else 10.0
@@ -535,9 +565,9 @@ async def run(
         )
         cluster_state = state
         reaper.watch(lambda: [p.pid for p in [cluster_state.controller, *cluster_state.brokers]])
-        await create_topic(state)
+        await create_topic(state, partitions)
         progress(
-            f"topic {TOPIC}: {PARTITIONS} partitions, RF {REPLICATION_FACTOR}, ISRs full; producing for "
+            f"topic {TOPIC}: {partitions} partitions, RF {REPLICATION_FACTOR}, ISRs full; producing for "
             f"{max_seconds:.0f} s at full rate, then {paced_seconds:.0f} s at half rate"
         )
         out_file = work / "producer.json"
@@ -634,6 +664,15 @@ async def run(
             "errors": result["errors"],
             "paced_rate_mb_s": round(result["paced_rate_batches_s"] * batch_bytes_mean / MIB, 2),
             "batches_per_request": round(result["produced_batches"] / max(result["produce_requests"], 1), 2),
+            "partitions": partitions,
+            "in_flight_batches_mean": rounded(result["in_flight_batches_mean"]),
+            "in_flight_requests_mean": rounded(result["in_flight_requests_mean"]),
+            "in_flight_ms": rounded(
+                result["in_flight_batches_mean"] * 1000.0 * phase1_s / result["produced_batches"]
+                if result["in_flight_batches_mean"] is not None and result["produced_batches"]
+                else None
+            ),
+            "producer_blocked_frac": rounded(result["producer_blocked_frac"]),
             "producer_config": {
                 **PRODUCER_CONFIG,
                 "enable.idempotence": idempotence,
@@ -664,6 +703,12 @@ def main(argv: list[str] | None = None) -> int:
         help="enable.idempotence=false: batches that may have been written are not resent (default: idempotent, "
         "as Kafka's producer since 3.0)",
     )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=PARTITIONS,
+        help=f"partitions of the topic (default {PARTITIONS}, the workload the targets were set on)",
+    )
     parser.add_argument("--producer-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--max-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
@@ -687,7 +732,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.batches_per_partition < 1:
         parser.error("--batches-per-partition must be >= 1")
-    return main_guard(lambda reaper: run(reaper, args.quick, args.batches_per_partition, not args.no_idempotence))
+    if args.partitions < 1:
+        parser.error("--partitions must be >= 1")
+    return main_guard(
+        lambda reaper: run(reaper, args.quick, args.batches_per_partition, not args.no_idempotence, args.partitions)
+    )
 
 
 if __name__ == "__main__":

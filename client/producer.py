@@ -217,6 +217,7 @@ class Producer:
         self._waiting: dict[TopicPartition, list[ProducerBatch]] = {}
         self._epoch_lock = asyncio.Lock()
         self.batches_sent = 0
+        self.batches_answered = 0  # batches whose outcome is known (acked or failed)
         self.bytes_sent = 0  # batch bytes handed to the sender (once per batch, retries not counted)
         self.epoch_bumps = 0
         self.resent_indeterminate = 0  # batches resent after an answer that left them indeterminate
@@ -307,6 +308,7 @@ class Producer:
         except Exception as exc:  # e.g. PermissionError: the cluster refused the secret
             outcome, base, message = "failed", -1, f"{type(exc).__name__}: {exc}"
         acked = outcome == "acked"
+        self.batches_answered += 1
         if self.idempotent and not acked:
             with contextlib.suppress(Exception):
                 await self._bump_epoch(epoch)
@@ -358,6 +360,16 @@ class Producer:
             )
             self._next_sequence.clear()
             self.epoch_bumps += 1
+
+    @property
+    def batches_in_flight(self) -> int:
+        """Batches handed to the sender and not answered yet (at most 5 per partition when idempotent)."""
+        return self.batches_sent - self.batches_answered
+
+    @property
+    def blocked_on_buffer(self) -> bool:
+        """Whether `send` is waiting for `buffer.memory` to free up."""
+        return not self._space.is_set()
 
     async def flush(self) -> None:
         """Send every record now (linger ends) and wait until each has its answer."""

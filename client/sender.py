@@ -87,6 +87,11 @@ class Sender:
         self.requests_sent = 0
         self.record_sets_sent = 0
 
+    @property
+    def requests_in_flight(self) -> int:
+        """PRODUCE requests sent and not answered, over every broker."""
+        return sum(node.in_flight for node in self._nodes.values())
+
     def produce(
         self, broker_id: int, tp: TopicPartition, records: bytes, acks: int, timeout_ms: int
     ) -> asyncio.Future[ProduceResponse]:

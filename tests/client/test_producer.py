@@ -44,13 +44,23 @@ async def test_one_produce_carries_a_batch_for_every_partition_the_leader_leads(
         await client.refresh_metadata(["p"])
         producer = Producer(client, acks=1, linger_ms=60_000)
         acked: list[tuple[TopicPartition, int, str | None]] = []
+        in_flight_seen: list[tuple[int, int]] = []  # (batches, requests) unanswered as each record's ack arrives
         for i in range(3):
             for tp in (P0, P1):
-                callback = lambda o, e, tp=tp: acked.append((tp, o, e))  # noqa: E731
+
+                def callback(o: int, e: str | None, tp: TopicPartition = tp) -> None:
+                    acked.append((tp, o, e))
+                    in_flight_seen.append((producer.batches_in_flight, client.sender.requests_in_flight))
+
                 await producer.send(tp, f"{tp.partition}-{i}".encode(), callback=callback)
         assert acked == []  # lingering: nothing sent before the flush
+        assert producer.batches_in_flight == 0 and not producer.blocked_on_buffer
         await producer.flush()
         assert client.sender.requests_sent == 1
+        # the request is answered before either batch's records hear of it; the second batch is still
+        # unanswered while the first one's records are told
+        assert in_flight_seen == [(1, 0)] * 3 + [(0, 0)] * 3
+        assert producer.batches_in_flight == 0 and client.sender.requests_in_flight == 0
         assert sorted(acked) == sorted((tp, i, None) for tp in (P0, P1) for i in range(3))
         assert await values_of(client, P0) == [b"0-0", b"0-1", b"0-2"]
         assert await values_of(client, P1) == [b"1-0", b"1-1", b"1-2"]
