@@ -214,20 +214,20 @@ def _answer(tp: TopicPartition, items: list[_Queued], response: ProduceResponse 
         code = response.error_code or int(ErrorCode.UNKNOWN_SERVER_ERROR)
         message = response.error_message or f"the response had no answer for {tp}"
     base = part.base_offset if part is not None else -1
-    for item in items:
-        if item.future.done():
-            base = _advance(base, item.records)
-            continue
-        if part is None:
-            own = ProducePartitionResponse(tp.topic, tp.partition, error_code=code, error_message=message)
-        else:
-            own = ProducePartitionResponse(
-                tp.topic, tp.partition, part.error_code, part.error_message, base, part.log_start_offset
+    last = len(items) - 1
+    for i, item in enumerate(items):
+        if not item.future.done():
+            if part is None:
+                own = ProducePartitionResponse(tp.topic, tp.partition, error_code=code, error_message=message)
+            else:
+                own = ProducePartitionResponse(
+                    tp.topic, tp.partition, part.error_code, part.error_message, base, part.log_start_offset
+                )
+            item.future.set_result(
+                ProduceResponse([own], response.error_code, response.error_message, response.throttle_time_ms)
             )
-        item.future.set_result(
-            ProduceResponse([own], response.error_code, response.error_message, response.throttle_time_ms)
-        )
-        base = _advance(base, item.records)
+        if i < last:  # the next set's base: walking this one's batch headers is only needed for a next one
+            base = _advance(base, item.records)
 
 
 def _advance(base: int, records: bytes) -> int:
