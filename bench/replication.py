@@ -61,9 +61,9 @@ The producer's window, sampled every 5 ms in phase 1: `in_flight_batches_mean` (
 sender and not answered; an idempotent producer allows 5 per partition, so 30 with 6 partitions),
 `in_flight_requests_mean` (PRODUCE requests unanswered; 5 per broker), `producer_blocked_frac` (how
 often `send` waited for buffer.memory) and `in_flight_ms`, the mean time a batch spends between the
-sender and its answer at full rate (batches in flight / batch rate, Little's law). When the window is
-full and `cpu_cores_busy` is below the machine's cores, the throughput is window / `in_flight_ms`,
-bounded by the answer's latency rather than by CPU.
+sender and its answer at full rate (batches in flight / batch rate, Little's law). Run with more
+`--partitions` to tell what bounds the rate: if the window fills again and `in_flight_ms` grows with it
+while the rate stays, the extra batches only queue for CPU (docs/benchmarks.md has the runs).
 With BENCH_PROFILE_DIR=D every process runs under cProfile and
 leaves its stats in D (`broker-broker-N.prof`, `controller-controller.prof`, `producer.prof`).
 """
