@@ -330,7 +330,7 @@ class TimerReaper:
             wait_ms = min(wait_ms, max(0.0, next_ms - now_ms))
             if 0.0 < wait_ms < MIN_WAIT_MS:
                 # uvloop's timers count whole milliseconds: a shorter wait fires at once, so the reaper
-                # would spin until the bucket is due (measured: 26 wake-ups per expiry, ~60 µs of CPU).
+                # would spin until the bucket is due (measured: 26 wake-ups per expiry, ~85 µs of CPU per expiry).
                 wait_ms = MIN_WAIT_MS
         self._wake_at_ms = now_ms + wait_ms
         self._handle = loop.call_later(wait_ms / 1000.0, self._wake)
