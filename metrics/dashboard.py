@@ -231,12 +231,13 @@ def _partition_summaries(tables: Mapping[str, DataFrame]) -> DataFrame:
     return joined.withColumn("worst", F.coalesce("worst", F.lit(len(s.STATUSES))))
 
 
-def _lag_series(follower_lag: DataFrame, chosen: DataFrame, bucket_ms: int) -> DataFrame:
+def _lag_series(follower_lag: DataFrame, chosen: DataFrame, bucket_ms: int, view: str) -> DataFrame:
     ts = F.col(s.TS_MS)
     return (
         follower_lag.join(F.broadcast(chosen), [s.TOPIC, s.PARTITION], "left_semi")
         .groupBy(s.TOPIC, s.PARTITION, "follower_id", (ts - F.pmod(ts, F.lit(bucket_ms))).alias("bucket_ms"))
         .agg(F.max(s.LAG_MESSAGES).alias("lag_messages"), F.max(s.LAG_MS).alias("lag_ms"))
+        .withColumn("view", F.lit(view))
     )
 
 
@@ -314,18 +315,19 @@ def _worst_statuses(status_df: DataFrame) -> list[dict[str, Any]]:
 def _collect_lag(
     follower_lag: DataFrame, chosen: DataFrame, bucket_ms: int, replica_lag: DataFrame | None = None
 ) -> dict[tuple[str, int], list[FollowerSeries]]:
-    series: dict[tuple[str, int, int, str], FollowerSeries] = {}
-    sources = [("follower", _lag_series(follower_lag, chosen, bucket_ms))]
+    """Both views' bucketed series of the charted partitions in one query; the few rows are ordered here
+    (a Spark sort would add a sampling job and a stage for a few thousand rows)."""
+    frame = _lag_series(follower_lag, chosen, bucket_ms, "follower")
     if replica_lag is not None:
         leader_view = replica_lag.withColumnRenamed(s.TIME_SINCE_CAUGHT_UP_MS, s.LAG_MS)
-        sources.insert(0, ("leader", _lag_series(leader_view, chosen, bucket_ms)))
-    for view, frame in sources:
-        for r in frame.orderBy("bucket_ms").collect():
-            k = (r[s.TOPIC], r[s.PARTITION], r["follower_id"], view)
-            one = series.setdefault(k, FollowerSeries(r["follower_id"], [], [], [], view))
-            one.ts_ms.append(r["bucket_ms"])
-            one.lag_messages.append(r["lag_messages"])
-            one.lag_ms.append(r["lag_ms"])
+        frame = frame.unionByName(_lag_series(leader_view, chosen, bucket_ms, "leader"))
+    series: dict[tuple[str, int, int, str], FollowerSeries] = {}
+    for r in sorted(frame.collect(), key=lambda r: r["bucket_ms"]):
+        k = (r[s.TOPIC], r[s.PARTITION], r["follower_id"], r["view"])
+        one = series.setdefault(k, FollowerSeries(r["follower_id"], [], [], [], r["view"]))
+        one.ts_ms.append(r["bucket_ms"])
+        one.lag_messages.append(r["lag_messages"])
+        one.lag_ms.append(r["lag_ms"])
     lag: dict[tuple[str, int], list[FollowerSeries]] = {}
     # The leader's view first: it is the series a reader should look at.
     for (topic, partition, _, _), one in sorted(series.items(), key=lambda kv: (kv[0][:3], kv[0][3] != "leader")):
@@ -394,9 +396,9 @@ def _collect_health(health: DataFrame, first_ms: int, last_ms: int, step_ms: int
             F.max("offline_partitions").alias("off"),
             F.collect_list("leaders").alias("leaders"),
         )
-        .orderBy("_b")
         .collect()
     )
+    rows.sort(key=lambda r: r["_b"])  # at most CHART_POINTS_MAX rows: no Spark sort
     series = HealthSeries()
     per_bucket: list[dict[int, int]] = []
     for r in rows:
@@ -420,9 +422,9 @@ def _collect_leader_changes(
     changes = (
         leader_timeline.join(F.broadcast(chosen), [s.TOPIC, s.PARTITION], "left_semi")
         .where(F.col("previous_leader_id").isNotNull())
-        .orderBy("first_seen_ms")
         .collect()
     )
+    changes.sort(key=lambda r: (r["first_seen_ms"], r[s.LEADER_EPOCH]))
     events: dict[tuple[str, int], list[TimelineEvent]] = {}
     for r in changes:
         label = f"epoch {r[s.LEADER_EPOCH]}: leader {r[s.LEADER_ID]}"
@@ -537,7 +539,8 @@ def _collect_byte_rates(byte_rates: DataFrame) -> list[BrokerRates]:
         .orderBy(F.col("total").desc(), s.BROKER_ID)
         .limit(BYTE_RATE_BROKERS_MAX)
     )
-    rows = per_broker.join(busiest, s.BROKER_ID, "left_semi").orderBy(s.BROKER_ID, "window_start_ms").collect()
+    rows = per_broker.join(busiest, s.BROKER_ID, "left_semi").collect()
+    rows.sort(key=lambda r: (r[s.BROKER_ID], r["window_start_ms"]))
     out: dict[int, BrokerRates] = {}
     for r in rows:
         b = out.setdefault(r[s.BROKER_ID], BrokerRates(r[s.BROKER_ID], [], {n: [] for n in _RATE_NAMES}))

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from metrics import dashboard, spark_app
 from metrics import schema as s
+from metrics.lag_job import LagJobConfig
 from tests.integration.processes import ROOT
 from tests.integration.test_cli import clean_env
 from tests.metrics.browser import CHROMIUM, chart_lines, is_flat, rendered_dom, run_chromium
@@ -650,3 +651,62 @@ def test_a_fault_window_is_shaded_on_the_lag_charts(tmp_path: Path) -> None:
     rects = [shape for shape in fig.layout.shapes if shape.type == "rect"]
     assert len(rects) == 2  # one per subplot: lag in messages and in ms
     assert any("isolate-leader" in a.text for a in fig.layout.annotations)
+
+
+@pytest.mark.timeout(300)
+def test_every_series_the_page_draws_is_in_time_order(spark: SparkSession, tmp_path: Path) -> None:
+    # The page's queries end in a grouping, whose rows come back in hash order; the series are ordered
+    # after the collect, and every chart, event list and rate line must read left to right.
+    write_metrics_dir(tmp_path / "metrics")
+    files = spark_app.list_metric_files(tmp_path / "metrics")
+    pages: list[dashboard.DashboardData] = []
+    spark_app.publish(
+        spark_app.read_records(spark, files),
+        tmp_path / "out",
+        LagJobConfig(window_ms=10_000, health_bucket_ms=1000),
+        "t",
+        on_page=pages.append,
+    )
+    (data,) = pages
+
+    def increasing(values: list[int]) -> bool:
+        return len(values) > 1 and all(a < b for a, b in zip(values, values[1:], strict=False))
+
+    assert sorted(data.lag) == [("orders", 0), ("orders", 1)]
+    for key, series in data.lag.items():
+        assert [one.view for one in series][:1] == ["leader"], key  # the leader's view first
+        for one in series:
+            assert increasing(one.ts_ms), (key, one.view, one.follower_id, one.ts_ms)
+    assert data.health is not None and increasing(data.health.bucket_start_ms), data.health.bucket_start_ms
+    assert data.byte_rates and [b.broker_id for b in data.byte_rates] == sorted(b.broker_id for b in data.byte_rates)
+    for rates in data.byte_rates:
+        assert increasing(rates.window_start_ms), (rates.broker_id, rates.window_start_ms)
+    changes = [e.ts_ms for events in data.events.values() for e in events]
+    assert changes, "the new leader of orders-0 is a leader change"
+    for key, events in data.events.items():
+        assert [e.ts_ms for e in events] == sorted(e.ts_ms for e in events), key
+
+
+@pytest.mark.timeout(300)
+def test_the_series_are_ordered_even_when_spark_returns_their_rows_backwards(spark: SparkSession) -> None:
+    # One partition whose rows arrive newest first: Spark's grouping then hands them back in that order.
+    lag_rows = [("orders", 0, 2, T0 + 1000 * i, 10 * i, 100 * i) for i in range(9, -1, -1)]
+    follower_lag = spark.createDataFrame(
+        lag_rows, "topic string, partition int, follower_id int, ts_ms long, lag_messages long, lag_ms long"
+    ).coalesce(1)
+    replica_lag = follower_lag.withColumnRenamed(s.LAG_MS, s.TIME_SINCE_CAUGHT_UP_MS)
+    chosen = spark.createDataFrame([("orders", 0)], "topic string, partition int")
+    lag = dashboard._collect_lag(follower_lag, chosen, 1000, replica_lag)
+    assert [(one.view, one.ts_ms) for one in lag[("orders", 0)]] == [
+        ("leader", [T0 + 1000 * i for i in range(10)]),
+        ("follower", [T0 + 1000 * i for i in range(10)]),
+    ]
+    assert lag[("orders", 0)][0].lag_messages == [10 * i for i in range(10)]
+    health = spark.createDataFrame(
+        [(T0 + 1000 * i, i % 2, 0, 0, {1: 1}) for i in range(9, -1, -1)],
+        "bucket_start_ms long, under_replicated_partitions long, under_min_isr_partitions long, "
+        "offline_partitions long, leaders map<int,bigint>",
+    ).coalesce(1)
+    series = dashboard._collect_health(health, T0, T0 + 9000, 1000)
+    assert series.bucket_start_ms == [T0 + 1000 * i for i in range(10)]
+    assert series.under_replicated == [i % 2 for i in range(10)]
