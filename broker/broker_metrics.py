@@ -59,8 +59,10 @@ def partition_records(
         else:
             stats = fetcher_stats.get(tp)
             if stats is not None:
+                fetch_offset = getattr(stats, "fetch_offset", None)
                 record.update(
-                    fetch_offset=getattr(stats, "fetch_offset", None),
+                    # -1 until the fetcher's first answer: no position yet, so none is reported
+                    fetch_offset=fetch_offset if fetch_offset is not None and fetch_offset >= 0 else None,
                     lag_messages=getattr(stats, "lag_messages", None),
                     lag_ms=getattr(stats, "lag_ms", None),
                     ReplicationBytesInPerSec=getattr(stats, "bytes_fetched", c.replication_bytes_in),
@@ -80,7 +82,7 @@ def follower_view(partition: Partition, replica: Replica, now_ms: int) -> dict[s
     caught_up = replica.last_caught_up_time_ms
     return {
         f.BROKER_ID: replica.broker_id,
-        f.LOG_END_OFFSET: leo,
+        f.LOG_END_OFFSET: leo if leo >= 0 else None,  # -1: Kafka's unknown offset
         f.LAST_CAUGHT_UP_MS: caught_up,
         f.IN_SYNC: replica.broker_id in partition.isr,
         f.LAG_MESSAGES: max(0, partition.log_end_offset - leo) if leo >= 0 else None,

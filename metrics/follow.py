@@ -165,9 +165,7 @@ def tail_of(rows: DataFrame, cut_ms: int, config: LagJobConfig) -> DataFrame:
     ident = [*key, s.TS_MS]
     before = rows.where((ts < cut_ms) & (F.col(s.KIND) == s.KIND_PARTITION))
     leaders = before.where(F.col(s.ROLE) == s.ROLE_LEADER)
-    is_follower = (
-        (F.col(s.KIND) == s.KIND_PARTITION) & (F.col(s.ROLE) == s.ROLE_FOLLOWER) & F.col(s.FETCH_OFFSET).isNotNull()
-    )
+    is_follower = lag_job.is_follower_sample()
     newest_of_replica = before.groupBy(*key).agg(F.max(s.TS_MS).alias(s.TS_MS))
     # ``leader_samples`` orders a partition's leader rows by (ts_ms, broker_id).
     newest_leader = (

@@ -85,6 +85,14 @@ class LagJobConfig:
         return self.sample_gap_max_ms if self.sample_gap_max_ms is not None else self.window_ms
 
 
+def is_follower_sample() -> Column:
+    """A partition record of a follower that knows where it fetches from: role follower and a fetch
+    offset. Brokers used to write ``fetch_offset: -1`` for a follower whose fetcher had no answer yet
+    (just restarted, or following a new leader). That is no position, so a negative offset counts as
+    none: read as one, the drop from the previous offset made a TRUNCATE status out of nothing."""
+    return (F.col(s.KIND) == s.KIND_PARTITION) & (F.col(s.ROLE) == s.ROLE_FOLLOWER) & (F.col(s.FETCH_OFFSET) >= 0)
+
+
 def partition_records(records: DataFrame) -> DataFrame:
     """Partition records only, rows without a timestamp dropped (a malformed line read as nulls)."""
     return records.where((F.col(s.KIND) == s.KIND_PARTITION) & F.col(s.TS_MS).isNotNull())
@@ -183,9 +191,7 @@ def replica_samples(records: DataFrame) -> DataFrame:
     """
     by_replica = Window.partitionBy(*REPLICA_KEY).orderBy(s.TS_MS)
     whole = by_replica.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    is_follower = (
-        (F.col(s.KIND) == s.KIND_PARTITION) & (F.col(s.ROLE) == s.ROLE_FOLLOWER) & F.col(s.FETCH_OFFSET).isNotNull()
-    )
+    is_follower = is_follower_sample()
     # Each lag is one window column, computed once; the delta rule reads them in a later projection
     # (written inline, every use of a lag would be a window expression of its own).
     prev = {name: f"_prev_{name}" for name in (s.TS_MS, s.BROKER_START_MS, *s.PARTITION_COUNTERS)}
@@ -230,7 +236,7 @@ def follower_lag(records: DataFrame) -> DataFrame:
     """
     return (
         partition_records(records)
-        .where((F.col(s.ROLE) == s.ROLE_FOLLOWER) & F.col(s.FETCH_OFFSET).isNotNull())
+        .where(is_follower_sample())
         .select(
             s.TOPIC,
             s.PARTITION,
@@ -781,8 +787,7 @@ def follower_status(
     )
     rows = followers
     if partition_records_df is not None:
-        is_follower_sample = (F.col(s.ROLE) == s.ROLE_FOLLOWER) & F.col(s.FETCH_OFFSET).isNotNull()
-        others = partition_records(partition_records_df).where(~F.coalesce(is_follower_sample, F.lit(False)))
+        others = partition_records(partition_records_df).where(~F.coalesce(is_follower_sample(), F.lit(False)))
         rows = followers.unionByName(_sample_fields(others))
     return follower_status_of_samples(replica_samples(rows), config, now_ms)
 

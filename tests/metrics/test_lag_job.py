@@ -22,8 +22,8 @@ def follower(
     ts_ms: int,
     *,
     broker_id: int = 2,
-    fetch_offset: int,
-    lag_messages: int,
+    fetch_offset: int | None,
+    lag_messages: int | None,
     lag_ms: int = 0,
     leader_id: int = 1,
     leader_epoch: int = 0,
@@ -616,3 +616,25 @@ def test_the_catch_up_time_of_a_restart_runs_until_its_last_partition_is_back_in
     result = lag_job.catch_up_times(lag_job.replica_lag(records(spark, rows)), restarts)
     got = {r["broker_id"]: (r["partitions_out"], r["partitions_behind"], r["caught_up_ms"]) for r in result.collect()}
     assert got == {2: (2, 0, 4000), 3: (1, 1, None)}
+
+
+def test_a_follower_sample_without_a_fetch_offset_is_no_truncation(spark: SparkSession) -> None:
+    # given a follower restarted under a new leader: its first sample (no answer yet) has no position.
+    # Brokers used to write -1 for it; neither that nor a null is a step back from 120.
+    for unknown in (-1, None):
+        rows = [
+            follower(T0, fetch_offset=110, lag_messages=0, leader_epoch=0),
+            follower(T0 + 1000, fetch_offset=120, lag_messages=0, leader_epoch=0),
+            follower(T0 + 2000, fetch_offset=unknown, lag_messages=None, leader_epoch=1, leader_id=3),
+            follower(T0 + 3000, fetch_offset=120, lag_messages=0, leader_epoch=1, leader_id=3),
+            follower(T0 + 4000, fetch_offset=125, lag_messages=0, leader_epoch=1, leader_id=3),
+        ]
+        lag = lag_job.follower_lag(records(spark, rows))
+        assert [r[s.FETCH_OFFSET] for r in lag.orderBy(s.TS_MS).collect()] == [110, 120, 120, 125], unknown
+        result = lag_job.follower_status(lag, LagJobConfig())
+        assert result.select("status", "truncations", "rewinds").collect() == [
+            Row(status="OK", truncations=0, rewinds=0)
+        ], unknown
+        samples = lag_job.replica_samples(records(spark, rows))
+        of_samples = lag_job.follower_status_of_samples(samples, LagJobConfig())
+        assert [(r["status"], r["truncations"]) for r in of_samples.collect()] == [("OK", 0)], unknown
