@@ -153,10 +153,11 @@ def settled_horizon(newest_ms: int, watermark_ms: int, config: LagJobConfig) -> 
 
 def tail_of(rows: DataFrame, cut_ms: int, config: LagJobConfig) -> DataFrame:
     """The rows of ``rows`` (record columns) a later round needs when nothing before ``cut_ms`` can change:
-    every row from ``cut_ms`` on; before it, the partition records that are the newest of each replica, of
-    each partition's leader sequence and of each follower in the leaders' ISR lists (the previous row of
-    each ordered sequence the tables read), and each follower's samples in its last window plus the two
-    before them (``follower_status`` reads those). A broker record before the cut is needed by nothing.
+    every row from ``cut_ms`` on; before it, the partition records that are the newest of each replica
+    (and its newest with a role other than offline, which ``role_last`` reads), of each partition's
+    leader sequence and of each follower in the leaders' ISR lists (the previous row of each ordered
+    sequence the tables read), and each follower's samples in its last window plus the two before them
+    (``follower_status`` reads those). A broker record before the cut is needed by nothing.
 
     The aggregations find row identities (``REPLICA_KEY`` and ts_ms) over narrow columns, then one
     semi-join picks the rows: no sort of the tail, no aggregation carrying whole rows."""
@@ -167,6 +168,8 @@ def tail_of(rows: DataFrame, cut_ms: int, config: LagJobConfig) -> DataFrame:
     leaders = before.where(F.col(s.ROLE) == s.ROLE_LEADER)
     is_follower = lag_job.is_follower_sample()
     newest_of_replica = before.groupBy(*key).agg(F.max(s.TS_MS).alias(s.TS_MS))
+    # ``role_last`` skips offline records, so the newest record with a role is needed as well.
+    newest_with_role = before.where(F.col(s.ROLE) != s.ROLE_OFFLINE).groupBy(*key).agg(F.max(s.TS_MS).alias(s.TS_MS))
     # ``leader_samples`` orders a partition's leader rows by (ts_ms, broker_id).
     newest_leader = (
         leaders.groupBy(s.TOPIC, s.PARTITION)
@@ -194,6 +197,7 @@ def tail_of(rows: DataFrame, cut_ms: int, config: LagJobConfig) -> DataFrame:
     )
     wanted = (
         newest_of_replica.select(*ident)
+        .unionByName(newest_with_role.select(*ident))
         .unionByName(newest_leader.select(*ident))
         .unionByName(newest_listing.select(*ident))
         .unionByName(last_window)

@@ -185,7 +185,9 @@ def replica_samples(records: DataFrame) -> DataFrame:
       ``follower_lag`` keeps);
     - ``interval_ms`` and ``<counter>_delta``: see ``counter_deltas``; the running totals themselves
       are dropped (every table reads their deltas);
-    - ``role_last``: the role of the replica's newest record (a promoted follower reads "leader").
+    - ``role_last``: the replica's role in its newest record that has one: a promoted follower reads
+      "leader"; "offline" (its partition has no leader, as when a cluster shuts down) is skipped, so a
+      leader whose partition went offline still reads "leader" and a follower "follower".
 
     Rows keep every other input column, so the tables read the record fields from this frame too.
     """
@@ -202,7 +204,7 @@ def replica_samples(records: DataFrame) -> DataFrame:
         F.lag(s.TS_MS).over(by_replica).alias(prev[s.TS_MS]),
         F.lag(s.BROKER_START_MS).over(by_replica).alias(prev[s.BROKER_START_MS]),
         *(F.lag(F.coalesce(F.col(c), F.lit(0))).over(by_replica).alias(prev[c]) for c in s.PARTITION_COUNTERS),
-        F.last(s.ROLE).over(whole).alias(ROLE_LAST),
+        F.last(F.when(F.col(s.ROLE) != s.ROLE_OFFLINE, F.col(s.ROLE)), ignorenulls=True).over(whole).alias(ROLE_LAST),
     )
     prev_ts = F.col(prev[s.TS_MS])
     restarted = F.col(prev[s.BROKER_START_MS]) != F.col(s.BROKER_START_MS)
@@ -814,7 +816,9 @@ def follower_status_of_samples(samples: DataFrame, config: LagJobConfig, now_ms:
 
     A replica whose latest record says it leads the partition was promoted: it is no longer a
     follower and gets no status (Burrow drops a consumer that is gone), rather than a STOP for the
-    follower samples it stopped sending.
+    follower samples it stopped sending. Records of a partition without a leader (role offline) do not
+    change that: a leader whose partition went offline, as every partition does when the cluster shuts
+    down, was still promoted.
 
     Columns: topic, partition, follower_id, status, samples, window_start_ms, last_ts_ms,
     lag_messages_last, lag_ms_last, fetch_offset_last, leader_id_last, leader_epoch_last,

@@ -262,6 +262,20 @@ def test_the_tail_keeps_the_newest_leader_row_listing_each_follower(spark: Spark
     assert kept == {(1, 5), (1, 14), *((1, t) for t in range(15, 21))}
 
 
+def test_the_tail_keeps_a_replicas_newest_row_with_a_role_when_offline_rows_follow_it(spark: SparkSession) -> None:
+    # given broker 2 leads until 10 s, then reports the partition offline (no leader) while broker 3,
+    # back from a restart, leads from 12 s: broker 2's follower status reads its newest role that is not
+    # offline (leader, at 10 s), which no other rule keeps once broker 3's rows are the leader sequence's
+    rows = [_leader_row(t, 2, ()) for t in range(11)]
+    rows += [
+        {**follower(T0 + t * 1000, fetch_offset=t, lag_messages=None), s.ROLE: s.ROLE_OFFLINE, s.LEADER_ID: -1}
+        for t in range(11, 21)
+    ]
+    rows += [_leader_row(t, 3, ()) for t in range(12, 21)]
+    kept = _tail_times(spark, rows, cut_s=15)
+    assert kept == {(2, 10), (2, 14), (3, 14), *((b, t) for b in (2, 3) for t in range(15, 21))}
+
+
 def test_the_tail_keeps_a_followers_last_window_and_the_two_samples_before_it(spark: SparkSession) -> None:
     # given follower 2 samples every second until 12 s, then stops; the window is 4 s
     rows = [follower(T0 + t * 1000, fetch_offset=t, lag_messages=1) for t in range(13)]

@@ -550,6 +550,27 @@ def test_a_follower_promoted_to_leader_gets_no_status_instead_of_stop(spark: Spa
     assert result.select("follower_id", "status").collect() == [Row(follower_id=3, status="OK")]
 
 
+def test_a_promoted_follower_is_still_promoted_when_its_partition_goes_offline(spark: SparkSession) -> None:
+    # given broker 2 followed until T0+2s, led until T0+18s, then reported the partition offline (no
+    # leader), as every replica does while a cluster shuts down; broker 3 followed, then went offline too
+    def offline(ts_ms: int, broker_id: int) -> dict[str, Any]:
+        return {
+            **follower(ts_ms, broker_id=broker_id, fetch_offset=9, lag_messages=None),
+            s.ROLE: s.ROLE_OFFLINE,
+            s.LEADER_ID: -1,
+        }
+
+    rows = [follower(T0 + i * 1000, fetch_offset=i, lag_messages=0) for i in range(3)]
+    rows += [leader(T0 + i * 1000, broker_id=2, leader_epoch=1) for i in range(3, 19)]
+    rows += [follower(T0 + i * 1000, broker_id=3, leader_id=2, fetch_offset=i, lag_messages=0) for i in range(19)]
+    rows += [offline(T0 + i * 1000, broker_id) for i in (19, 20) for broker_id in (2, 3)]
+    recs = records(spark, rows)
+    result = lag_job.follower_status(lag_job.follower_lag(recs), LagJobConfig(), None, lag_job.partition_records(recs))
+    assert result.select("follower_id", "status").collect() == [Row(follower_id=3, status="OK")]
+    of_samples = lag_job.follower_status_of_samples(lag_job.replica_samples(recs), LagJobConfig())
+    assert [(r["follower_id"], r["status"]) for r in of_samples.collect()] == [(3, "OK")]
+
+
 def test_the_leader_reports_the_lag_of_a_follower_that_reports_nothing(spark: SparkSession) -> None:
     # given follower 2 died at T0: from then on only its leader speaks of it, and its lag climbs
     rows = [
