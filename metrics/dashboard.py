@@ -865,7 +865,9 @@ def _restart_card(r: Restart) -> str:
         return _card("still down", f"broker {r.broker_id}", down, "#d1242f")
     detail = f"{down}, {_fmt_duration(r.restart_ms - r.down_ms)}; out of {r.partitions_out} ISRs"
     if r.partitions_out == 0:
-        return _card("–", f"broker {r.broker_id} catch-up", f"{down}, {_fmt_duration(r.restart_ms - r.down_ms)}")
+        # back before any leader dropped it from an ISR: nothing to catch up, and the card says so
+        duration = _fmt_duration(r.restart_ms - r.down_ms)
+        return _card("–", f"broker {r.broker_id} catch-up", f"{down}, {duration}; never out of an ISR")
     if r.caught_up_ms is None:
         return _card(
             "not caught up", f"broker {r.broker_id} catch-up", f"{detail}, {r.partitions_behind} behind", "#d1242f"

@@ -96,3 +96,25 @@ def test_a_chart_drawn_on_demand_has_its_lines_and_the_pages_template(tmp_path: 
     assert lines_in(closed) == []  # still closed: not drawn
     assert any(not is_flat(line) for line in lines_in(opened))
     assert _TEMPLATE_GRID in opened and _TEMPLATE_GRID in drawn_first
+
+
+def test_each_kind_of_restart_card_says_what_happened() -> None:
+    data = _data({("t", 0): _series([0, 1, 0])}, eager=1)
+    data.restarts = [
+        d.Restart(1, T0, T0 + 200, T0 + 9000),  # back before any ISR dropped it
+        d.Restart(2, T0 + 1000, T0 + 7000, T0 + 9000, partitions_out=3, caught_up_ms=1500),
+        d.Restart(3, T0 + 2000, T0 + 8000, T0 + 9000, partitions_out=2, partitions_behind=1),
+        d.Restart(4, T0 + 3000, None),
+    ]
+    page = d.render_dashboard(data)
+    cards = [re.sub(r"<[^>]+>", "|", c) for c in page.split('<div class="card">')[1:]]
+    texts = [re.sub(r"\|+", "|", c).strip("|") for c in cards]
+
+    def card(broker: int) -> str:
+        (one,) = [t for t in texts if re.search(rf"\|broker {broker}\b", t)]
+        return one
+
+    assert card(1).startswith("–|broker 1 catch-up|") and card(1).endswith("200 ms; never out of an ISR")
+    assert card(2).startswith("1.5 s|broker 2 catch-up after restart|") and "out of 3 ISRs" in card(2)
+    assert card(3).startswith("not caught up|broker 3 catch-up|") and "1 behind" in card(3)
+    assert card(4).startswith("still down|broker 4|down at ")
