@@ -306,7 +306,7 @@ class ChaosRun:
             )
         self.progress(
             f"  broker {report.broker_id} restarted; ISRs full again after {report.isr_full_after_ms} ms; "
-            f"{report.follower_truncations} truncations"
+            f"{report.follower_truncations} truncation{'' if report.follower_truncations == 1 else 's'}"
         )
 
     # -- convergence and the oracle ----------------------------------------------------------------
