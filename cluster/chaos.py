@@ -484,7 +484,10 @@ def find_problems(
 
 
 def _ms(value: Any) -> str:
-    """Latencies for people: one decimal (the JSON report keeps full precision)."""
+    """Latencies for people: one decimal, "–" when there is none (the JSON report keeps full precision
+    and null)."""
+    if value is None:
+        return "–"
     return f"{value:.1f}" if isinstance(value, float) else str(value)
 
 

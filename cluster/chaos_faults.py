@@ -505,8 +505,8 @@ def _where(shape: str | None, broker_id: int) -> str:
 
 
 def render_fault_report(report: dict[str, Any]) -> str:
-    lines = render_report({**report, "kills": []}).splitlines()
-    lines[2] = lines[2].split("  failover ms")[0]  # leader-kill's failover line; here per fault below
+    # leader-kill's failover figures go: a fault need not move a leader, so each round says its own below
+    lines = [line.split("  failover ms")[0] for line in render_report({**report, "kills": []}).splitlines()]
     for f in report["faults"]:
         name = f["kind"] + (f":{f['shape']}" if f["shape"] else "")
         no_leader = max(f["no_leader_ms"].values(), default=0.0)
