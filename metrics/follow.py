@@ -167,9 +167,16 @@ def tail_of(rows: DataFrame, cut_ms: int, config: LagJobConfig) -> DataFrame:
     before = rows.where((ts < cut_ms) & (F.col(s.KIND) == s.KIND_PARTITION))
     leaders = before.where(F.col(s.ROLE) == s.ROLE_LEADER)
     is_follower = lag_job.is_follower_sample()
-    newest_of_replica = before.groupBy(*key).agg(F.max(s.TS_MS).alias(s.TS_MS))
-    # ``role_last`` skips offline records, so the newest record with a role is needed as well.
-    newest_with_role = before.where(F.col(s.ROLE) != s.ROLE_OFFLINE).groupBy(*key).agg(F.max(s.TS_MS).alias(s.TS_MS))
+    # Each replica's newest record, and (``role_last`` skips offline records) its newest with a role: one
+    # grouping gives both.
+    newest = before.groupBy(*key).agg(
+        F.max(s.TS_MS).alias("_newest"),
+        F.max(F.when(F.col(s.ROLE) != s.ROLE_OFFLINE, ts)).alias("_newest_with_role"),
+    )
+    newest_of_replica = newest.select(*key, F.col("_newest").alias(s.TS_MS))
+    newest_with_role = newest.where(F.col("_newest_with_role").isNotNull()).select(
+        *key, F.col("_newest_with_role").alias(s.TS_MS)
+    )
     # ``leader_samples`` orders a partition's leader rows by (ts_ms, broker_id).
     newest_leader = (
         leaders.groupBy(s.TOPIC, s.PARTITION)
