@@ -189,7 +189,8 @@ class LogSegment:
         segment.bytes, when it is older than segment.ms, when its index is full, or when the append's
         offsets no longer fit the index's 32-bit relative offsets. Age is measured by the injected clock
         from when the segment was created or last opened, not from record timestamps, and without
-        Kafka's roll jitter."""
+        Kafka's roll jitter. `append_batch` repeats these conditions for the leader's one-batch path: a
+        change here goes there too (a property test holds the two equal)."""
         if self._size == 0:
             return False
         return (
@@ -209,7 +210,8 @@ class LogSegment:
     ) -> None:
         """Write `records` (whole batches; `batches` lists each one's (base offset, size) in order) at the
         end of the segment, indexing a batch whenever index.interval.bytes have passed since the last one.
-        `contiguous`: each batch starts right after the previous one ends (no offset gap)."""
+        `contiguous`: each batch starts right after the previous one ends (no offset gap). `append_batch`
+        repeats this for one batch: a change here goes there too."""
         position = self._size
         total = len(records)
         # The log validated these batches' CRCs already; they extend the verified prefix when it reaches

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.log.offset_index import OffsetIndex
 from broker.log.segment import NO_TIMESTAMP, LogSegment
@@ -303,3 +305,68 @@ def test_recovery_reads_batches_larger_than_its_read_chunk(tmp_path: Path) -> No
     assert recovered.next_offset == 2
     assert recovered.read(0, 100, min_one_message=True) == big
     assert recovered.read(1, 100) == small
+
+
+# -- the one-batch append (append_batch) against should_roll + append -------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(1, 3), st.integers(1, 80), st.integers(0, 15), st.integers(-5, 5)),
+        min_size=1,
+        max_size=25,
+    ),
+    index_interval_bytes=st.sampled_from([0, 150, 100_000]),
+    idle_ms=st.integers(0, 200),  # before the first batch: an empty segment never rolls, however old
+)
+def test_append_batch_does_what_should_roll_and_append_do(
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[tuple[int, int, int, int]],
+    index_interval_bytes: int,
+    idle_ms: int,
+) -> None:
+    # The leader's hot path writes one batch with `append_batch`, a twin of `should_roll` followed by
+    # `append` kept in one call for speed. Fed the same batches, the two must roll at the same batch and
+    # leave the same segment: bytes, offsets, timestamps, index entries and the CRC-verified prefix.
+    time = ManualTime(START_MS)
+    segments = [
+        LogSegment.create(
+            tmp_path_factory.mktemp("seg"),
+            40,
+            time=time,
+            index_interval_bytes=index_interval_bytes,
+            segment_index_bytes=32,  # 4 entries: the index fills within a run
+        )
+        for _ in range(2)
+    ]
+    twin, reference = segments
+    segment_bytes, segment_ms = 1500, 100
+    now_ms, next_offset = START_MS + idle_ms, 40
+    for count, value_bytes, advance_ms, timestamp_skew in steps:
+        now_ms += advance_ms
+        timestamp = START_MS + timestamp_skew * 10
+        data = batch(*(b"v" * value_bytes for _ in range(count)), base_offset=next_offset, timestamp_ms=timestamp)
+        last = next_offset + count - 1
+        rolls = reference.should_roll(len(data), last, now_ms, segment_bytes, segment_ms)
+        written = twin.append_batch(data, next_offset, last, timestamp, now_ms, segment_bytes, segment_ms)
+        assert written is not rolls
+        if rolls:
+            break
+        reference.append(data, last, timestamp, [(next_offset, len(data))])
+        next_offset = last + 1
+    for segment in segments:
+        segment.flush()
+    assert twin.log_path.read_bytes() == reference.log_path.read_bytes()
+    assert (twin.size_in_bytes, twin.next_offset, twin.largest_timestamp) == (
+        reference.size_in_bytes,
+        reference.next_offset,
+        reference.largest_timestamp,
+    )
+    assert twin.index.entries == reference.index.entries
+    assert [twin.index.lookup(o) for o in range(40, next_offset)] == [
+        reference.index.lookup(o) for o in range(40, next_offset)
+    ]
+    assert (twin._crc_verified_end, twin._verified_next) == (reference._crc_verified_end, reference._verified_next)
+    for segment in segments:
+        segment.close()
