@@ -5,9 +5,10 @@ How this works
 The log writes segments with `pwrite` and makes them durable only through `Storage.fsync`
 (broker/log/storage.py): on segment rolls, on `log.flush.interval.messages` / `log.flush.interval.ms`,
 on recovery and on a clean shutdown. `SimDisk.fsync` records, per file, how many bytes the last fsync
-covered. `crash(node_dir)` with `loses_unflushed` cuts every segment of that node back to what its last
-fsync covered and removes its index files (rebuilt on the next open), so a killed node loses exactly what
-it never flushed, as a power loss does. Checkpoints (HW, leader epochs, log start) are written with
+covered (the data's length, not the file's, for a preallocated segment). `crash(node_dir)` with
+`loses_unflushed` cuts every segment of that node back to what its last fsync covered and removes its
+index files (rebuilt on the next open), so a killed node loses exactly what it never flushed, as a power
+loss does. Checkpoints (HW, leader epochs, log start) are written with
 temp file, fsync and rename, so they survive whole. Blocking writes run inline: the simulation has one
 thread and must stay deterministic.
 """
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from broker.log.batches import scan
+
 T = TypeVar("T")
 
 
@@ -28,9 +31,9 @@ class SimDisk:
         self.durable: dict[str, int] = {}  # path -> bytes covered by its last fsync
         self.bytes_lost = 0
 
-    def fsync(self, fd: int) -> None:
+    def fsync(self, fd: int, length: int | None = None) -> None:
         path = os.readlink(f"/proc/self/fd/{fd}")
-        self.durable[path] = os.fstat(fd).st_size
+        self.durable[path] = os.fstat(fd).st_size if length is None else length
         if self.real_fsync:
             os.fsync(fd)
 
@@ -46,8 +49,11 @@ class SimDisk:
             size = segment.stat().st_size
             keep = min(size, self.durable.get(str(segment), 0))
             if keep < size:
+                with open(segment, "rb") as f:
+                    f.seek(keep)
+                    # The batches past what was flushed, not the zeros after them in a preallocated file.
+                    lost += scan(f.read(), verify_crc=False).valid_bytes
                 os.truncate(segment, keep)
-                lost += size - keep
         for index in node_dir.rglob("*.index"):
             index.unlink(missing_ok=True)
         self.bytes_lost += lost

@@ -205,6 +205,10 @@ class Log:
                     f"starts at {after.base_offset}"
                 )
                 break
+        if config.preallocate and log.offline_reason is None:
+            # The active segment was cut back to its data when the log closed (or by recovery): appends
+            # after a restart fill reserved space too.
+            log._segments[-1].preallocate(config.segment_bytes)
         return log
 
     def mark_offline(self, reason: str) -> None:
@@ -461,6 +465,7 @@ class Log:
         if active.is_empty:
             return active
         active.index.flush(fsync=False)
+        active.trim()
         # As Kafka: a snapshot at each roll (empty or not) bounds what a rebuild (open, truncation) has to read
         # to the segments after it.
         self.producer_state.take_snapshot(self.log_end_offset)
@@ -799,6 +804,7 @@ class Log:
         # As Kafka on a clean shutdown: the next open reads the state instead of the batch headers.
         self.producer_state.take_snapshot(self.log_end_offset)
         for segment in self._segments:
+            segment.trim()
             segment.close()
         write_atomically(self._dir / CLEAN_SHUTDOWN_FILE, b"")
         self._closed = True
@@ -842,6 +848,7 @@ def _new_segment(dir: Path, base_offset: int, config: LogConfig, time: Time, sto
         storage=storage,
         index_interval_bytes=config.index_interval_bytes,
         segment_index_bytes=config.segment_index_bytes,
+        preallocate_bytes=config.segment_bytes if config.preallocate else 0,
     )
 
 

@@ -22,6 +22,10 @@ class LogConfig:
     flush_interval_messages: int = LONG_MAX  # log.flush.interval.messages; LONG_MAX = never forced
     flush_interval_ms: int | None = None  # log.flush.interval.ms; None = never forced
     max_message_bytes: int = 1048588  # message.max.bytes (max.message.bytes per topic): largest batch accepted
+    # log.preallocate: reserve segment.bytes of disk when a segment is created (fallocate), so appends fill
+    # reserved blocks instead of allocating them; the file is cut back to its data when the segment rolls
+    # or closes.
+    preallocate: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= _MAX_SEGMENT_BYTES:
@@ -47,6 +51,18 @@ class LogConfig:
                     return int(props[name])
             return None
 
+        def flag(*names: str) -> bool | None:
+            for name in names:
+                if name in props:
+                    value = props[name]
+                    if isinstance(value, bool):
+                        return value
+                    text = str(value).strip().lower()
+                    if text not in ("true", "false"):
+                        raise ValueError(f"{name}: expected true or false, got {value!r}")
+                    return text == "true"
+            return None
+
         def millis(ms_names: tuple[str, ...], minutes: str | None, hours: str) -> int | None:
             value = first(*ms_names)
             if value is None and minutes is not None and (m := first(minutes)) is not None:
@@ -64,6 +80,7 @@ class LogConfig:
         retention_bytes = first("retention.bytes", "log.retention.bytes")
         flush_messages = first("flush.messages", "log.flush.interval.messages")
         max_message = first("max.message.bytes", "message.max.bytes")
+        preallocate = flag("preallocate", "log.preallocate")
         return cls(
             segment_bytes=defaults.segment_bytes if segment_bytes is None else segment_bytes,
             segment_ms=defaults.segment_ms if segment_ms is None else segment_ms,
@@ -74,6 +91,7 @@ class LogConfig:
             flush_interval_messages=defaults.flush_interval_messages if flush_messages is None else flush_messages,
             flush_interval_ms=first("flush.ms", "log.flush.interval.ms"),
             max_message_bytes=defaults.max_message_bytes if max_message is None else max_message,
+            preallocate=defaults.preallocate if preallocate is None else preallocate,
         )
 
 
@@ -124,6 +142,7 @@ TOPIC_CONFIG_KEYS: dict[str, Callable[[str], str | None]] = {
     "max.message.bytes": _int_in(0, 2**31 - 1),
     "message.max.bytes": _int_in(0, 2**31 - 1),
     "min.insync.replicas": _int_in(1, 2**31 - 1),
+    "preallocate": _boolean,
     "unclean.leader.election.enable": _boolean,
     # KIP-73: the replicas whose replication the leader.* / follower.* throttled rates apply to (the brokers
     # listed are the ones that send, for the leader key, and that fetch, for the follower key).
@@ -173,6 +192,7 @@ _LOG_FIELDS = {
     "retention.bytes": "retention_bytes",
     "flush.messages": "flush_interval_messages",
     "max.message.bytes": "max_message_bytes",
+    "preallocate": "preallocate",
 }
 
 
@@ -191,6 +211,7 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
     "flush.ms": "log.flush.interval.ms",
     "max.message.bytes": "message.max.bytes",
     "min.insync.replicas": "min.insync.replicas",
+    "preallocate": "log.preallocate",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 
@@ -205,6 +226,7 @@ def log_config_values(config: LogConfig) -> dict[str, str]:
         "flush.messages": str(config.flush_interval_messages),
         "flush.ms": str(LONG_MAX if config.flush_interval_ms is None else config.flush_interval_ms),
         "max.message.bytes": str(config.max_message_bytes),
+        "preallocate": "true" if config.preallocate else "false",
     }
 
 

@@ -19,15 +19,16 @@ T = TypeVar("T")
 
 
 class Storage(Protocol):
-    def fsync(self, fd: int) -> None:
-        """Make every byte written to `fd` so far durable."""
+    def fsync(self, fd: int, length: int | None = None) -> None:
+        """Make every byte written to `fd` so far durable. `length`: where the file's data ends, when the
+        file runs on past it (a preallocated segment's reserved zeros)."""
 
     async def run_blocking(self, fn: Callable[[], T]) -> T:
         """Run a blocking write (temp file, fsync, rename) without holding up the node's other work."""
 
 
 class OsStorage:
-    def fsync(self, fd: int) -> None:
+    def fsync(self, fd: int, length: int | None = None) -> None:
         os.fsync(fd)
 
     async def run_blocking(self, fn: Callable[[], T]) -> T:

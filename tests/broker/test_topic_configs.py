@@ -148,6 +148,7 @@ async def test_describe_configs_lists_every_topic_config_with_its_value_and_sour
         "leader.replication.throttled.replicas",
         "max.message.bytes",
         "min.insync.replicas",
+        "preallocate",
         "retention.bytes",
         "retention.ms",
         "segment.bytes",
@@ -172,6 +173,7 @@ async def test_describe_configs_lists_every_topic_config_with_its_value_and_sour
     assert (by_name["segment.bytes"].value, by_name["segment.bytes"].config_source) == (str(1 << 30), DEFAULT)
     assert (by_name["flush.ms"].value, by_name["flush.ms"].config_source) == (str(2**63 - 1), DEFAULT)
     assert by_name["unclean.leader.election.enable"].value == "false"
+    assert by_name["preallocate"].synonyms[-1] == DescribeConfigsSynonym("log.preallocate", "false", DEFAULT)
 
 
 async def test_describe_configs_of_named_keys_an_unknown_topic_and_a_broker(tmp_path: Path) -> None:
