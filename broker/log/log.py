@@ -643,6 +643,9 @@ class Log:
             self._segments.pop().delete()
             self._bases.pop()
         self._segments[-1].truncate_to(target_offset)
+        if self.config.preallocate:
+            # Cutting the file gave the reserved space back: the active segment reserves it again.
+            self._segments[-1].preallocate(self.config.segment_bytes)
         log_end = self.log_end_offset
         self._epoch_cache.truncate_from_end(log_end)
         if self._log_start_offset > log_end:

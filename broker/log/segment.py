@@ -25,7 +25,8 @@ offsets are contiguous, which the CRC does not cover, and takes the partition of
 With `preallocate` (Kafka's log.preallocate) a new segment reserves segment.bytes of disk when it is
 created, so an append fills blocks the file system already allocated (on ext4 a 16 KiB append then costs
 the kernel ~3.7 µs instead of ~5): the file is longer than its data, zeros past the last batch, until
-`trim` cuts it back when the segment rolls or the log closes. After a crash, recovery cuts the zeros.
+`trim` cuts it back when the segment rolls or the log closes (a truncation cuts it too, and the log
+reserves the space again). After a crash, recovery cuts the zeros.
 
 Invariants: `size_in_bytes` is the length of the data (the file length, except past it in a preallocated
 active segment) and always a batch boundary; `next_offset` is one past the last offset in the segment

@@ -83,12 +83,18 @@ def test_a_clean_close_trims_and_the_reopened_log_reserves_its_active_segment_ag
     assert values_by_offset(reopened.read(0, 1 << 20)) == expected_values(25)
 
 
-def test_truncation_inside_a_preallocated_segment_keeps_the_data_before_it(open_log: OpenLog) -> None:
+def test_truncation_keeps_the_data_before_it_and_the_active_segment_reserved(open_log: OpenLog) -> None:
     log = open_log(segment_bytes=SEGMENT, preallocate=True)
     fill(log, 10)
-    log.truncate_to(6)
+    log.truncate_to(6)  # inside the active segment (a follower's truncation on divergence)
+    assert file_size(log.active_segment.log_path) == SEGMENT
+    fill(log, 1200)
+    assert log.num_segments == 3
+    log.truncate_to(100)  # back into the first segment: the later two go, the first is active again
+    assert log.num_segments == 1
+    assert file_size(log.active_segment.log_path) == SEGMENT
     fill(log, 2)
-    assert values_by_offset(log.read(0, 1 << 20)) == expected_values(8)
+    assert values_by_offset(log.read(0, 1 << 20)) == expected_values(102)
 
 
 _APPENDER = """
