@@ -952,12 +952,28 @@ class Controller:
             full = target + removing
             if (full, adding, removing) != (partition.replicas, partition.adding_replicas, partition.removing_replicas):
                 isr = in_replica_order(full, [r for r in partition.isr if r in full])
+                if not isr:
+                    # Every in-sync replica is one this change drops (replicas a replaced reassignment was
+                    # adding, the original ones having died): as Kafka refuses a revert that would need an
+                    # unclean leader election.
+                    answer.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+                    answer.error_message = (
+                        f"replicas {list(full)} would leave {item.topic}-{item.partition} with no in-sync replica "
+                        f"(its ISR is {list(partition.isr)}): that would need an unclean leader election"
+                    )
+                    continue
                 dropped = not set(partition.replicas) <= set(full)
+                leader: int | None = None
+                if partition.leader != NO_LEADER and partition.leader not in full:
+                    # The leader is a replica a replaced reassignment was adding (elected after the original
+                    # leader died): as Kafka's PartitionChangeBuilder, another in-sync replica leads.
+                    leader = elect_leader(full, isr, self._image.active_broker_ids(), unclean=False)
+                elif dropped and partition.leader != NO_LEADER:
+                    leader = partition.leader  # replicas leave the list: a leader epoch bump, as at the end (below)
                 change = PartitionChangeRecord(
                     topic=item.topic,
                     partition=item.partition,
-                    # replicas leave the list: a leader epoch bump, as at the end of a reassignment (below)
-                    leader=partition.leader if dropped and partition.leader in full else None,
+                    leader=leader,
                     replicas=full,
                     isr=isr,
                     adding_replicas=adding,
@@ -1208,6 +1224,9 @@ class Controller:
         if not records:
             return
         first_offset = self._last_offset + 1
+        # A record the image would refuse must not reach the log: the command fails here, with nothing
+        # changed, instead of at every later load of the log.
+        self._image.check_changes(records)
         if self._store is not None:
             self._store.append(first_offset, records)
         for record in records:

@@ -515,24 +515,41 @@ class MetadataImage:
         self._partitions[registration.topic_partition] = registration
         self._topics[record.topic] = replace(topic, num_partitions=topic.num_partitions + 1)
 
+    def check_changes(self, records: Sequence[MetadataRecord]) -> None:
+        """Raise MetadataReplayError if a partition change among `records` would break a partition's
+        invariants (leader in the ISR, a non-empty ISR, ...), changing nothing. The controller runs it before
+        records become durable: one that replay refuses would also stop every later load of the log."""
+        changed: dict[TopicPartition, PartitionRegistration] = {}
+        for record in records:
+            if isinstance(record, PartitionChangeRecord):
+                tp = TopicPartition(record.topic, record.partition)
+                current = changed.get(tp) or self._partitions.get(tp)
+                if current is not None:  # a partition created in the same batch is checked as it is replayed
+                    changed[tp] = _changed_partition(current, record)
+
     def _replay_partition_change(self, record: PartitionChangeRecord) -> None:
         tp = TopicPartition(record.topic, record.partition)
         current = self._partitions.get(tp)
         if current is None:
             raise MetadataReplayError(f"change of unknown partition {tp}")
-        changed = replace(current, partition_epoch=current.partition_epoch + 1)
-        if record.leader is not None:
-            changed = replace(changed, leader=record.leader, leader_epoch=current.leader_epoch + 1)
-        if record.isr is not None:
-            changed = replace(changed, isr=tuple(record.isr))
-        if record.replicas is not None:
-            changed = replace(changed, replicas=tuple(record.replicas))
-        if record.adding_replicas is not None:
-            changed = replace(changed, adding_replicas=tuple(record.adding_replicas))
-        if record.removing_replicas is not None:
-            changed = replace(changed, removing_replicas=tuple(record.removing_replicas))
-        _check_partition(changed)
-        self._partitions[tp] = changed
+        self._partitions[tp] = _changed_partition(current, record)
+
+
+def _changed_partition(current: PartitionRegistration, record: PartitionChangeRecord) -> PartitionRegistration:
+    """`current` with `record` applied, checked: a new partition epoch, and a new leader epoch with a leader."""
+    changed = replace(current, partition_epoch=current.partition_epoch + 1)
+    if record.leader is not None:
+        changed = replace(changed, leader=record.leader, leader_epoch=current.leader_epoch + 1)
+    if record.isr is not None:
+        changed = replace(changed, isr=tuple(record.isr))
+    if record.replicas is not None:
+        changed = replace(changed, replicas=tuple(record.replicas))
+    if record.adding_replicas is not None:
+        changed = replace(changed, adding_replicas=tuple(record.adding_replicas))
+    if record.removing_replicas is not None:
+        changed = replace(changed, removing_replicas=tuple(record.removing_replicas))
+    _check_partition(changed)
+    return changed
 
 
 def _check_partition(p: PartitionRegistration) -> None:

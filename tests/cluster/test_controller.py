@@ -16,7 +16,15 @@ from cluster.controller import (
     elect_leader,
     partition_change,
 )
-from cluster.metadata import NO_LEADER, ConfigRecord, MetadataImage, PartitionRecord, PartitionRegistration
+from cluster.metadata import (
+    NO_LEADER,
+    ConfigRecord,
+    MetadataImage,
+    MetadataReplayError,
+    PartitionChangeRecord,
+    PartitionRecord,
+    PartitionRegistration,
+)
 from cluster.metadata_store import MetadataStore
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
@@ -1434,6 +1442,72 @@ def test_a_cancelled_reassignment_goes_back_and_deletes_what_it_added() -> None:
     assert after.leader_epoch == before.leader_epoch + 1
 
 
+def fence(cluster: Cluster, dead: int, alive: list[int]) -> None:
+    """Let `dead`'s session expire while `alive` keep theirs: the controller takes it out of every ISR."""
+    cluster.advance(SESSION_MS + 1)
+    cluster.keep_alive(*alive)
+    cluster.tick()
+
+
+def a_reassignment_led_by_a_replica_it_is_adding(store: Path) -> tuple[Cluster, PartitionRegistration, int, int]:
+    """t-0 on (a, b, c) of brokers 1-5, moving to (new, new2, a); `new` caught up, then `a` died, so `new`
+    leads while the move is still in progress. Returns the cluster, the partition before, new and new2."""
+    cluster = Cluster(store=MetadataStore(store))
+    cluster.start_brokers(1, 2, 3, 4, 5)
+    cluster.create("t", 1, 3)
+    before = cluster.partition()
+    a, b, c = before.replicas
+    new, new2 = (x for x in (1, 2, 3, 4, 5) if x not in before.replicas)
+    reassign(cluster, [new, new2, a])
+    cluster.alter(a, [a, b, c, new])
+    fence(cluster, a, [b, c, new, new2])
+    moving = cluster.partition()
+    assert (moving.leader, moving.adding_replicas) == (new, (new, new2))
+    return cluster, before, new, new2
+
+
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancelled", "replaced"])
+def test_a_reassignment_that_drops_its_leader_elects_another_in_sync_replica(tmp_path: Path, cancel: bool) -> None:
+    # Given a move whose leader is a replica it was adding (the original leader died meanwhile),
+    cluster, before, new, new2 = a_reassignment_led_by_a_replica_it_is_adding(tmp_path)
+    a, b, c = before.replicas
+    led = cluster.partition()
+
+    # when the move is cancelled, or replaced by one without that replica,
+    result = reassign(cluster, None if cancel else [b, c])
+
+    # then the replica leaves the list and the leadership with it: an in-sync replica that is alive leads,
+    # at a new epoch, and the replicas it was adding are deleted (with the dead original one, if replaced).
+    assert [r.error_code for r in result.response.responses] == [ErrorCode.NONE]
+    after = cluster.partition()
+    assert new not in after.replicas and new2 not in after.replicas
+    assert after.leader == b and set(after.isr) == {b, c}
+    assert (
+        after.leader_epoch > led.leader_epoch
+    )  # the dropped leader is fenced (a move that completes at once bumps twice)
+    assert sorted(result.deleted_replicas) == sorted([new, new2] if cancel else [new, new2, a])
+    # and what it made durable replays: a restarted controller has the same partition.
+    assert Cluster(store=MetadataStore(tmp_path), time=cluster.time).partition() == after
+
+
+def test_a_reassignment_that_would_leave_no_in_sync_replica_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    # Given a move whose only in-sync replica is one it is adding (every original replica died),
+    cluster, before, new, _ = a_reassignment_led_by_a_replica_it_is_adding(tmp_path)
+    _, b, c = before.replicas
+    fence(cluster, b, [c, new])
+    fence(cluster, c, [new])
+    stranded = cluster.partition()
+    assert stranded.isr == (new,)
+
+    # when it is cancelled, which would drop that replica, then it is refused as Kafka refuses a revert that
+    # needs an unclean election, and nothing changes.
+    result = reassign(cluster, None)
+    (answer,) = result.response.responses
+    assert answer.error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert "no in-sync replica" in (answer.error_message or "")
+    assert result.records == [] and cluster.partition() == stranded
+
+
 @pytest.mark.parametrize(
     ("replicas", "error"),
     [
@@ -1449,6 +1523,25 @@ def test_bad_reassignments_are_refused_and_change_nothing(replicas: list[int] | 
     result = reassign(cluster, replicas)
     assert [r.error_code for r in result.response.responses] == [error]
     assert result.records == [] and cluster.partition() == before
+
+
+def test_a_change_the_image_would_refuse_is_not_made_durable_and_changes_nothing(tmp_path: Path) -> None:
+    # A command that computed a bad change (here, by hand: a leader outside the ISR) fails before the record
+    # reaches the metadata log, which a restarted controller must be able to replay.
+    cluster = Cluster(store=MetadataStore(tmp_path))
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", 1, 3)
+    before = cluster.partition()
+    outside = before.replicas[-1]
+    bad = PartitionChangeRecord(
+        topic="t", partition=0, isr=tuple(r for r in before.isr if r != outside), leader=outside
+    )
+
+    with pytest.raises(MetadataReplayError, match="is not in ISR"):
+        cluster.controller._commit([bad], [])
+
+    assert cluster.partition() == before
+    assert Cluster(store=MetadataStore(tmp_path), time=cluster.time).partition() == before
 
 
 # -- durability -----------------------------------------------------------------------------------
