@@ -257,6 +257,10 @@ async def _run(
 
     def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         # A node's task died of an exception nobody handled: a bug, reported like a broken invariant.
+        if not loop.is_running():
+            # A task collected after the run ended (it already ended in the error that left it behind):
+            # nothing is traced after the end, and tracing needs the running loop's clock.
+            return
         exc = context.get("exception")
         what = f"{type(exc).__name__}: {exc}" if exc is not None else str(context.get("message"))
         trace.event("sim", "unhandled-exception", what=what)

@@ -426,6 +426,19 @@ def test_a_last_isr_member_elected_without_its_unflushed_data_is_excused_only_af
         assert (excused, result.excused_losses) == ([], 0)
 
 
+@pytest.mark.timeout(60)
+def test_a_reassignment_replaced_while_a_replica_it_added_leads_runs_to_the_end() -> None:
+    # Seed 212 of a 5-broker run: a replica a reassignment added caught up and was elected when the original
+    # leader died; the next reassignment dropped it. The controller wrote a change leaving it leader outside
+    # the ISR, which its own log could not replay, and the run died. Another in-sync replica now leads.
+    options = SimOptions(
+        **{**POWER_LOSS.__dict__, "brokers": 5, "duration_s": 30.0, "rate": 50.0, "faults": KINDS, "fault_rate": 1.0}
+    )
+    result = run_seed(212, options)
+    assert result.violation is None, result.violation
+    assert result.faults_injected.get("reassign", 0) > 0
+
+
 @pytest.mark.timeout(10)
 async def test_the_checker_takes_a_broker_put_back_in_the_isr_while_it_is_down_for_one_still_without_its_data() -> None:
     # The rule on its own: a join while the broker is down (an expansion its leader proposed before the crash,
