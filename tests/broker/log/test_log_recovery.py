@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,28 +13,9 @@ from broker.log.epoch_cache import EpochEntry
 from broker.log.log import Log, LogConfig
 from protocol.record_batch import iter_headers
 from protocol.time import SystemTime
-from tests.broker.log.helpers import batch, values_by_offset
+from tests.broker.log.helpers import batch, kill_appender_after, values_by_offset
 
 OpenLog = Callable[..., Log]
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-_APPENDER = """
-import sys
-from pathlib import Path
-from broker.log.log import Log, LogConfig
-from protocol.record_batch import build_batch
-from protocol.time import SystemTime
-
-log = Log.open(Path(sys.argv[1]), LogConfig(segment_bytes=64 * 1024), SystemTime())
-appends = 0
-while True:
-    start = log.log_end_offset
-    values = [f"{start + k:08d}".encode() * 20 for k in range(3)]
-    log.append_as_leader(build_batch(values, timestamp_ms=0), leader_epoch=start // 3000)
-    appends += 1
-    if appends % 100 == 0:
-        print(log.log_end_offset, flush=True)
-"""
 
 
 def fill(log: Log, count: int, epoch: int = 0) -> None:
@@ -57,21 +35,8 @@ def crash(log: Log) -> None:
 def test_a_log_killed_mid_append_reopens_with_every_whole_batch_and_appends_again(tmp_path: Path) -> None:
     # Given a real process appending to a log as fast as it can,
     log_dir = tmp_path / "orders-0"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", _APPENDER, str(log_dir)], stdout=subprocess.PIPE, text=True, env=env
-    )
-    assert child.stdout is not None
-    acknowledged = 0
-    try:
-        while acknowledged < 6000:
-            line = child.stdout.readline()
-            assert line, f"the appender died early with status {child.poll()}"
-            acknowledged = int(line)
-    finally:
-        # when it is killed mid-flight (and the machine then loses half of an in-flight batch),
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+    # when it is killed mid-flight (and the machine then loses half of an in-flight batch),
+    acknowledged = kill_appender_after(log_dir, 6000, segment_bytes=64 * 1024)
     assert not (log_dir / "clean-shutdown").exists()
     active = sorted(log_dir.glob("*.log"))[-1]
     with open(active, "ab") as f:

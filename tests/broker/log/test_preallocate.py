@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,10 +13,9 @@ import pytest
 from broker.log.log import Log, LogConfig
 from broker.log.log_config import topic_config_error, with_topic_configs
 from protocol.time import SystemTime
-from tests.broker.log.helpers import batch, values_by_offset
+from tests.broker.log.helpers import batch, kill_appender_after, values_by_offset
 
 OpenLog = Callable[..., Log]
-REPO_ROOT = Path(__file__).resolve().parents[3]
 SEGMENT = 64 * 1024
 
 
@@ -97,46 +93,17 @@ def test_truncation_keeps_the_data_before_it_and_the_active_segment_reserved(ope
     assert values_by_offset(log.read(0, 1 << 20)) == expected_values(102)
 
 
-_APPENDER = """
-import sys
-from pathlib import Path
-from broker.log.log import Log, LogConfig
-from protocol.record_batch import build_batch
-from protocol.time import SystemTime
-
-log = Log.open(Path(sys.argv[1]), LogConfig(segment_bytes=256 * 1024, preallocate=True), SystemTime())
-while True:
-    start = log.log_end_offset
-    values = [f"{start + k:08d}".encode() * 20 for k in range(3)]
-    log.append_as_leader(build_batch(values, timestamp_ms=0), leader_epoch=0)
-    if log.log_end_offset % 300 == 0:
-        print(log.log_end_offset, flush=True)
-"""
-
-
 @pytest.mark.timeout(60)
 def test_a_killed_appender_leaves_zeros_that_recovery_cuts_without_losing_a_batch(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a real process appending to a preallocated log, killed with SIGKILL mid-segment,
     log_dir = tmp_path / "orders-0"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", _APPENDER, str(log_dir)], stdout=subprocess.PIPE, text=True, env=env
-    )
-    assert child.stdout is not None
-    acknowledged = 0
-    try:
-        while acknowledged < 3000:
-            line = child.stdout.readline()
-            assert line, f"the appender died early with status {child.poll()}"
-            acknowledged = int(line)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-    active = sorted(log_dir.glob("*.log"))[-1]
+    acknowledged = kill_appender_after(log_dir, 3000, segment_bytes=256 * 1024, preallocate=True)
+    *rolled, active = sorted(log_dir.glob("*.log"))
+    assert rolled  # ~565 KiB appended: at least two rolls
     assert file_size(active) == 256 * 1024  # the reserved space, zeros after the data
-    for segment in sorted(log_dir.glob("*.log"))[:-1]:
+    for segment in rolled:
         assert file_size(segment) < 256 * 1024  # cut back when it rolled
 
     # when the log is opened again,
