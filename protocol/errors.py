@@ -125,7 +125,8 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
         "CREATE_TOPICS, CREATE_PARTITIONS: the replication factor is larger than the live brokers"
     ),
     ErrorCode.INVALID_REPLICA_ASSIGNMENT: (
-        "ALTER_PARTITION_REASSIGNMENTS: the target replicas are empty, repeated or not registered brokers"
+        "ALTER_PARTITION_REASSIGNMENTS: the target replicas are empty, repeated or not registered brokers, or "
+        "would drop every in-sync replica"
     ),
     ErrorCode.NO_REASSIGNMENT_IN_PROGRESS: "ALTER_PARTITION_REASSIGNMENTS: a cancel for a partition that is not moving",
     ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: (
