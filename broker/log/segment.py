@@ -599,12 +599,23 @@ class LogSegment:
 
     def preallocate(self, total_bytes: int) -> None:
         """Reserve disk for the file up to `total_bytes` (fallocate: the blocks are allocated and read as
-        zeros). A file system that cannot (no room, no support) leaves the file as it was: appends then
-        allocate as they go, as without preallocation."""
-        if total_bytes <= self._size:
+        zeros). The reservation is real (not a sparse file), so it is skipped when it would leave less
+        than a tenth of the file system free: many partitions times segment.bytes must not fill the disk
+        with zeros. A file system that cannot (no room, no support) leaves the file as it was too: appends
+        then allocate as they go, as without preallocation."""
+        needed = total_bytes - self._size
+        if needed <= 0:
+            return
+        fs = os.fstatvfs(self._fd)
+        if fs.f_bavail * fs.f_frsize - needed < fs.f_blocks * fs.f_frsize // 10:
+            logger.info(
+                "not preallocating %d bytes for %s: it would leave under a tenth of the disk free",
+                needed,
+                self.log_path,
+            )
             return
         try:
-            os.posix_fallocate(self._fd, self._size, total_bytes - self._size)
+            os.posix_fallocate(self._fd, self._size, needed)
         except OSError as exc:
             logger.warning("could not preallocate %d bytes for %s: %s", total_bytes, self.log_path, exc)
             os.ftruncate(self._fd, self._size)

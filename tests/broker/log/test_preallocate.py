@@ -123,6 +123,28 @@ def test_a_killed_appender_leaves_zeros_that_recovery_cuts_without_losing_a_batc
     assert log.read(end, 1000) != b""
 
 
+def test_no_reservation_that_would_leave_under_a_tenth_of_the_disk_free(
+    open_log: OpenLog, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A file system of 1,000 blocks of 4 KiB with 150 free: a 1 MiB segment (256 blocks) does not fit in
+    # what is above the last tenth (50 free would remain of 100 kept), so it is not reserved.
+    def small_disk(fd: int) -> os.statvfs_result:
+        real = os.statvfs("/")
+        fields = list(real)
+        fields[0] = fields[1] = 4096  # f_bsize, f_frsize
+        fields[2], fields[4] = 1000, 150  # f_blocks, f_bavail
+        return type(real)(fields)
+
+    monkeypatch.setattr(os, "fstatvfs", small_disk)
+    with caplog.at_level(logging.INFO, logger="broker.log"):
+        log = open_log(segment_bytes=1024 * 1024, preallocate=True)
+    fill(log, 5)
+
+    assert file_size(log.active_segment.log_path) == log.size_in_bytes  # appended as it goes
+    assert "under a tenth of the disk free" in caplog.text
+    assert values_by_offset(log.read(0, 1 << 20)) == expected_values(5)
+
+
 def test_the_config_takes_kafka_names_and_refuses_what_is_not_a_boolean() -> None:
     assert LogConfig.from_kafka_props({"log.preallocate": "true"}).preallocate is True
     assert LogConfig.from_kafka_props({"log.preallocate": True, "preallocate": "false"}).preallocate is False
