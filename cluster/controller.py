@@ -1085,8 +1085,9 @@ class Controller:
         isr = in_replica_order(target, [r for r in partition.isr if r in target])
         leader: int | None = None
         if partition.leader not in target:
-            active = self._image.active_broker_ids()
-            leader = next((r for r in isr if r in active), isr[0])
+            # The first live in-sync target replica; none (-1, offline until one returns) rather than a
+            # fenced one, which would be named leader while it is down.
+            leader = elect_leader(target, isr, self._image.active_broker_ids(), unclean=False)
         elif partition.removing_replicas:
             # As KRaft's triggerLeaderEpochBumpForReplicaReassignmentIfNeeded: replicas leave the list, so the
             # leader epoch goes up (same leader). A removed replica's late fetches then carry an old epoch

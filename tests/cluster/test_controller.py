@@ -1525,6 +1525,34 @@ def test_bad_reassignments_are_refused_and_change_nothing(replicas: list[int] | 
     assert result.records == [] and cluster.partition() == before
 
 
+def test_a_move_that_completes_with_no_live_target_replica_leaves_the_partition_offline_until_one_returns() -> None:
+    # Given a move to (d, e) whose only in-sync replica is d, and d died too (the last ISR member stays in
+    # the ISR, with no leader),
+    cluster = Cluster()
+    cluster.start_brokers(1, 2, 3, 4, 5)
+    cluster.create("t", 1, 3)
+    a, b, c = cluster.partition().replicas
+    d, e = (x for x in (1, 2, 3, 4, 5) if x not in (a, b, c))
+    reassign(cluster, [d, e])
+    cluster.alter(a, [a, b, c, d])
+    fence(cluster, a, [b, c, d, e])
+    fence(cluster, b, [c, d, e])
+    fence(cluster, c, [d, e])
+    fence(cluster, d, [e])
+    assert (cluster.partition().isr, cluster.partition().leader) == ((d,), NO_LEADER)
+
+    # when the move is replaced by one to d alone, it completes at once (d is in the ISR), but d is fenced:
+    reassign(cluster, [d])
+
+    # then no replica leads rather than a dead one, as Kafka elects only among live brokers,
+    done = cluster.partition()
+    assert (done.replicas, done.isr, done.leader) == ((d,), (d,), NO_LEADER)
+    # and when d comes back, it is elected.
+    cluster.register(d)
+    cluster.heartbeat(d)
+    assert cluster.partition().leader == d
+
+
 def test_a_change_the_image_would_refuse_is_not_made_durable_and_changes_nothing(tmp_path: Path) -> None:
     # A command that computed a bad change (here, by hand: a leader outside the ISR) fails before the record
     # reaches the metadata log, which a restarted controller must be able to replay.
