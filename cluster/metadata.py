@@ -500,32 +500,27 @@ class MetadataImage:
             raise MetadataReplayError(
                 f"partition {record.topic}-{record.partition} out of order (expected {topic.num_partitions})"
             )
-        registration = PartitionRegistration(
-            topic=record.topic,
-            partition=record.partition,
-            replicas=tuple(record.replicas),
-            isr=tuple(record.isr),
-            leader=record.leader,
-            leader_epoch=record.leader_epoch,
-            partition_epoch=record.partition_epoch,
-            adding_replicas=tuple(record.adding_replicas),
-            removing_replicas=tuple(record.removing_replicas),
-        )
+        registration = _new_partition(record)
         _check_partition(registration)
         self._partitions[registration.topic_partition] = registration
         self._topics[record.topic] = replace(topic, num_partitions=topic.num_partitions + 1)
 
     def check_changes(self, records: Sequence[MetadataRecord]) -> None:
-        """Raise MetadataReplayError if a partition change among `records` would break a partition's
-        invariants (leader in the ISR, a non-empty ISR, ...), changing nothing. The controller runs it before
-        records become durable: one that replay refuses would also stop every later load of the log."""
+        """Raise MetadataReplayError if a new partition or a partition change among `records` would break a
+        partition's invariants (leader in the ISR, a non-empty ISR, ...), changing nothing. The controller
+        runs it before records become durable: one that replay refuses would also stop every later load."""
         changed: dict[TopicPartition, PartitionRegistration] = {}
         for record in records:
-            if isinstance(record, PartitionChangeRecord):
+            if isinstance(record, PartitionRecord):
+                registration = _new_partition(record)
+                _check_partition(registration)
+                changed[registration.topic_partition] = registration
+            elif isinstance(record, PartitionChangeRecord):
                 tp = TopicPartition(record.topic, record.partition)
                 current = changed.get(tp) or self._partitions.get(tp)
-                if current is not None:  # a partition created in the same batch is checked as it is replayed
-                    changed[tp] = _changed_partition(current, record)
+                if current is None:
+                    raise MetadataReplayError(f"change of unknown partition {tp}")
+                changed[tp] = _changed_partition(current, record)
 
     def _replay_partition_change(self, record: PartitionChangeRecord) -> None:
         tp = TopicPartition(record.topic, record.partition)
@@ -533,6 +528,20 @@ class MetadataImage:
         if current is None:
             raise MetadataReplayError(f"change of unknown partition {tp}")
         self._partitions[tp] = _changed_partition(current, record)
+
+
+def _new_partition(record: PartitionRecord) -> PartitionRegistration:
+    return PartitionRegistration(
+        topic=record.topic,
+        partition=record.partition,
+        replicas=tuple(record.replicas),
+        isr=tuple(record.isr),
+        leader=record.leader,
+        leader_epoch=record.leader_epoch,
+        partition_epoch=record.partition_epoch,
+        adding_replicas=tuple(record.adding_replicas),
+        removing_replicas=tuple(record.removing_replicas),
+    )
 
 
 def _changed_partition(current: PartitionRegistration, record: PartitionChangeRecord) -> PartitionRegistration:

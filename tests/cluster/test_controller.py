@@ -1553,23 +1553,28 @@ def test_a_move_that_completes_with_no_live_target_replica_leaves_the_partition_
     assert cluster.partition().leader == d
 
 
-def test_a_change_the_image_would_refuse_is_not_made_durable_and_changes_nothing(tmp_path: Path) -> None:
-    # A command that computed a bad change (here, by hand: a leader outside the ISR) fails before the record
+@pytest.mark.parametrize("kind", ["change", "new partition"])
+def test_a_record_the_image_would_refuse_is_not_made_durable_and_changes_nothing(tmp_path: Path, kind: str) -> None:
+    # A command that computed a bad record (here, by hand: a leader outside the ISR) fails before the record
     # reaches the metadata log, which a restarted controller must be able to replay.
     cluster = Cluster(store=MetadataStore(tmp_path))
     cluster.start_brokers(1, 2, 3)
     cluster.create("t", 1, 3)
     before = cluster.partition()
     outside = before.replicas[-1]
-    bad = PartitionChangeRecord(
-        topic="t", partition=0, isr=tuple(r for r in before.isr if r != outside), leader=outside
+    isr = tuple(r for r in before.isr if r != outside)
+    bad: PartitionChangeRecord | PartitionRecord = (
+        PartitionChangeRecord(topic="t", partition=0, isr=isr, leader=outside)
+        if kind == "change"
+        else PartitionRecord(topic="t", partition=1, replicas=before.replicas, isr=isr, leader=outside)
     )
 
     with pytest.raises(MetadataReplayError, match="is not in ISR"):
         cluster.controller._commit([bad], [])
 
-    assert cluster.partition() == before
-    assert Cluster(store=MetadataStore(tmp_path), time=cluster.time).partition() == before
+    assert cluster.partition() == before and cluster.controller.image.partition("t", 1) is None
+    restarted = Cluster(store=MetadataStore(tmp_path), time=cluster.time)
+    assert restarted.partition() == before and restarted.controller.image.partition("t", 1) is None
 
 
 # -- durability -----------------------------------------------------------------------------------
