@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
-from broker.log.log_config import topic_config_error, topic_config_key_error
+from broker.log.log_config import parse_bool, topic_config_error, topic_config_key_error
 from broker.replication_quota import dynamic_broker_config_error
 from cluster.metadata import (
     BROKER_RESOURCE,
@@ -168,17 +168,8 @@ class ControllerConfig:
         kwargs: dict[str, Any] = {}
         for key, value in properties.items():
             name = cls.KEYS[key]
-            kwargs[name] = _parse_bool(key, value) if types[name] in (bool, "bool") else int(value)
+            kwargs[name] = parse_bool(key, value) if types[name] in (bool, "bool") else int(value)
         return cls(**kwargs)
-
-
-def _parse_bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text not in ("true", "false"):
-        raise ValueError(f"{key} must be true or false, got {value!r}")
-    return text == "true"
 
 
 # -- results --------------------------------------------------------------------------------------

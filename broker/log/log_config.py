@@ -54,13 +54,7 @@ class LogConfig:
         def flag(*names: str) -> bool | None:
             for name in names:
                 if name in props:
-                    value = props[name]
-                    if isinstance(value, bool):
-                        return value
-                    text = str(value).strip().lower()
-                    if text not in ("true", "false"):
-                        raise ValueError(f"{name}: expected true or false, got {value!r}")
-                    return text == "true"
+                    return parse_bool(name, props[name])
             return None
 
         def millis(ms_names: tuple[str, ...], minutes: str | None, hours: str) -> int | None:
@@ -114,6 +108,16 @@ def _int_in(low: int, high: int) -> Callable[[str], str | None]:
         return None
 
     return check
+
+
+def parse_bool(key: str, value: object) -> bool:
+    """A boolean config value: a bool, or "true" / "false" in any case (ValueError naming `key` otherwise)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"{key}: expected true or false, got {value!r}")
+    return text == "true"
 
 
 def _boolean(value: str) -> str | None:
