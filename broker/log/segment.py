@@ -604,8 +604,8 @@ class LogSegment:
         with zeros. A file system that cannot (no room, no support) leaves the file as it was too: appends
         then allocate as they go, as without preallocation."""
         needed = total_bytes - self._size
-        if needed <= 0:
-            return
+        if needed <= 0 or os.fstat(self._fd).st_size >= total_bytes:
+            return  # nothing to reserve, or reserved already (a log just created, then opened)
         fs = os.fstatvfs(self._fd)
         if fs.f_bavail * fs.f_frsize - needed < fs.f_blocks * fs.f_frsize // 10:
             logger.info(

@@ -45,6 +45,22 @@ def test_a_new_segment_reserves_segment_bytes_and_serves_only_its_data(open_log:
     assert log.read(5, 1 << 20) == b""  # nothing past the data, though the file goes on
 
 
+def test_a_new_log_reserves_its_first_segment_once(open_log: OpenLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Opening a log that does not exist yet creates its segment (reserved) and then reserves the active
+    # segment of what it opened: the same segment, already reserved, is left alone.
+    calls: list[tuple[int, int]] = []
+    real = os.posix_fallocate
+
+    def counting(fd: int, offset: int, length: int) -> None:
+        calls.append((offset, length))
+        real(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", counting)
+    log = open_log(segment_bytes=SEGMENT, preallocate=True)
+    assert calls == [(0, SEGMENT)]
+    assert file_size(log.active_segment.log_path) == SEGMENT
+
+
 def test_without_preallocate_the_file_is_its_data(open_log: OpenLog) -> None:
     log = open_log(segment_bytes=SEGMENT)
     fill(log, 5)
