@@ -20,7 +20,7 @@ stamp=.venv/.minibroker-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ ! -x .venv/bin/minibroker ]; then
     echo "setup: installing minibroker with all extras into .venv"
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[all]"
+    .venv/bin/python -m pip install --quiet -e ".[all]" --config-settings editable_mode=compat
     touch "$stamp"
 else
     echo "setup: .venv is up to date"
