@@ -31,7 +31,7 @@ from pathlib import Path
 from broker.log.batches import OFFSET_LENGTH_EPOCH, single_batch
 from broker.log.log import Log, LogConfig
 from protocol.record_batch import HEADER_SIZE, LOG_OVERHEAD, build_batch
-from protocol.time import SystemTime
+from server_common.time import SystemTime
 
 BATCH_BYTES = 16 * 1024
 READ_BYTES = 1024 * 1024

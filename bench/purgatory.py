@@ -44,7 +44,7 @@ import uvloop
 from broker.delayed_operation import DelayedOperation
 from broker.purgatory import DelayedOperationPurgatory
 from broker.timer import REAPER_MAX_WAIT_MS, SystemTimer, TimerReaper
-from protocol.time import SystemTime
+from server_common.time import SystemTime
 
 NUM_KEYS = 1000
 EXPIRING_FRACTION = 0.01

@@ -26,8 +26,8 @@ from protocol.messages import (
     OfflineReplica,
     TopicPartition,
 )
-from protocol.time import Time
 from protocol.transport import NETWORK_ERRORS, Transport
+from server_common.time import Time
 
 log = logging.getLogger(__name__)
 

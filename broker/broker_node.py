@@ -36,16 +36,16 @@ from broker.metadata_cache import MetadataCache
 from broker.purgatory import DelayedOperationPurgatory
 from broker.replica_manager import ReplicaManager
 from broker.replication_quota import quota_manager_from_kafka_props
-from broker.server import ConnectionContext
 from broker.timer import SystemTimer, TimerReaper
 from fetcher.partition_fetch_state import InitialFetchState
 from fetcher.remote_leader_end_point import RemoteLeaderEndPoint, ibp_tuple
 from fetcher.replica_fetcher import FetcherConfig
 from fetcher.replica_fetcher_manager import ReplicaFetcherManager
+from network.request_context import ConnectionContext
 from protocol.codec import Message
 from protocol.messages import RequestHeader, TopicPartition
-from protocol.time import Time
 from protocol.transport import Transport
+from server_common.time import Time
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from broker.config import BROKER_CONFIG, REQUIRED
-from broker.log.log_config import KAFKA_TOPIC_CONFIG_DEFAULTS, TOPIC_CONFIG_SYNONYMS, LogConfig, log_config_values
 from protocol.messages import ConfigSource, DescribeConfigsResourceResult, DescribeConfigsSynonym
+from server_common.log_config import KAFKA_TOPIC_CONFIG_DEFAULTS, TOPIC_CONFIG_SYNONYMS, LogConfig, log_config_values
 
 # Kafka's topic-level name for the key, and the broker-level name topics may also be created with.
 _ALIASES = {"max.message.bytes": "message.max.bytes"}

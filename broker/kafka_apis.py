@@ -15,7 +15,6 @@ is answered here, from the topic configs the controller pushed and this broker's
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -26,19 +25,16 @@ from broker.fetch_session import FetchManager
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import FetchParams, ReplicaManager
 from broker.replication_quota import ReplicationQuotaManager, dynamic_throttles
-from broker.server import ConnectionContext
+from network.request_context import ConnectionContext, api_versions_response, authenticate, check_secret
 from protocol.codec import Message
 from protocol.errors import ErrorCode, KafkaError, errors_into
 from protocol.fetch_frame import FETCH_RECORDS_APART
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
-    SUPPORTED_VERSIONS,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
-    ApiVersionRange,
     ApiVersionsRequest,
-    ApiVersionsResponse,
     ConfigResourceType,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -80,45 +76,16 @@ from protocol.messages import (
     ReplicaLogInfo,
     RequestHeader,
     SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
     StopReplicaRequest,
     TopicPartition,
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
-from protocol.time import Time
+from server_common.time import Time
 
 log = logging.getLogger(__name__)
 
 ForwardToController = Callable[[Message], Awaitable[Any]]
-
-
-def check_secret(ctx: ConnectionContext, secret: str | None, what: str = "this request") -> ErrorResponse | None:
-    """Kafka's ClusterAction: with a secret set, requests only brokers (or admins) may send must come from a
-    connection that authenticated. None when allowed."""
-    if secret is None or ctx.authenticated:
-        return None
-    return ErrorResponse(
-        int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
-        f"{what} needs the cluster secret: send SASL_AUTHENTICATE first",
-    )
-
-
-FAILED_AUTHENTICATION_DELAY_S = 0.1  # Kafka's connection.failed.authentication.delay.ms default, 100 ms
-
-
-async def authenticate(
-    ctx: ConnectionContext, secret: str | None, request: SaslAuthenticateRequest
-) -> SaslAuthenticateResponse:
-    """Check the secret. A wrong one is answered after a delay and the connection is then closed, as Kafka
-    does (connection.failed.authentication.delay.ms): guessing costs a connection and 100 ms a try."""
-    if secret is None or hmac.compare_digest(request.auth_bytes, secret.encode()):
-        ctx.authenticated = True
-        return SaslAuthenticateResponse()
-    log.warning("failed authentication from %s; closing the connection", ctx.peer)
-    ctx.close_after_response = True
-    await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
-    return SaslAuthenticateResponse(int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "wrong cluster secret")
 
 
 T = TypeVar("T")
@@ -140,12 +107,6 @@ async def answered(start: Callable[[Callable[[T], None]], DelayedOperation | Non
         if op is not None:
             op.abandon()
         raise
-
-
-def api_versions_response() -> ApiVersionsResponse:
-    return ApiVersionsResponse(
-        api_keys=[ApiVersionRange(int(k), lo, hi) for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())]
-    )
 
 
 class KafkaApis:

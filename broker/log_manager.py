@@ -15,12 +15,13 @@ import re
 import shutil
 from pathlib import Path
 
-from broker.log.checkpoint import HighWatermarkCheckpoint, write_atomically
+from broker.log.checkpoint import HighWatermarkCheckpoint
 from broker.log.log import Log, LogConfig
 from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import KafkaStorageError
 from protocol.messages import TopicPartition
-from protocol.time import Time
+from server_common.storage import write_atomically
+from server_common.time import Time
 
 log = logging.getLogger(__name__)
 

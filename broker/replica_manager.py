@@ -29,7 +29,6 @@ from typing import Any, Protocol, cast
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_operation import DelayedOperation
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
-from broker.log.log_config import with_topic_configs
 from broker.log_manager import LogManager
 from broker.partition import IsrChangeSink, Partition
 from broker.purgatory import DelayedOperationPurgatory
@@ -60,7 +59,8 @@ from protocol.messages import (
     StopReplicaResponse,
     TopicPartition,
 )
-from protocol.time import Time
+from server_common.log_config import with_topic_configs
+from server_common.time import Time
 
 log = logging.getLogger(__name__)
 

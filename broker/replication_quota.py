@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from protocol.messages import TopicPartition
-from protocol.time import Time
+from server_common.time import Time
 
 UNLIMITED_RATE = 2**63 - 1  # Kafka's default (Long.MAX_VALUE): no throttling
 DEFAULT_NUM_WINDOWS = 11

@@ -40,7 +40,7 @@ from itertools import count
 from types import TracebackType
 
 from broker.timing_wheel import TimerTask, TimerTaskList, TimingWheel
-from protocol.time import SystemTime, Time
+from server_common.time import SystemTime, Time
 
 log = logging.getLogger(__name__)
 _ceil = math.ceil

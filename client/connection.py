@@ -17,11 +17,11 @@ import itertools
 import logging
 from typing import Any, TypeVar
 
+from network.frame_protocol import FrameProtocol
 from protocol.api_keys import ApiKey
 from protocol.codec import Message, from_wire, packb, to_wire, unpackb
 from protocol.errors import ProtocolError
 from protocol.fetch_frame import FETCH_RECORDS_APART, fetch_response_of, is_records_apart, split_frame
-from protocol.frame_protocol import FrameProtocol
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame_prefix
 from protocol.messages import RESPONSE_TYPES, ApiVersionsRequest, api_key_of
 

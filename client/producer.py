@@ -37,7 +37,7 @@ from client.record_accumulator import BATCH_OVERHEAD, ProducerBatch, RecordAccum
 from protocol.errors import ErrorCode
 from protocol.messages import TopicPartition
 from protocol.record_batch import Header, build_batch, next_sequence
-from protocol.time import SYSTEM_TIME, Time
+from server_common.time import SYSTEM_TIME, Time
 
 NOT_WRITTEN = REFRESH_ERRORS | {ErrorCode.NOT_ENOUGH_REPLICAS}
 # Answers to a batch that reached the leader before an earlier one of its partition: not written. A leader

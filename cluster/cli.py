@@ -383,7 +383,7 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
             raise CliError(f"--config expects key=value, got {item!r}", EXIT_USAGE)
         k, v = item.split("=", 1)
         configs[k] = v
-    from broker.log.log_config import topic_config_error
+    from server_common.log_config import topic_config_error
 
     if (problem := topic_config_error(configs)) is not None:
         # The controller refuses it too (INVALID_CONFIG); saying so here needs no cluster.
@@ -1018,7 +1018,7 @@ def _config_changes(
 
 def _topic_config_problem(key: str, value: str | None) -> str | None:
     """Checked as `topic create` checks --config."""
-    from broker.log.log_config import topic_config_error, topic_config_key_error
+    from server_common.log_config import topic_config_error, topic_config_key_error
 
     return topic_config_key_error(key) if value is None else topic_config_error({key: value})
 

@@ -50,7 +50,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
-from broker.log.log_config import parse_bool, topic_config_error, topic_config_key_error
 from broker.replication_quota import dynamic_broker_config_error
 from cluster.metadata import (
     BROKER_RESOURCE,
@@ -118,7 +117,8 @@ from protocol.messages import (
     TopicMetadata,
     TopicPartition,
 )
-from protocol.time import Time
+from server_common.log_config import parse_bool, topic_config_error, topic_config_key_error
+from server_common.time import Time
 
 MAX_PRODUCER_EPOCH = 2**15 - 1  # an int16 in the batch header
 

@@ -33,10 +33,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from broker.kafka_apis import api_versions_response, authenticate, check_secret
-from broker.server import ConnectionContext
 from cluster.controller import Controller, ControllerConfig, ControllerResult
 from cluster.metadata_store import MetadataStore
+from network.request_context import ConnectionContext, api_versions_response, authenticate, check_secret
 from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages import (
@@ -65,8 +64,8 @@ from protocol.messages import (
     TopicPartition,
     UpdateMetadataRequest,
 )
-from protocol.time import Time
 from protocol.transport import NETWORK_ERRORS, Transport
+from server_common.time import Time
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +224,7 @@ class ControllerNode:
     @staticmethod
     def _bump_controller_epoch(data_dir: Path) -> int:
         """A restarted controller gets a higher epoch, so brokers can tell its pushes from stale ones."""
-        from broker.log.checkpoint import write_atomically
+        from server_common.storage import write_atomically
 
         path = data_dir / "controller-epoch"
         try:

@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from broker.config import parse_host_port
-from broker.server import SocketServer, wait_for_termination
 from client.tcp_transport import TcpTransport
 from cluster.controller_node import ControllerNode
-from protocol.time import SYSTEM_TIME, Time
+from network.socket_server import SocketServer, wait_for_termination
+from server_common.time import SYSTEM_TIME, Time
 
 
 class ControllerServer:

@@ -37,7 +37,6 @@ from typing import Any, BinaryIO
 import msgpack
 from crc32c import crc32c
 
-from broker.log.checkpoint import fsync_dir, write_atomically
 from cluster.metadata import (
     MetadataImage,
     MetadataRecord,
@@ -45,6 +44,7 @@ from cluster.metadata import (
     record_from_dict,
     record_to_dict,
 )
+from server_common.storage import fsync_dir, write_atomically
 
 LOG_FILE_NAME = "metadata.log"
 SNAPSHOT_FILE_NAME = "metadata.snapshot"

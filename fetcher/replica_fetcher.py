@@ -65,7 +65,7 @@ from protocol.messages import (
     OffsetForLeaderEpochPartition,
     TopicPartition,
 )
-from protocol.time import Time
+from server_common.time import Time
 
 log = logging.getLogger(__name__)
 

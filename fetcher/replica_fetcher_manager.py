@@ -30,7 +30,7 @@ from fetcher.partition_fetch_state import InitialFetchState, PartitionFetchState
 from fetcher.replica_fetcher import FetcherConfig, ReplicaFetcher
 from fetcher.replica_quota import ReplicaQuota
 from protocol.messages import TopicPartition
-from protocol.time import Time
+from server_common.time import Time
 
 log = logging.getLogger(__name__)
 

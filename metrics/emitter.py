@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 
-from protocol.time import SYSTEM_TIME, Time
+from server_common.time import SYSTEM_TIME, Time
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from protocol.time import SYSTEM_TIME, Time
+from server_common.time import SYSTEM_TIME, Time
 
 if TYPE_CHECKING:
     from metrics.emitter import MetricsBatch, Record

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import aiomqtt
 
 from metrics.emitter import MetricsBatch, Record
-from protocol.time import SYSTEM_TIME, Time
+from server_common.time import SYSTEM_TIME, Time
 
 log = logging.getLogger(__name__)
 

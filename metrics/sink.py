@@ -51,7 +51,7 @@ from metrics.mqtt import (
     decode_payload,
     parse_mqtt_url,
 )
-from protocol.time import SYSTEM_TIME, Time
+from server_common.time import SYSTEM_TIME, Time
 
 log = logging.getLogger(__name__)
 

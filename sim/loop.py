@@ -20,7 +20,7 @@ import asyncio
 import selectors
 from typing import Any
 
-from protocol.time import Time
+from server_common.time import Time
 
 SIM_EPOCH_MS = 1_700_000_000_000  # what virtual time 0 reads as, in epoch milliseconds
 

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.server import ConnectionContext
+from network.request_context import ConnectionContext
 from protocol.codec import Message, from_wire, packb, to_wire, unpackb
 from protocol.messages import RequestHeader
 

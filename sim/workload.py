@@ -34,8 +34,8 @@ from protocol.messages import (
     TopicPartition,
 )
 from protocol.record_batch import build_batch, iter_records
-from protocol.time import Time
 from protocol.transport import NETWORK_ERRORS
+from server_common.time import Time
 from sim.network import SimNetwork, SimTransport
 from sim.trace import Trace
 

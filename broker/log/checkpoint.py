@@ -22,42 +22,16 @@ follow the format raises CorruptCheckpointError naming the file and the problem.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from broker.log.epoch_cache import EpochEntry
+from server_common.storage import write_atomically
 
 CHECKPOINT_VERSION = 0
-_TMP_SUFFIX = ".tmp"
 
 
 class CorruptCheckpointError(ValueError):
     """A checkpoint file exists but does not follow its format."""
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves either the old or the new contents."""
-    tmp = path.with_name(path.name + _TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make renames, creations and deletions inside `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_entries(path: Path, entries: list[str]) -> None:

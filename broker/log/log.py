@@ -52,12 +52,9 @@ from broker.log.checkpoint import (
     CorruptCheckpointError,
     LeaderEpochCheckpoint,
     LogStartOffsetCheckpoint,
-    fsync_dir,
-    write_atomically,
 )
 from broker.log.epoch_cache import LeaderEpochFileCache
 from broker.log.file_records import FileRecords
-from broker.log.log_config import LogConfig
 from broker.log.offset_index import INDEX_SUFFIX
 from broker.log.offset_metadata import LogOffsetMetadata
 from broker.log.producer_state import ProducerBatch, ProducerStateManager
@@ -71,7 +68,9 @@ from protocol.errors import (
     UnexpectedAppendOffsetError,
 )
 from protocol.record_batch import LOG_OVERHEAD, next_sequence
-from protocol.time import Time
+from server_common.log_config import LogConfig
+from server_common.storage import fsync_dir, write_atomically
+from server_common.time import Time
 
 __all__ = ["AppendInfo", "Log", "LogConfig", "LogOffsetMetadata", "parse_topic_partition"]
 

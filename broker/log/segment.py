@@ -48,7 +48,7 @@ from broker.log.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import CorruptRecordError
 from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC
-from protocol.time import Time
+from server_common.time import Time
 
 LOG_SUFFIX = ".log"
 MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries store offsets relative to the base as int32

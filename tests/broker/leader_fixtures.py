@@ -45,7 +45,7 @@ from protocol.messages import (
     TopicPartition,
 )
 from protocol.record_batch import build_batch, iter_headers, iter_records
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 
 T = TypeVar("T")
 

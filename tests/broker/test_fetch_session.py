@@ -32,7 +32,7 @@ from protocol.messages import (
     ForgottenPartition,
     TopicPartition,
 )
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 
 INT32_MAX = 2**31 - 1
 FOLLOWER = True

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from broker.delayed_operation import DelayedOperation
 from broker.purgatory import DelayedOperationPurgatory
 from broker.timer import SystemTimer, TimerReaper
-from protocol.time import ManualTime, SystemTime
+from server_common.time import ManualTime, SystemTime
 
 
 class MockDelayedOperation(DelayedOperation):

@@ -17,7 +17,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from broker.server import ConnectionContext, SocketServer
+from network.request_context import ConnectionContext
+from network.socket_server import SocketServer
 from protocol.codec import Message, packb, to_wire
 from protocol.errors import ErrorCode
 from protocol.messages import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, RequestHeader

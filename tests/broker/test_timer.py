@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from broker.timer import SystemTimer, TimerReaper
 from broker.timing_wheel import TimerTask
-from protocol.time import ManualTime, SystemTime, Time
+from server_common.time import ManualTime, SystemTime, Time
 
 START_MS = 1_700_000_000_123
 

@@ -13,7 +13,7 @@ from broker.fetch_session import FetchManager, FetchSessionCache
 from broker.kafka_apis import KafkaApis
 from broker.log.log import LogConfig
 from broker.metadata_cache import MetadataCache
-from broker.server import ConnectionContext
+from network.request_context import ConnectionContext
 from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages import (

@@ -13,9 +13,9 @@ import pytest
 import uvloop
 
 from broker.log.log import Log, LogConfig
-from broker.server import write_parts
+from network.socket_server import write_parts
 from protocol.record_batch import build_batch
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -61,7 +61,7 @@ from protocol.messages import (
     ReassignablePartition,
     TopicPartition,
 )
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 
 SESSION_MS = 1000
 

@@ -8,7 +8,7 @@ from broker.replication_quota import ReplicationQuotaManager
 from fetcher.partition_fetch_state import InitialFetchState, PartitionFetchState, ReplicaState
 from fetcher.replica_fetcher import FetcherConfig, ReplicaFetcher
 from protocol.messages import TopicPartition
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 from tests.fetcher.memory_log import MemoryLog, MemoryReplicas
 from tests.fetcher.scripted_leader import ScriptedLeader
 

@@ -11,7 +11,7 @@ from fetcher.partition_fetch_state import ReplicaState
 from fetcher.replica_fetcher import FetcherConfig
 from protocol.errors import ErrorCode, KafkaStorageError
 from protocol.messages import INITIAL_EPOCH, INVALID_SESSION_ID, TopicPartition
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 from tests.fetcher.harness import Harness, single
 from tests.fetcher.memory_log import MemoryLog
 

@@ -14,7 +14,7 @@ from fetcher.replica_fetcher_manager import (
     java_string_hash,
 )
 from protocol.messages import TopicPartition
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 from tests.fetcher.memory_log import MemoryLog, MemoryReplicas
 from tests.fetcher.scripted_leader import ScriptedLeader
 

@@ -12,7 +12,7 @@ from broker.replication_quota import (
     throttled_partitions_of,
 )
 from protocol.messages import TopicPartition
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 
 
 def test_only_the_defined_replicas_are_throttled() -> None:

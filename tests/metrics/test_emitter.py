@@ -20,7 +20,7 @@ from metrics.emitter import MetricsBatch, MetricsEmitter, Record
 from metrics.file_sink import FileSink, metric_files, read_file_records, read_records
 from metrics.mqtt import MqttSink
 from metrics.sink import sinks_from_config
-from protocol.time import ManualTime, SystemTime
+from server_common.time import ManualTime, SystemTime
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

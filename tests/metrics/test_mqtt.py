@@ -26,7 +26,7 @@ from metrics.mqtt import (
     parse_mqtt_url,
 )
 from metrics.sink import SinkStats, check_status, main, run_sink, write_status
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 from tests.metrics.mosquitto import Mosquitto
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

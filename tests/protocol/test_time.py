@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 
 
 async def test_two_sleepers_of_one_second_move_the_clock_one_second() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from broker.log.log import Log, LogConfig
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 from tests.broker.log.helpers import START_MS
 
 

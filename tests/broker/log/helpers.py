@@ -46,7 +46,7 @@ import json, sys
 from pathlib import Path
 from broker.log.log import Log, LogConfig
 from protocol.record_batch import build_batch
-from protocol.time import SystemTime
+from server_common.time import SystemTime
 
 log = Log.open(Path(sys.argv[1]), LogConfig(**json.loads(sys.argv[2])), SystemTime())
 appends = 0

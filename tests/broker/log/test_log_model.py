@@ -17,7 +17,7 @@ from broker.log.epoch_cache import EpochEntry
 from broker.log.log import Log, LogConfig
 from protocol.errors import OffsetOutOfRangeError
 from protocol.record_batch import build_batch, iter_headers, iter_records
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 
 CONFIG = LogConfig(segment_bytes=400, index_interval_bytes=64)
 

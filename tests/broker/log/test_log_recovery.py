@@ -12,7 +12,7 @@ import pytest
 from broker.log.epoch_cache import EpochEntry
 from broker.log.log import Log, LogConfig
 from protocol.record_batch import iter_headers
-from protocol.time import SystemTime
+from server_common.time import SystemTime
 from tests.broker.log.helpers import batch, kill_appender_after, values_by_offset
 
 OpenLog = Callable[..., Log]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from broker.log.log import Log, LogConfig
-from broker.log.log_config import topic_config_error, with_topic_configs
-from protocol.time import SystemTime
+from server_common.log_config import topic_config_error, with_topic_configs
+from server_common.time import SystemTime
 from tests.broker.log.helpers import batch, kill_appender_after, values_by_offset
 
 OpenLog = Callable[..., Log]

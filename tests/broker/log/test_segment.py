@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from broker.log.offset_index import OffsetIndex
 from broker.log.segment import NO_TIMESTAMP, LogSegment
 from protocol.record_batch import iter_headers
-from protocol.time import ManualTime
+from server_common.time import ManualTime
 from tests.broker.log.helpers import START_MS, batch, batch_bases, values_by_offset
 
 

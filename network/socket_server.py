@@ -1,4 +1,4 @@
-"""The socket server: the only socket code in broker/ (the controller reuses it too).
+"""The socket server for the msgpack protocol, shared by brokers and the controller.
 
 How this works
 --------------
@@ -40,36 +40,22 @@ import asyncio
 import collections
 import logging
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from broker.log.file_records import FileRecords
+from network.frame_protocol import FrameProtocol
+from network.request_context import ConnectionContext, Handler
 from protocol.api_keys import ApiKey
 from protocol.codec import Message, packb, to_wire, unpackb
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.fetch_frame import FETCH_RECORDS_APART, encode_fetch_response
-from protocol.frame_protocol import FrameProtocol
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame_prefix
 from protocol.messages import ErrorResponse, RequestDecodeError, RequestHeader, decode_request_value
 
 log = logging.getLogger(__name__)
 
 _CLOSED_DECODER = FrameDecoder(initial_bytes=0)  # what a closed connection keeps: no buffer at all
-
-
-@dataclass(slots=True)
-class ConnectionContext:
-    """What a handler may know about the connection a request came from."""
-
-    connection_id: int
-    peer: str
-    authenticated: bool = False
-    attributes: dict[str, Any] = field(default_factory=dict)
-    close_after_response: bool = False  # set by a handler: answer, then close (failed authentication)
-
-
-Handler = Callable[[ConnectionContext, RequestHeader, Message], Awaitable[Message | None]]
 
 
 @dataclass(slots=True)
@@ -406,13 +392,14 @@ class _ServerConnection(FrameProtocol):
 
 
 def write_parts(transport: asyncio.WriteTransport, parts: list[Any]) -> bool:
-    """Write one answer's parts in order: bytes through the transport, FileRecords from the segment files
+    """Write one answer's parts in order: bytes through the transport, file regions (the log's FileRecords:
+    anything that is not bytes and has `is_current()` and `regions()`) from the segment files
     with `os.sendfile` while the transport has nothing queued (the kernel copies from the page cache into
     the socket; nothing passes through Python), the rest read and queued behind. False when a slice's
     segment was truncated or closed since the read: the frame cannot be completed as announced."""
-    head: list[bytes] = []
+    head: list[bytes | bytearray | memoryview] = []
     for part in parts:
-        if not isinstance(part, FileRecords):
+        if isinstance(part, (bytes, bytearray, memoryview)):
             head.append(part)
             continue
         if head:

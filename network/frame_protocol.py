@@ -3,7 +3,7 @@
 Bytes are read straight into the decoder's buffer (`get_buffer` / `buffer_updated`), every complete frame
 goes to `on_frame`, a frame that breaks the framing rules to `on_bad_frame` (the subclass closes the
 connection), and `after_frames` runs once per read. Write back-pressure is tracked in `can_write`:
-`pause_writing` clears it and `resume_writing` sets it. The server's connection (broker/server.py) and the
+`pause_writing` clears it and `resume_writing` sets it. The server's connection (network/socket_server.py) and the
 client's (client/connection.py) differ only in what they do with a frame.
 """
 

@@ -1,0 +1,78 @@
+"""What a request handler may know about the connection a request arrived on, and the checks every
+listener applies the same way: the cluster secret (SASL_AUTHENTICATE) and the API versions answer.
+
+Brokers, the controller and the simulator's network all build a `ConnectionContext` per connection and
+pass it with each request to their handler; nothing here touches a socket, so a handler can be called
+from any listener (the msgpack socket server, the simulated network) with the same context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.codec import Message
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    SUPPORTED_VERSIONS,
+    ApiVersionRange,
+    ApiVersionsResponse,
+    ErrorResponse,
+    RequestHeader,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ConnectionContext:
+    """What a handler may know about the connection a request came from."""
+
+    connection_id: int
+    peer: str
+    authenticated: bool = False
+    attributes: dict[str, Any] = field(default_factory=dict)
+    close_after_response: bool = False  # set by a handler: answer, then close (failed authentication)
+
+
+Handler = Callable[[ConnectionContext, RequestHeader, Message], Awaitable[Message | None]]
+
+
+def check_secret(ctx: ConnectionContext, secret: str | None, what: str = "this request") -> ErrorResponse | None:
+    """Kafka's ClusterAction: with a secret set, requests only brokers (or admins) may send must come from a
+    connection that authenticated. None when allowed."""
+    if secret is None or ctx.authenticated:
+        return None
+    return ErrorResponse(
+        int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+        f"{what} needs the cluster secret: send SASL_AUTHENTICATE first",
+    )
+
+
+FAILED_AUTHENTICATION_DELAY_S = 0.1  # Kafka's connection.failed.authentication.delay.ms default, 100 ms
+
+
+async def authenticate(
+    ctx: ConnectionContext, secret: str | None, request: SaslAuthenticateRequest
+) -> SaslAuthenticateResponse:
+    """Check the secret. A wrong one is answered after a delay and the connection is then closed, as Kafka
+    does (connection.failed.authentication.delay.ms): guessing costs a connection and 100 ms a try."""
+    if secret is None or hmac.compare_digest(request.auth_bytes, secret.encode()):
+        ctx.authenticated = True
+        return SaslAuthenticateResponse()
+    log.warning("failed authentication from %s; closing the connection", ctx.peer)
+    ctx.close_after_response = True
+    await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
+    return SaslAuthenticateResponse(int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "wrong cluster secret")
+
+
+def api_versions_response() -> ApiVersionsResponse:
+    return ApiVersionsResponse(
+        api_keys=[ApiVersionRange(int(k), lo, hi) for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())]
+    )
