@@ -42,7 +42,7 @@ import logging
 import os
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from network.frame_protocol import FrameProtocol
 from network.request_context import ConnectionContext, Handler
@@ -143,6 +143,37 @@ async def _drive(coro: Coroutine[Any, Any, Message | None], awaited: Any) -> Mes
                 return done.value  # type: ignore[no-any-return]
 
 
+class Wire(Protocol):
+    """What a listener's protocol decides: how a frame becomes a request and a response becomes bytes.
+    Framing (a 4-byte big-endian size before each frame), limits, ordering and back-pressure are the
+    server's and the same for every wire."""
+
+    def decode_request(self, frame: bytes | bytearray) -> tuple[RequestHeader, Any]:
+        """(header, body); ProtocolError closes the connection, RequestDecodeError is answered."""
+        ...
+
+    def encode_response(self, header: RequestHeader, response: Any) -> list[Any] | None:
+        """The parts of the response frame (bytes, or file regions `write_parts` sends from the log);
+        None when the response cannot be put on this wire, which closes the connection."""
+        ...
+
+
+class MsgpackWire:
+    """minibroker's own protocol (docs/protocol.md): a msgpack `[header, body]` per frame."""
+
+    def decode_request(self, frame: bytes | bytearray) -> tuple[RequestHeader, Any]:
+        return decode_request_value(unpackb(frame))
+
+    def encode_response(self, header: RequestHeader, response: Any) -> list[Any] | None:
+        if header.api_key == ApiKey.FETCH and header.api_version == FETCH_RECORDS_APART:
+            return encode_fetch_response(header.correlation_id, response)
+        payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
+        return [frame_prefix(len(payload)), payload]
+
+
+MSGPACK_WIRE = MsgpackWire()
+
+
 class _ServerConnection(FrameProtocol):
     def __init__(self, server: SocketServer, connection_id: int) -> None:
         super().__init__(FrameDecoder(max_frame_bytes=server.max_frame_bytes))
@@ -205,9 +236,8 @@ class _ServerConnection(FrameProtocol):
             self._pause_reading()
 
     def on_frame(self, frame: bytes | bytearray) -> None:
-        value = unpackb(frame)
         try:
-            header, body = decode_request_value(value)
+            header, body = self.server.wire.decode_request(frame)
         except RequestDecodeError as exc:
             self.server.stats.bad_requests_total += 1
             self._enqueue(exc.header, None, exc)
@@ -331,13 +361,13 @@ class _ServerConnection(FrameProtocol):
         """Write one answer; False when the connection had to be closed instead."""
         if response is None or self.peer_gone or self.transport is None:
             return True
-        if header.api_key == ApiKey.FETCH and header.api_version == FETCH_RECORDS_APART:
-            if not write_parts(self.transport, encode_fetch_response(header.correlation_id, response)):
-                self.close_for("the log changed under an answer being sent from its files")
-                return False
-        else:
-            payload = packb([{"correlation_id": header.correlation_id}, to_wire(response)])
-            self.transport.writelines([frame_prefix(len(payload)), payload])
+        parts = self.server.wire.encode_response(header, response)
+        if parts is None:
+            self.close_for(f"{type(response).__name__} has no answer on this listener's protocol")
+            return False
+        if not write_parts(self.transport, parts):
+            self.close_for("the log changed under an answer being sent from its files")
+            return False
         self.last_active_s = self.loop.time()
         if self.context.close_after_response:
             self.close_for("the handler asked to close it after its answer")
@@ -463,8 +493,10 @@ class SocketServer:
         max_connections_per_ip: int = INT_MAX,
         connections_max_idle_ms: int = 600_000,
         request_read_timeout_ms: int = 30_000,
+        wire: Wire = MSGPACK_WIRE,
     ) -> None:
         self.handler = handler
+        self.wire = wire
         self.host = host
         self.port = port
         self.max_frame_bytes = max_frame_bytes
