@@ -212,6 +212,14 @@ InvalidProducerEpochError = _error("InvalidProducerEpochError", ErrorCode.INVALI
 UnknownProducerIdError = _error("UnknownProducerIdError", ErrorCode.UNKNOWN_PRODUCER_ID)
 
 
+class InvalidRecordError(KafkaError):
+    """A batch that passed its CRC but breaks the record format or a rule of the log (Kafka's
+    InvalidRecordException). Raised by the leader's validator (broker/log/log_validator.py) and by the
+    Kafka record conversion (protocol/kafka_records.py), so it lives with the wire errors."""
+
+    code = ErrorCode.INVALID_RECORD
+
+
 class UnexpectedAppendOffsetError(KafkaError):
     """A follower append whose first offset is not the log end offset (Kafka's UnexpectedAppendOffsetException)."""
 
@@ -242,6 +250,7 @@ _BY_CODE: dict[ErrorCode, type[KafkaError]] = {
         KafkaStorageError,
         InvalidRequestError,
         MessageTooLargeError,
+        InvalidRecordError,
     )
 }
 

@@ -64,8 +64,11 @@ _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _OFFSET_AND_EPOCH = struct.Struct(">qii")  # base_offset, batch_length, partition_leader_epoch
 _EPOCH = struct.Struct(">i")
 _BASE_OFFSET = struct.Struct(">q")
+_PRE_CRC = struct.Struct(">qiibI")  # base_offset, batch_length, partition_leader_epoch, magic, crc
+_CRC_FIELDS = struct.Struct(">hiqqqhii")  # attributes .. record_count: the header bytes the CRC covers
 
-assert _HEADER.size == HEADER_SIZE
+assert _HEADER.size == HEADER_SIZE == _PRE_CRC.size + _CRC_FIELDS.size
+assert _PRE_CRC.size == CRC_START
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +152,7 @@ def build_batch(
         else:
             items.append([delta, 0, rec[0], rec[1]])
     payload = msgpack.packb(items, use_bin_type=True)
-    return _assemble(
+    return assemble_batch(
         base_offset,
         partition_leader_epoch,
         len(records) - 1,
@@ -161,21 +164,24 @@ def build_batch(
     )
 
 
-def _assemble(
+def assemble_batch(
     base_offset: int,
     epoch: int,
     last_offset_delta: int,
     first_ts: int,
     max_ts: int,
     count: int,
-    payload: bytes,
+    payload: bytes | bytearray | memoryview,
     producer: tuple[int, int, int] = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE),
+    attributes: int = 0,
 ) -> bytes:
-    body = struct.pack(">hiqqqhii", 0, last_offset_delta, first_ts, max_ts, *producer, count) + payload
-    crc = crc32c(body)
+    """One batch from its header fields and an already encoded records payload: batch_length and the
+    CRC are computed here. The payload is copied once (the CRC is taken over the fields, then continued
+    over the payload in place)."""
+    fields = _CRC_FIELDS.pack(attributes, last_offset_delta, first_ts, max_ts, *producer, count)
+    crc = crc32c(payload, crc32c(fields))
     batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
-    head = struct.pack(">qiibI", base_offset, batch_length, epoch, MAGIC, crc)
-    return head + body
+    return b"".join((_PRE_CRC.pack(base_offset, batch_length, epoch, MAGIC, crc), fields, payload))
 
 
 def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:

@@ -28,12 +28,10 @@ from typing import Any
 
 import msgpack
 
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import InvalidRecordError
 from protocol.record_batch import HEADER_SIZE, BatchHeader, iter_headers
 
-
-class InvalidRecordError(KafkaError):
-    code = ErrorCode.INVALID_RECORD
+__all__ = ["InvalidRecordError", "validate_records"]
 
 
 def validate_records(records: bytes | bytearray | memoryview) -> None:

@@ -8,12 +8,12 @@ import pytest
 
 from broker.log.log_validator import InvalidRecordError, validate_records
 from protocol.errors import CorruptRecordError, ErrorCode
-from protocol.record_batch import _assemble, build_batch
+from protocol.record_batch import assemble_batch, build_batch
 
 
 def batch_with_payload(payload: bytes, count: int = 1, last_delta: int | None = None, attributes: int = 0) -> bytes:
     """A batch with a correct CRC around any payload: what a broken or hostile producer can send."""
-    raw = bytearray(_assemble(0, -1, count - 1 if last_delta is None else last_delta, 0, 0, count, payload))
+    raw = bytearray(assemble_batch(0, -1, count - 1 if last_delta is None else last_delta, 0, 0, count, payload))
     if attributes:
         import struct
 
