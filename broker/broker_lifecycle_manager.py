@@ -43,8 +43,10 @@ class BrokerLifecycleManager:
         time: Time,
         heartbeat_interval_ms: int = 2000,
         incarnation_id: str | None = None,
+        listeners: dict[str, str] | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.listeners = dict(listeners or {})
         self.host = advertised_host
         self.port = advertised_port
         self.transport = transport
@@ -64,7 +66,9 @@ class BrokerLifecycleManager:
             try:
                 resp: BrokerRegistrationResponse = await self.transport.send(
                     self.controller_id,
-                    BrokerRegistrationRequest(self.broker_id, self.host, self.port, self.incarnation_id),
+                    BrokerRegistrationRequest(
+                        self.broker_id, self.host, self.port, self.incarnation_id, listeners=self.listeners
+                    ),
                 )
                 if resp.error_code == ErrorCode.NONE:
                     self.broker_epoch = resp.broker_epoch

@@ -181,8 +181,11 @@ class BrokerNode:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    async def start(self, advertised_host: str, advertised_port: int) -> None:
-        """Start the periodic work and, with a controller, register with it and begin heartbeating."""
+    async def start(
+        self, advertised_host: str, advertised_port: int, listeners: dict[str, str] | None = None
+    ) -> None:
+        """Start the periodic work and, with a controller, register with it (with the advertised address of
+        each Kafka listener in `listeners`) and begin heartbeating."""
         self.fetch_reaper = TimerReaper(self.fetch_timer, self.time, on_advance=self.fetch_purgatory.maybe_purge)
         self.produce_reaper = TimerReaper(self.produce_timer, self.time, on_advance=self.produce_purgatory.maybe_purge)
         await self.fetch_reaper.start()
@@ -204,6 +207,7 @@ class BrokerNode:
                 self.time,
                 heartbeat_interval_ms=self.config["broker.heartbeat.interval.ms"],
                 incarnation_id=f"{self.rng.getrandbits(128):032x}",
+                listeners=listeners,
             )
             self.lifecycle.offline_replicas = self.replica_manager.offline_replicas
             lifecycle = self.lifecycle

@@ -20,11 +20,14 @@ from typing import Any
 
 from broker.broker_metrics import partition_records
 from broker.broker_node import BrokerNode
-from broker.config import parse_host_port
+from broker.config import ConfigError, parse_host_port
+from broker.kafka_wire_apis import KafkaWireApis
 from client.tcp_transport import TcpTransport, fixed_address
 from metrics import fields as f
 from metrics.emitter import MetricsEmitter
 from metrics.sink import sinks_from_config
+from network.kafka_wire import KAFKA_WIRE
+from network.listeners import MSGPACK_LISTENER, ListenerError, parse_listeners
 from network.socket_server import SocketServer, wait_for_termination
 from server_common.time import SYSTEM_TIME, Time
 
@@ -41,7 +44,22 @@ class BrokerServer:
         self.config = config
         self.time = time
         self.broker_id: int = config["broker.id"]
-        self.listen_host, self.listen_port = parse_host_port(config["listeners"], "listeners")
+        try:
+            self.listeners = parse_listeners(
+                config["listeners"], config["listener.security.protocol.map"], config["inter.broker.listener.name"]
+            )
+            self.advertised = {
+                listener.name: listener
+                for listener in parse_listeners(
+                    config.get("advertised.listeners") or "",
+                    config["listener.security.protocol.map"],
+                    config["inter.broker.listener.name"],
+                    key="advertised.listeners",
+                )
+            }
+        except ListenerError as exc:
+            raise ConfigError(str(exc)) from None
+        self.listen_host, self.listen_port = self.listeners[0].host, self.listeners[0].port
         self.log_dir = Path(config["log.dirs"])
         self.stopped = asyncio.Event()
         secret = config.get("cluster.secret")
@@ -89,6 +107,19 @@ class BrokerServer:
             max_queued_requests=config["queued.max.requests.per.connection"],
             max_in_flight=config["max.in.flight.requests.per.connection"],
         )
+        # One Kafka-protocol server per Kafka listener, calling the same KafkaApis through KafkaWireApis.
+        self.kafka_servers = {
+            listener.name: SocketServer.from_config(
+                KafkaWireApis(self.node.apis, listener.name).handle,
+                listener.host,
+                listener.port,
+                config,
+                max_queued_requests=config["queued.max.requests.per.connection"],
+                max_in_flight=config["max.in.flight.requests.per.connection"],
+                wire=KAFKA_WIRE,
+            )
+            for listener in self.listeners[1:]
+        }
         metrics_dir = config.get("metrics.dir") or str(self.log_dir.parent / "metrics")
         self.emitter = MetricsEmitter(
             self.broker_id,
@@ -122,14 +153,31 @@ class BrokerServer:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
+    def _advertised(self, name: str, host: str, port: int) -> tuple[str, int]:
+        listener = self.advertised.get(name)
+        return (listener.host, listener.port) if listener is not None else (host, port)
+
     async def start(self) -> None:
         await self.server.start()
-        advertised = self.config.get("advertised.listeners")
-        adv_host, adv_port = parse_host_port(advertised) if advertised else (self.listen_host, self.server.port)
-        await self.node.start(adv_host, adv_port)
+        for server in self.kafka_servers.values():
+            await server.start()
+        adv_host, adv_port = self._advertised(MSGPACK_LISTENER, self.listen_host, self.server.port)
+        kafka_listeners = {
+            name: "{}:{}".format(*self._advertised(name, server.host, server.port))
+            for name, server in self.kafka_servers.items()
+        }
+        await self.node.start(adv_host, adv_port, kafka_listeners)
         self.emitter.start()
         print(
-            json.dumps({"event": "listening", f.BROKER_ID: self.broker_id, "host": adv_host, "port": self.server.port}),
+            json.dumps(
+                {
+                    "event": "listening",
+                    f.BROKER_ID: self.broker_id,
+                    "host": adv_host,
+                    "port": self.server.port,
+                    "listeners": kafka_listeners,
+                }
+            ),
             flush=True,
         )
 
@@ -139,8 +187,10 @@ class BrokerServer:
         log.info("broker %d shutting down (controlled=%s)", self.broker_id, controlled)
         if controlled:
             await self.node.controlled_shutdown()
-        await self.server.stop_accepting()
-        await self.server.close()
+        for server in [self.server, *self.kafka_servers.values()]:
+            await server.stop_accepting()
+        for server in [self.server, *self.kafka_servers.values()]:
+            await server.close()
         await self.node.stop_tasks()
         with contextlib.suppress(Exception):
             await self.emitter.stop()

@@ -162,8 +162,25 @@ LONG_MAX = 2**63 - 1
 BROKER_CONFIG = ConfigDef(
     [
         ConfigKey("broker.id", int, REQUIRED, "this broker's id (>= 0)"),
-        ConfigKey("listeners", str, "127.0.0.1:9092", "host:port to listen on (PLAINTEXT:// prefix allowed)"),
-        ConfigKey("advertised.listeners", str, None, "host:port other processes use to reach this broker"),
+        ConfigKey(
+            "listeners",
+            str,
+            "127.0.0.1:9092",
+            "NAME://host:port,...: the inter-broker listener (msgpack; a bare host:port) and Kafka-protocol ones",
+        ),
+        ConfigKey("advertised.listeners", str, None, "NAME://host:port,...: how others reach each listener"),
+        ConfigKey(
+            "listener.security.protocol.map",
+            str,
+            "MINIBROKER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "NAME:PROTOCOL pairs: the security protocol of each listener (PLAINTEXT is served)",
+        ),
+        ConfigKey(
+            "inter.broker.listener.name",
+            str,
+            "MINIBROKER",
+            "the listener that speaks minibroker's msgpack protocol (replication, the controller, the CLI)",
+        ),
         ConfigKey("log.dirs", str, REQUIRED, "directory holding this broker's partition replicas"),
         ConfigKey("controller.quorum.voters", str, None, "host:port of the controller (none: standalone)"),
         ConfigKey("cluster.secret", str, None, "shared secret that controller-only requests must present"),

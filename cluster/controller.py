@@ -434,6 +434,7 @@ class Controller:
             rack=request.rack,
             fenced=True,
             in_controlled_shutdown=False,
+            listeners=dict(request.listeners),
         )
         changes = self._removal_changes(request.broker_id) if existing is not None else []
         self._commit([registration, *changes], committed)

@@ -64,6 +64,8 @@ class RegisterBrokerRecord:
     host: str
     port: int
     rack: str | None = None
+    # Kafka listeners, name -> advertised host:port (Kafka's registration lists every listener).
+    listeners: Mapping[str, str] = field(default_factory=dict)
     fenced: bool = True
     in_controlled_shutdown: bool = False
 
@@ -226,6 +228,7 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool
     in_controlled_shutdown: bool
+    listeners: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def is_active(self) -> bool:
@@ -233,7 +236,9 @@ class BrokerRegistration:
         return not self.fenced and not self.in_controlled_shutdown
 
     def endpoint(self) -> BrokerEndpoint:
-        return BrokerEndpoint(broker_id=self.broker_id, host=self.host, port=self.port, rack=self.rack)
+        return BrokerEndpoint(
+            broker_id=self.broker_id, host=self.host, port=self.port, rack=self.rack, listeners=dict(self.listeners)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +357,7 @@ class MetadataImage:
                 rack=b.rack,
                 fenced=b.fenced,
                 in_controlled_shutdown=b.in_controlled_shutdown,
+                listeners=b.listeners,
             )
         for t in self._topics.values():
             yield TopicRecord(name=t.name, configs=dict(t.configs), topic_id=t.topic_id)
@@ -442,6 +448,7 @@ class MetadataImage:
             rack=record.rack,
             fenced=record.fenced,
             in_controlled_shutdown=record.in_controlled_shutdown,
+            listeners=record.listeners,
         )
 
     def _broker_at_epoch(self, broker_id: int, broker_epoch: int) -> BrokerRegistration:

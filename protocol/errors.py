@@ -25,6 +25,7 @@ class ErrorCode(IntEnum):
     MESSAGE_TOO_LARGE = 10
     STALE_CONTROLLER_EPOCH = 11
     NETWORK_EXCEPTION = 13
+    COORDINATOR_NOT_AVAILABLE = 15
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
     NOT_ENOUGH_REPLICAS = 19
@@ -75,6 +76,7 @@ _RETRIABLE = frozenset(
         ErrorCode.CORRUPT_MESSAGE,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.REPLICA_NOT_AVAILABLE,
@@ -99,6 +101,7 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.CORRUPT_MESSAGE: "a batch failed its CRC or could not be parsed; nothing of the request was appended",
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "no such topic or partition here (yet): refresh METADATA and retry",
     ErrorCode.INVALID_FETCH_SIZE: "a FETCH size field is invalid",
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: "FindCoordinator (Kafka listener): no group coordinator can answer now; retry",
     ErrorCode.LEADER_NOT_AVAILABLE: "the partition has no leader right now (METADATA leader_id -1): retry later",
     ErrorCode.NOT_LEADER_OR_FOLLOWER: "this broker does not lead (or hold) the partition: refresh METADATA, retry",
     ErrorCode.REQUEST_TIMED_OUT: "acks=all: the followers did not confirm in time; the write may have happened",

@@ -242,6 +242,9 @@ class BrokerEndpoint(Message):
     host: str
     port: int
     rack: str | None = None
+    # The broker's other listeners by name, as it advertises them (Kafka's registration lists them all):
+    # {"PLAINTEXT": "host:port"} for a Kafka listener. host and port above are its msgpack listener.
+    listeners: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -891,6 +894,7 @@ class BrokerRegistrationRequest(Message):
     port: int
     incarnation_id: str
     rack: str | None = None
+    listeners: dict[str, str] = field(default_factory=dict)  # Kafka listeners: name -> advertised host:port
 
     def validate(self) -> None:
         _non_negative("BrokerRegistrationRequest.broker_id", self.broker_id)
