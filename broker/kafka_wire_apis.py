@@ -68,12 +68,12 @@ from kafka.protocol.producer.produce import ProduceRequest as KProduceRequest
 from kafka.protocol.producer.produce import ProduceResponse as KProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest as KInitProducerIdRequest
 from kafka.protocol.producer.transaction import InitProducerIdResponse as KInitProducerIdResponse
-from protocol.kafka_records import kafka_to_native, native_to_kafka
 
 from broker.kafka_apis import KafkaApis
 from network.kafka_wire import UnsupportedApiVersions, served_versions
 from network.request_context import ConnectionContext
 from protocol.errors import ErrorCode, KafkaError
+from protocol.kafka_records import kafka_to_native, native_to_kafka
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
@@ -117,8 +117,6 @@ from protocol.messages import (
 
 log = logging.getLogger(__name__)
 
-#: Kafka's "authorized operations not requested" sentinel (METADATA v8+).
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 _NO_VALIDATE_ONLY = "validate_only is not supported by minibroker: the controller validates as it creates"
 _LOWEST_PRODUCE_VERSION = 3  # record batch v2; Kafka 4 refuses v0-2 too (KIP-896)
 
@@ -214,11 +212,11 @@ class KafkaWireApis:
                         )
                         for p in t.partitions
                     ],
-                    authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                    authorized_operations=None,
                 )
                 for t in ours.topics
             ],
-            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            authorized_operations=None,
         )
 
     def _listener_address(self, broker_id: int, listeners: dict[str, str]) -> tuple[str, int] | None:

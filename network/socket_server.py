@@ -361,7 +361,12 @@ class _ServerConnection(FrameProtocol):
         """Write one answer; False when the connection had to be closed instead."""
         if response is None or self.peer_gone or self.transport is None:
             return True
-        parts = self.server.wire.encode_response(header, response)
+        try:
+            parts = self.server.wire.encode_response(header, response)
+        except Exception:
+            self.server.stats.handler_errors_total += 1
+            log.exception("cannot encode %s for %s; closing the connection", type(response).__name__, self.context.peer)
+            parts = None
         if parts is None:
             self.close_for(f"{type(response).__name__} has no answer on this listener's protocol")
             return False
