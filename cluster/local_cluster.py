@@ -46,6 +46,7 @@ from protocol.messages import MetadataRequest
 STATE_FILE = "cluster.json"
 BOOTSTRAP_FILE = "bootstrap.servers"
 DEFAULT_BASE_ADDRESS = "127.0.0.10"
+KAFKA_PORT_OFFSET = 200  # a broker's Kafka listener: its msgpack port + 200 (9292 beside 9092)
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
 
@@ -71,6 +72,7 @@ class ProcessInfo:
     dir: str
     log: str
     config: str
+    kafka_port: int = 0  # a broker's Kafka-protocol (PLAINTEXT) listener on the same host; 0: none
 
 
 @dataclass
@@ -112,6 +114,11 @@ class LocalClusterState:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"{b.host}:{b.port}" for b in self.brokers)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """bootstrap.servers for Kafka clients (their PLAINTEXT listeners)."""
+        return ",".join(f"{b.host}:{b.kafka_port}" for b in self.brokers if b.kafka_port)
 
 
 def free_ports(n: int) -> list[int]:
@@ -300,10 +307,12 @@ def broker_props(
     overrides: dict[str, str],
     host: str = "127.0.0.1",
     controller_host: str = "127.0.0.1",
+    kafka_port: int = 0,
 ) -> dict[str, Any]:
+    kafka = f",PLAINTEXT://{host}:{kafka_port}" if kafka_port else ""
     props: dict[str, Any] = {
         "broker.id": broker_id,
-        "listeners": f"{host}:{port}",
+        "listeners": f"{host}:{port}{kafka}",
         "local.address": host,
         "log.dirs": str(cluster_dir / f"broker-{broker_id}" / "data"),
         "controller.quorum.voters": f"{controller_host}:{controller_port}",
@@ -419,8 +428,13 @@ async def start_cluster(
     progress: Any = None,
     broker_ports: list[int] | None = None,
     base_address: str = DEFAULT_BASE_ADDRESS,
+    kafka_ports: list[int] | None = None,
 ) -> LocalClusterState:
-    """Start a controller and `num_brokers` brokers; return once every broker is registered and unfenced."""
+    """Start a controller and `num_brokers` brokers; return once every broker is registered and unfenced.
+
+    Each broker also opens a Kafka-protocol listener (PLAINTEXT) on its host, at `kafka_ports[i]`, or
+    `base_port + KAFKA_PORT_OFFSET + i` when `broker_ports` is not given either; none with
+    `kafka_ports=[]` or when ports are given only for the msgpack listeners."""
     overrides = overrides or {}
     cluster_dir = cluster_dir.resolve()
     cluster_dir.mkdir(parents=True, exist_ok=True)
@@ -436,8 +450,12 @@ async def start_cluster(
     chost, bhosts = node_addresses(base_address, num_brokers)
     cport = controller_port if controller_port is not None else base_port + 100
     wanted = {(chost, cport): "controller"}
+    if kafka_ports is None:
+        kafka_ports = [] if broker_ports else [base_port + KAFKA_PORT_OFFSET + i for i in range(num_brokers)]
     for i in range(num_brokers):
         wanted.setdefault((bhosts[i], broker_ports[i] if broker_ports else base_port + i), f"broker {i + 1}")
+        if i < len(kafka_ports):
+            wanted.setdefault((bhosts[i], kafka_ports[i]), f"broker {i + 1}'s Kafka listener")
     check_ports_free(wanted)
     (cluster_dir / "controller").mkdir(exist_ok=True)
     (cluster_dir / "metrics").mkdir(exist_ok=True)
@@ -464,19 +482,41 @@ async def start_cluster(
             bconf = bdir / "broker.properties"
             port = broker_ports[i] if broker_ports else base_port + i
             _write_properties(
-                bconf, broker_props(cluster_dir, broker_id, port, cport, secret, overrides, bhosts[i], chost)
+                bconf,
+                broker_props(
+                    cluster_dir,
+                    broker_id,
+                    port,
+                    cport,
+                    secret,
+                    overrides,
+                    bhosts[i],
+                    chost,
+                    kafka_ports[i] if i < len(kafka_ports) else 0,
+                ),
             )
             blog = bdir / "broker.log"
             offsets.append(log_size(blog))
             bproc = spawn("broker", bconf, blog)
             procs.append(bproc)
             brokers.append(
-                ProcessInfo("broker", broker_id, bhosts[i], port, bproc.pid, str(bdir), str(blog), str(bconf))
+                ProcessInfo(
+                    "broker",
+                    broker_id,
+                    bhosts[i],
+                    port,
+                    bproc.pid,
+                    str(bdir),
+                    str(blog),
+                    str(bconf),
+                    kafka_ports[i] if i < len(kafka_ports) else 0,
+                )
             )
         for info, proc, offset in zip(brokers, procs[1:], offsets[1:], strict=True):
             await wait_for_listening(Path(info.log), proc, timeout_s, offset)
             if progress:
-                progress(f"broker {info.node_id} listening on {info.host}:{info.port} (pid {info.pid})")
+                kafka = f", Kafka clients on {info.host}:{info.kafka_port}" if info.kafka_port else ""
+                progress(f"broker {info.node_id} listening on {info.host}:{info.port}{kafka} (pid {info.pid})")
         deadline = time.monotonic() + timeout_s
         want = {b.node_id for b in brokers}
         while not want <= await registered_brokers(chost, cport):

@@ -10,13 +10,15 @@ cd "$root"
 
 # System packages the tests start for real: Mosquitto (MQTT metrics), Chromium (the dashboard renders),
 # docker-compose (validates docker-compose.yml; no Docker engine is needed for that), iptables and
-# iproute2's tc (chaos partitions, slow and lossy links between loopback addresses; they need root).
+# iproute2's tc (chaos partitions, slow and lossy links between loopback addresses; they need root),
+# kcat (a real Kafka client, librdkafka 2.0.2 on Debian 12, against the Kafka listener).
 missing=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 command -v tc >/dev/null 2>&1 || [ -x /usr/sbin/tc ] || missing+=(iproute2)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "test: installing ${missing[*]}"

@@ -1,0 +1,265 @@
+"""Real Kafka clients against a real 3-broker cluster's Kafka listeners: kcat (librdkafka from Debian),
+confluent-kafka, kafka-python and aiokafka produce and consume; what they write reads the same through
+`minibroker consume`, and what `minibroker produce` writes reads the same through them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
+from tests.integration.processes import ROOT
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+confluent_admin = pytest.importorskip("confluent_kafka.admin")
+kafka = pytest.importorskip("kafka")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+KCAT = shutil.which("kcat")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClusterState]:
+    ports = free_ports(7)
+    state = asyncio.run(
+        start_cluster(
+            tmp_path_factory.mktemp("kafka-clients") / "cluster",
+            3,
+            controller_port=ports[3],
+            broker_ports=ports[:3],
+            kafka_ports=ports[4:],
+            overrides={"broker.heartbeat.interval.ms": "250", "broker.session.timeout.ms": "1500"},
+        )
+    )
+    try:
+        yield state
+    finally:
+        stop_cluster(state, timeout_s=10.0)
+
+
+def minibroker(cluster: LocalClusterState, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "cluster", *args, "--bootstrap-server", cluster.bootstrap],
+        input=stdin,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def create_topic(cluster: LocalClusterState, name: str, partitions: int = 3) -> None:
+    done = minibroker(cluster, "topic", "create", name, "--partitions", str(partitions), "--replication-factor", "3")
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def consume_json(cluster: LocalClusterState, topic: str, count: int) -> list[dict[str, object]]:
+    done = minibroker(cluster, "consume", topic, "--from-beginning", "--max-messages", str(count), "--json")
+    assert done.returncode == 0, done.stderr.decode()
+    return [json.loads(line) for line in done.stdout.decode().splitlines()]
+
+
+def confluent_consume(cluster: LocalClusterState, topic: str, count: int, partitions: int = 3) -> list[object]:
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "unused", "enable.auto.commit": False}
+    )
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[object] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            got.append(message)
+    finally:
+        consumer.close()
+    return got
+
+
+def test_metadata_names_every_broker_by_its_kafka_listener(cluster: LocalClusterState) -> None:
+    create_topic(cluster, "meta")
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()} == {
+        b.node_id: f"{b.host}:{b.kafka_port}" for b in cluster.brokers
+    }
+    partitions = md.topics["meta"].partitions
+    assert sorted(partitions) == [0, 1, 2]
+    assert all(p.leader in (1, 2, 3) and sorted(p.isrs) == [1, 2, 3] for p in partitions.values())
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_an_idempotent_confluent_kafka_producer_writes_what_minibroker_consume_reads(
+    cluster: LocalClusterState, codec: str
+) -> None:
+    topic = f"ck-{codec}"
+    create_topic(cluster, topic)
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": codec,
+            "linger.ms": 5,
+        }
+    )
+    reports: list[tuple[object, int, int]] = []
+    sent = {f"value-{i}".encode(): f"key-{i}".encode() for i in range(300)}
+    for value, key in sent.items():
+        producer.produce(
+            topic,
+            value=value,
+            key=key,
+            headers=[("seq", value[6:]), ("empty", None)],
+            on_delivery=lambda err, msg: reports.append((err, msg.partition(), msg.offset())),
+        )
+    assert producer.flush(30) == 0
+    assert [r for r in reports if r[0] is not None] == []
+    # Every delivery report names a distinct offset: no record was written twice.
+    assert len({(p, o) for _, p, o in reports}) == len(sent)
+
+    records = consume_json(cluster, topic, len(sent))
+    assert sorted(r["value"] for r in records) == sorted(v.decode() for v in sent)
+    back = confluent_consume(cluster, topic, len(sent))
+    assert {m.value(): m.key() for m in back} == sent
+    assert all(dict(m.headers())["seq"] == m.value()[6:] and dict(m.headers())["empty"] is None for m in back)
+    assert {(m.partition(), m.offset()) for m in back} == {(p, o) for _, p, o in reports}
+
+
+def test_what_minibroker_produce_writes_reads_the_same_through_kafka_clients(cluster: LocalClusterState) -> None:
+    create_topic(cluster, "native", partitions=1)
+    lines = b"".join(f"line {i} \xe2\x9c\x93\n".encode() for i in range(50))
+    done = minibroker(cluster, "produce", "native", "--key", "k1", "--header", "origin=cli", stdin=lines)
+    assert done.returncode == 0, done.stderr.decode()
+    expected = [line for line in lines.split(b"\n") if line]
+    back = confluent_consume(cluster, "native", len(expected), partitions=1)
+    assert [m.value() for m in back] == expected
+    assert {m.key() for m in back} == {b"k1"}
+    assert all(m.headers() == [("origin", b"cli")] for m in back)
+    assert [m.offset() for m in back] == list(range(len(expected)))
+
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=cluster.kafka_bootstrap, consumer_timeout_ms=5000, enable_auto_commit=False
+    )
+    consumer.assign([kafka.TopicPartition("native", 0)])
+    consumer.seek_to_beginning()
+    read = [(r.offset, r.key, r.value, r.headers) for r in consumer]
+    consumer.close()
+    assert read == [(i, b"k1", v, [("origin", b"cli")]) for i, v in enumerate(expected)]
+
+
+def test_kafka_python_and_aiokafka_produce_and_consume(cluster: LocalClusterState) -> None:
+    create_topic(cluster, "py")
+    producer = kafka.KafkaProducer(bootstrap_servers=cluster.kafka_bootstrap, acks="all", compression_type="gzip")
+    futures = [producer.send("py", key=b"kp", value=b"kafka-python %d" % i) for i in range(100)]
+    producer.flush()
+    offsets = {(f.get(timeout=10).partition, f.get(timeout=10).offset) for f in futures}
+    producer.close()
+    assert len(offsets) == 100
+
+    aiokafka = pytest.importorskip("aiokafka")
+
+    async def with_aiokafka() -> list[bytes]:
+        prod = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.kafka_bootstrap, acks="all")
+        await prod.start()
+        try:
+            for i in range(50):
+                await prod.send_and_wait("py", b"aiokafka %d" % i, partition=0)
+        finally:
+            await prod.stop()
+        cons = aiokafka.AIOKafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap, enable_auto_commit=False)
+        await cons.start()
+        values: list[bytes] = []
+        try:
+            cons.assign([aiokafka.TopicPartition("py", p) for p in range(3)])
+            await cons.seek_to_beginning()
+            while len(values) < 150:
+                batch = await asyncio.wait_for(cons.getmany(timeout_ms=1000), 10)
+                values += [m.value for messages in batch.values() for m in messages]
+        finally:
+            await cons.stop()
+        return values
+
+    values = asyncio.run(with_aiokafka())
+    assert sorted(values) == sorted([b"kafka-python %d" % i for i in range(100)] + [b"aiokafka %d" % i for i in range(50)])
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat is installed by scripts/test.sh")
+def test_kcat_lists_produces_and_consumes_with_keys_and_headers(cluster: LocalClusterState) -> None:
+    assert KCAT is not None
+    create_topic(cluster, "kcat", partitions=1)
+    listing = subprocess.run([KCAT, "-b", cluster.kafka_bootstrap, "-L", "-t", "kcat"], capture_output=True, timeout=30)
+    assert listing.returncode == 0, listing.stderr.decode()
+    assert "3 brokers" in listing.stdout.decode() and 'topic "kcat" with 1 partitions' in listing.stdout.decode()
+
+    produced = subprocess.run(
+        [KCAT, "-b", cluster.kafka_bootstrap, "-P", "-t", "kcat", "-K", ":", "-H", "h=1", "-z", "lz4"],
+        input=b"a:one\nb:two\nc:three\n",
+        capture_output=True,
+        timeout=30,
+    )
+    assert produced.returncode == 0, produced.stderr.decode()
+    consumed = subprocess.run(
+        [KCAT, "-b", cluster.kafka_bootstrap, "-C", "-t", "kcat", "-e", "-f", "%o %k %s %h\n"],
+        capture_output=True,
+        timeout=30,
+    )
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    assert consumed.stdout.decode().splitlines() == ["0 a one h=1", "1 b two h=1", "2 c three h=1"]
+    assert [r["value"] for r in consume_json(cluster, "kcat", 3)] == ["one", "two", "three"]
+
+
+def test_an_api_versions_request_above_the_served_range_gets_the_ranges_in_the_v0_layout(
+    cluster: LocalClusterState,
+) -> None:
+    from kafka.protocol.metadata.api_versions import ApiVersionsResponse
+
+    broker = cluster.brokers[0]
+    with socket.create_connection((broker.host, broker.kafka_port), timeout=10) as sock:
+        # ApiVersions v99 (a version no broker knows), correlation id 7, client id "probe", then a body
+        # this broker cannot know the layout of.
+        body = struct.pack(">hhih", 18, 99, 7, 5) + b"probe" + b"\x00\x01\x02"
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _read(sock, 4))[0]
+        answer = _read(sock, size)
+    assert struct.unpack(">i", answer[:4])[0] == 7  # response header v0: the correlation id alone
+    response = ApiVersionsResponse.decode(answer[4:], version=0)
+    assert response.error_code == 35
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert ranges[18] == (0, 3) and ranges[0][0] == 0 and ranges[1][0] <= 4 <= ranges[1][1]
+
+
+def test_an_unknown_api_key_closes_only_that_connection(cluster: LocalClusterState) -> None:
+    broker = cluster.brokers[0]
+    with socket.create_connection((broker.host, broker.kafka_port), timeout=10) as sock:
+        body = struct.pack(">hhih", 999, 0, 1, -1)
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        assert sock.recv(1) == b""  # closed, as Kafka closes a connection on a request it cannot parse
+    admin = confluent_admin.AdminClient({"bootstrap.servers": f"{broker.host}:{broker.kafka_port}"})
+    assert len(admin.list_topics(timeout=10).brokers) == 3
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "connection closed early"
+        data += chunk
+    return data
+
+
+def test_the_kafka_listener_is_in_the_cluster_state_file(cluster: LocalClusterState) -> None:
+    saved = json.loads((Path(cluster.dir) / "cluster.json").read_text())
+    assert [b["kafka_port"] for b in saved["brokers"]] == [b.kafka_port for b in cluster.brokers]
