@@ -40,6 +40,11 @@ Errors, as Kafka's broker answers them:
   it holds, bytes left over, a header key that is not UTF-8, a negative header count), offset deltas that
   are not 0..n-1, record_count != last_offset_delta + 1, transactional or control batches.
 
+Two choices left to the listener, which knows the request version: Kafka refuses a PRODUCE (v3+) whose
+records hold more than one batch for a partition (INVALID_RECORD), this converts any number; and Kafka
+quietly drops a partial batch at the end of a PRODUCE's records, this refuses it (CORRUPT_MESSAGE),
+since no client sends one.
+
 Record attributes (the int8 in each record) are dropped: Kafka defines none. A negative key, value or
 header value length other than -1 reads as null, as Kafka reads it.
 
@@ -75,8 +80,7 @@ CONTROL_BIT = 0x20
 
 MAGIC_OFFSET = 16  # where every message format (v0, v1, v2) keeps its magic byte
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
-_LENGTH = struct.Struct(">i")
-_CHUNK_LENGTH = struct.Struct(">i")
+_INT32 = struct.Struct(">i")  # a batch_length, a xerial-snappy chunk length
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE = 16  # magic, then version and minimum compatible version, two int32s
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -154,7 +158,7 @@ def native_to_kafka(batches: bytes | bytearray | memoryview) -> bytes:
     out = []
     position = 0
     while end - position >= LOG_OVERHEAD:
-        (batch_length,) = _LENGTH.unpack_from(view, position + 8)
+        (batch_length,) = _INT32.unpack_from(view, position + 8)
         if batch_length < _MIN_BATCH_LENGTH:
             raise CorruptRecordError(f"batch at byte {position} has impossible length {batch_length}")
         if position + LOG_OVERHEAD + batch_length > end:
@@ -225,7 +229,7 @@ def _snappy_decompress(data: memoryview) -> bytes:
         if data[position : position + len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
             position += _XERIAL_HEADER_SIZE
             continue
-        (length,) = _CHUNK_LENGTH.unpack_from(data, position)
+        (length,) = _INT32.unpack_from(data, position)
         position += 4
         if length < 0 or position + length > end:
             raise ValueError(f"xerial snappy chunk of {length} bytes runs past the payload")
