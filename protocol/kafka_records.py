@@ -40,6 +40,11 @@ Errors, as Kafka's broker answers them:
   it holds, bytes left over, a header key that is not UTF-8, a negative header count), offset deltas that
   are not 0..n-1, record_count != last_offset_delta + 1, transactional or control batches.
 
+Two choices left to the listener, which knows the request version: Kafka refuses a PRODUCE (v3+) whose
+records hold more than one batch for a partition (INVALID_RECORD), this converts any number; and Kafka
+quietly drops a partial batch at the end of a PRODUCE's records, this refuses it (CORRUPT_MESSAGE),
+since no client sends one.
+
 Record attributes (the int8 in each record) are dropped: Kafka defines none. A negative key, value or
 header value length other than -1 reads as null, as Kafka reads it.
 
@@ -75,8 +80,7 @@ CONTROL_BIT = 0x20
 
 MAGIC_OFFSET = 16  # where every message format (v0, v1, v2) keeps its magic byte
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
-_LENGTH = struct.Struct(">i")
-_CHUNK_LENGTH = struct.Struct(">i")
+_INT32 = struct.Struct(">i")  # a batch_length, a xerial-snappy chunk length
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE = 16  # magic, then version and minimum compatible version, two int32s
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -84,8 +88,10 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # ValueErrors; a field of the wrong type fails len(), unpacking, str.encode or bytes.join.
 _MALFORMED = (ValueError, TypeError, AttributeError)
 
-# Zigzag varints of 0..63 and -64..-1 are one byte; these are most offset and timestamp deltas.
+# Zigzag varints of 0..63 and -64..-1 are one byte: most deltas and key lengths. _ONE_BYTE_VALUES[b] is
+# the value of the one-byte varint b.
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
+_ONE_BYTE_VALUES = [(b >> 1) ^ -(b & 1) for b in range(128)]
 
 
 def kafka_to_native(batches: bytes | bytearray | memoryview) -> bytes:
@@ -152,7 +158,7 @@ def native_to_kafka(batches: bytes | bytearray | memoryview) -> bytes:
     out = []
     position = 0
     while end - position >= LOG_OVERHEAD:
-        (batch_length,) = _LENGTH.unpack_from(view, position + 8)
+        (batch_length,) = _INT32.unpack_from(view, position + 8)
         if batch_length < _MIN_BATCH_LENGTH:
             raise CorruptRecordError(f"batch at byte {position} has impossible length {batch_length}")
         if position + LOG_OVERHEAD + batch_length > end:
@@ -223,7 +229,7 @@ def _snappy_decompress(data: memoryview) -> bytes:
         if data[position : position + len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
             position += _XERIAL_HEADER_SIZE
             continue
-        (length,) = _CHUNK_LENGTH.unpack_from(data, position)
+        (length,) = _INT32.unpack_from(data, position)
         position += 4
         if length < 0 or position + length > end:
             raise ValueError(f"xerial snappy chunk of {length} bytes runs past the payload")
@@ -232,8 +238,8 @@ def _snappy_decompress(data: memoryview) -> bytes:
     return b"".join(chunks)
 
 
-def _varint(data: bytes | memoryview, position: int, max_bytes: int) -> tuple[int, int]:
-    """A zigzag varint of more than one byte (callers inline the one-byte case)."""
+def _varint(data: bytes, position: int, max_bytes: int) -> tuple[int, int]:
+    """A zigzag varint of any length (the decode loop inlines the one- and two-byte cases)."""
     result = shift = 0
     for _ in range(max_bytes):
         byte = data[position]
@@ -247,10 +253,17 @@ def _varint(data: bytes | memoryview, position: int, max_bytes: int) -> tuple[in
 
 def _decode_records(data: bytes | memoryview, count: int, where: str) -> list[list[Any]]:
     """The `count` records of a decompressed Kafka payload as msgpack-ready lists. An IndexError means
-    the payload ended inside a record; the caller turns it into InvalidRecordError."""
+    the payload ended inside a record; the caller turns it into InvalidRecordError.
+
+    The hot loop of PRODUCE. Every varint is read inline when it fits one byte (`one[byte]` is its
+    value) and, for the record and value lengths, two bytes (records of 64 bytes to 8 KiB); longer
+    ones go through `_varint`. The offset delta must be the record's index, so it is compared as bytes
+    with that index's encoding first."""
     if isinstance(data, memoryview):
         data = data.tobytes()  # bytes index and slice faster than a memoryview, and slices are the values
     varint = _varint
+    one = _ONE_BYTE_VALUES
+    deltas = _VARINTS
     end = len(data)
     records: list[list[Any]] = []
     append = records.append
@@ -258,33 +271,40 @@ def _decode_records(data: bytes | memoryview, count: int, where: str) -> list[li
     for expected_delta in range(count):
         byte = data[position]
         if byte < 0x80:
-            length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            length = one[byte]
+            position += 1
+        elif data[position + 1] < 0x80:
+            z = (byte & 0x7F) | (data[position + 1] << 7)
+            length = (z >> 1) ^ -(z & 1)
+            position += 2
         else:
             length, position = varint(data, position, 5)
         stop = position + length
         if length <= 0 or stop > end:
             raise InvalidRecordError(f"{where}: record {expected_delta} has length {length}, past the payload")
-        position += 1  # the record's attributes: Kafka defines none
-        byte = data[position]
+        # position is on the record's attributes: Kafka defines none, they are skipped
+        byte = data[position + 1]
         if byte < 0x80:
-            timestamp_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+            timestamp_delta = one[byte]
+            position += 2
         else:
-            timestamp_delta, position = varint(data, position, 10)
+            timestamp_delta, position = varint(data, position + 1, 10)
             if not _INT64_MIN <= timestamp_delta <= _INT64_MAX:
                 raise InvalidRecordError(f"{where}: record {expected_delta} has a timestamp delta past int64")
-        byte = data[position]
-        if byte < 0x80:
-            offset_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
-        else:
+        delta = deltas[expected_delta] if expected_delta < _SMALL_VARINTS else _zigzag(expected_delta)
+        if data.startswith(delta, position):
+            position += len(delta)
+        else:  # another offset delta, or the same one in a longer encoding than needed
             offset_delta, position = varint(data, position, 5)
-        if offset_delta != expected_delta:
-            raise InvalidRecordError(
-                f"{where}: inner record offsets must be consecutive: record {expected_delta} has offset delta "
-                f"{offset_delta}"
-            )
+            if offset_delta != expected_delta:
+                raise InvalidRecordError(
+                    f"{where}: inner record offsets must be consecutive: record {expected_delta} has offset "
+                    f"delta {offset_delta}"
+                )
         byte = data[position]
         if byte < 0x80:
-            size, position = (byte >> 1) ^ -(byte & 1), position + 1
+            size = one[byte]
+            position += 1
         else:
             size, position = varint(data, position, 5)
         if size >= 0:
@@ -294,7 +314,12 @@ def _decode_records(data: bytes | memoryview, count: int, where: str) -> list[li
             key = None
         byte = data[position]
         if byte < 0x80:
-            size, position = (byte >> 1) ^ -(byte & 1), position + 1
+            size = one[byte]
+            position += 1
+        elif data[position + 1] < 0x80:
+            z = (byte & 0x7F) | (data[position + 1] << 7)
+            size = (z >> 1) ^ -(z & 1)
+            position += 2
         else:
             size, position = varint(data, position, 5)
         if size >= 0:
@@ -302,13 +327,12 @@ def _decode_records(data: bytes | memoryview, count: int, where: str) -> list[li
             position += size
         else:
             value = None
-        byte = data[position]
-        if byte == 0:
+        if data[position] == 0:  # no headers
             position += 1
-            append([offset_delta, timestamp_delta, key, value])
+            append([expected_delta, timestamp_delta, key, value])
         else:
             headers, position = _decode_headers(data, position, where, expected_delta)
-            append([offset_delta, timestamp_delta, key, value, headers])
+            append([expected_delta, timestamp_delta, key, value, headers])
         if position != stop:
             raise InvalidRecordError(
                 f"{where}: record {expected_delta} declares {length} bytes but holds {length + position - stop}"
@@ -361,17 +385,25 @@ def _zigzag(n: int) -> bytes:
     return bytes(out)
 
 
+# The encodings of 0 .. _SMALL_VARINTS - 1 (up to two bytes): record, key and value lengths in ordinary
+# batches, offset deltas, most timestamp deltas.
+_SMALL_VARINTS = 1 << 13
+_VARINTS = [_zigzag(n) for n in range(_SMALL_VARINTS)]
 _NULL = _zigzag(-1)
 _ZERO = _zigzag(0)  # also a record's attributes byte and an empty header count
 
 
 def _encode_records(payload: memoryview, count: int) -> bytes:
     """Kafka's records for a stored msgpack payload. Malformed input surfaces as TypeError or ValueError
-    (a field of the wrong type) or one of msgpack's errors; the caller turns them into CorruptRecordError."""
+    (a field of the wrong type) or one of msgpack's errors; the caller turns them into CorruptRecordError.
+
+    The hot loop of FETCH: the varints of lengths and deltas below _SMALL_VARINTS come from a table."""
     items = msgpack.unpackb(payload, raw=False, use_list=False)
     if type(items) is not tuple or len(items) != count:
         raise ValueError(f"the payload is not an array of the header's {count} records")
     zigzag = _zigzag
+    small = _VARINTS
+    limit = _SMALL_VARINTS
     zero = _ZERO
     null = _NULL
     parts: list[bytes] = []
@@ -383,19 +415,22 @@ def _encode_records(payload: memoryview, count: int) -> bytes:
         else:
             offset_delta, timestamp_delta, key, value, raw_headers = item
             headers = _encode_headers(raw_headers)
-        prefix = zero + zigzag(timestamp_delta) + zigzag(offset_delta)
+        prefix = zero + (small[timestamp_delta] if 0 <= timestamp_delta < limit else zigzag(timestamp_delta))
+        prefix += small[offset_delta] if 0 <= offset_delta < limit else zigzag(offset_delta)
         if key is None:
             key_length = null
             key = b""
         else:
-            key_length = zigzag(len(key))
+            size = len(key)
+            key_length = small[size] if size < limit else zigzag(size)
         if value is None:
             value_length = null
             value = b""
         else:
-            value_length = zigzag(len(value))
+            size = len(value)
+            value_length = small[size] if size < limit else zigzag(size)
         size = len(prefix) + len(key_length) + len(key) + len(value_length) + len(value) + len(headers)
-        extend((zigzag(size), prefix, key_length, key, value_length, value, headers))
+        extend((small[size] if size < limit else zigzag(size), prefix, key_length, key, value_length, value, headers))
     return b"".join(parts)
 
 

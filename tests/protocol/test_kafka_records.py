@@ -533,3 +533,21 @@ def test_the_module_imports_only_the_wire_layer_and_third_party_libraries() -> N
     }
     local = {m for m in modules if m.split(".")[0] in {"broker", "client", "cluster", "fetcher", "metrics", "sim"}}
     assert not local, local
+
+
+def test_an_offset_delta_in_a_longer_encoding_than_needed_is_accepted_as_kafka_accepts_it() -> None:
+    records = [(0, 10, None, b"v", [])]
+    plain = kafka_batch(records)
+    raw = _records_bytes(records)
+    assert raw == b"\x0e\x00\x00\x00\x01\x02v\x00"  # length 7, attributes, ts delta 0, offset delta 0, ...
+    longer = b"\x10\x00\x00\x80\x00\x01\x02v\x00"  # offset delta 0 in two bytes, length 8
+    assert kafka_to_native(reseal(plain[:HEADER_SIZE] + longer)) == kafka_to_native(plain)
+
+
+def test_batches_past_the_small_varint_table_convert_both_ways() -> None:
+    records: list[KRecord] = [(i, 1000 + i, None, b"x", []) for i in range(9000)]
+    records.append((9000, 5, b"k" * 9000, b"v" * 70_000, [("h" * 200, b"w" * 9000)]))
+    batch = kafka_batch(records)
+    native = kafka_to_native(batch)
+    assert native_read(native) == records
+    assert native_to_kafka(native) == batch
