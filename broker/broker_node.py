@@ -181,9 +181,7 @@ class BrokerNode:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    async def start(
-        self, advertised_host: str, advertised_port: int, listeners: dict[str, str] | None = None
-    ) -> None:
+    async def start(self, advertised_host: str, advertised_port: int, listeners: dict[str, str] | None = None) -> None:
         """Start the periodic work and, with a controller, register with it (with the advertised address of
         each Kafka listener in `listeners`) and begin heartbeating."""
         self.fetch_reaper = TimerReaper(self.fetch_timer, self.time, on_advance=self.fetch_purgatory.maybe_purge)

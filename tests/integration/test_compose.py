@@ -66,7 +66,16 @@ STOP_TIMEOUT_S = 10.0
 ADDRESS = re.compile(r"(?P<host>[A-Za-z0-9_.-]+):(?P<port>\d+)\b")
 
 
-PORT_VARIABLES = ("BROKER_1_PORT", "BROKER_2_PORT", "BROKER_3_PORT", "CONTROLLER_PORT", "MQTT_HOST_PORT")
+PORT_VARIABLES = (
+    "BROKER_1_PORT",
+    "BROKER_2_PORT",
+    "BROKER_3_PORT",
+    "CONTROLLER_PORT",
+    "BROKER_1_KAFKA_PORT",
+    "BROKER_2_KAFKA_PORT",
+    "BROKER_3_KAFKA_PORT",
+    "MQTT_HOST_PORT",
+)
 """The compose file's variables; the tests resolve them as `docker compose` does, from `variables`."""
 
 VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
@@ -358,7 +367,15 @@ def test_the_port_variables_move_every_address_of_a_process_together() -> None:
     if shutil.which("docker-compose") is None:
         pytest.skip("docker-compose is not installed (apt-get install docker-compose; scripts/test.sh installs it)")
     # Given other host ports for every process (a local Kafka has 9092-9094)
-    moved = {"BROKER_1_PORT": "19092", "BROKER_2_PORT": "19093", "BROKER_3_PORT": "19094", "CONTROLLER_PORT": "19192"}
+    moved = {
+        "BROKER_1_PORT": "19092",
+        "BROKER_2_PORT": "19093",
+        "BROKER_3_PORT": "19094",
+        "CONTROLLER_PORT": "19192",
+        "BROKER_1_KAFKA_PORT": "19292",
+        "BROKER_2_KAFKA_PORT": "19293",
+        "BROKER_3_KAFKA_PORT": "19294",
+    }
     env = {**{k: v for k, v in os.environ.items() if k not in PORT_VARIABLES}, **moved, "MQTT_HOST_PORT": "11883"}
     # When docker-compose resolves the file
     result = subprocess.run(
@@ -369,7 +386,7 @@ def test_the_port_variables_move_every_address_of_a_process_together() -> None:
     # Then no default port is left anywhere, and this file's own interpolation agrees with docker-compose
     for name in CLUSTER_SERVICES:
         text = yaml.safe_dump(resolved[name])
-        assert not re.search(r"\b(9092|9093|9094|9192)\b", text), (name, text)
+        assert not re.search(r"\b(9092|9093|9094|9192|9292|9293|9294)\b", text), (name, text)
         ours = load_compose({**moved, "MQTT_HOST_PORT": "11883"})["services"][name]
         assert ours["environment"] == resolved[name]["environment"]
         assert ours["healthcheck"]["test"] == resolved[name]["healthcheck"]["test"]
@@ -385,16 +402,25 @@ def test_every_broker_advertises_the_address_the_host_reaches_it_on() -> None:
     for name in CLUSTER_SERVICES:
         env = services[name]["environment"]
         assert services[name]["network_mode"] == f"service:{NETWORK_OWNER}"
-        # Then each listens on a port that is published on 127.0.0.1 under the same number
-        port = int(env["MINIBROKER_LISTENERS"].rsplit(":", 1)[1])
-        assert f"127.0.0.1:{port}:{port}" in published, f"{name} listens on {port}, which is not published"
+        # Then each of its listeners is on a port that is published on 127.0.0.1 under the same number
+        ports = [int(entry.rsplit(":", 1)[1]) for entry in env["MINIBROKER_LISTENERS"].split(",")]
+        for port in ports:
+            assert f"127.0.0.1:{port}:{port}" in published, f"{name} listens on {port}, which is not published"
         if name in BROKERS:
-            # And advertises exactly that host address, which also reaches it inside the shared namespace
-            assert env["MINIBROKER_ADVERTISED_LISTENERS"] == f"127.0.0.1:{port}"
+            # And advertises exactly those host addresses (msgpack, then PLAINTEXT for Kafka clients),
+            # which also reach it inside the shared namespace
+            msgpack_port, kafka_port = ports
+            assert (
+                env["MINIBROKER_ADVERTISED_LISTENERS"] == f"127.0.0.1:{msgpack_port},PLAINTEXT://127.0.0.1:{kafka_port}"
+            )
             assert env["MINIBROKER_CONTROLLER_QUORUM_VOTERS"] == services["controller"]["environment"][
                 "MINIBROKER_LISTENERS"
             ].replace("0.0.0.0", "127.0.0.1")
-    ports = [int(services[n]["environment"]["MINIBROKER_LISTENERS"].rsplit(":", 1)[1]) for n in CLUSTER_SERVICES]
+    ports = [
+        int(entry.rsplit(":", 1)[1])
+        for n in CLUSTER_SERVICES
+        for entry in services[n]["environment"]["MINIBROKER_LISTENERS"].split(",")
+    ]
     assert len(set(ports)) == len(ports), f"two services share a port in one namespace: {ports}"
 
 

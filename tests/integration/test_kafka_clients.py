@@ -48,7 +48,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClusterSt
         stop_cluster(state, timeout_s=10.0)
 
 
-def minibroker(cluster: LocalClusterState, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def minibroker(
+    cluster: LocalClusterState, *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "cluster", *args, "--bootstrap-server", cluster.bootstrap],
         input=stdin,
@@ -193,7 +195,9 @@ def test_kafka_python_and_aiokafka_produce_and_consume(cluster: LocalClusterStat
         return values
 
     values = asyncio.run(with_aiokafka())
-    assert sorted(values) == sorted([b"kafka-python %d" % i for i in range(100)] + [b"aiokafka %d" % i for i in range(50)])
+    assert sorted(values) == sorted(
+        [b"kafka-python %d" % i for i in range(100)] + [b"aiokafka %d" % i for i in range(50)]
+    )
 
 
 @pytest.mark.skipif(KCAT is None, reason="kcat is installed by scripts/test.sh")
