@@ -236,7 +236,7 @@ BROKER_CONFIG = ConfigDef(
 )
 
 
-# The controller process (cluster/controller_server.py); here so every process knows every key.
+# The controller process (controller/controller_server.py); here so every process knows every key.
 CONTROLLER_CONFIG = ConfigDef(
     [
         ConfigKey("node.id", int, 3000, "the controller's id (reported as controller_id in METADATA)"),

@@ -128,7 +128,7 @@ def _pid_file(args: argparse.Namespace, role: str) -> Iterator[None]:
 def cmd_controller(args: argparse.Namespace) -> int:
     from broker.broker_server import configure_logging
     from broker.config import CONTROLLER_CONFIG
-    from cluster.controller_server import run_controller
+    from controller.controller_server import run_controller
 
     config = _load(CONTROLLER_CONFIG, args, {"listeners": args.listeners, "metadata.log.dir": args.metadata_dir})
     configure_logging(args.log_level)

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
 from broker.replication_quota import dynamic_broker_config_error
-from cluster.metadata import (
+from controller.metadata import (
     BROKER_RESOURCE,
     NO_LEADER,
     TOPIC_RESOURCE,
@@ -71,7 +71,7 @@ from cluster.metadata import (
     UnfenceBrokerRecord,
     in_replica_order,
 )
-from cluster.metadata_store import MetadataStore
+from controller.metadata_store import MetadataStore
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     ELECTION_PREFERRED,
