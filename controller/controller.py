@@ -50,7 +50,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
-from broker.replication_quota import dynamic_broker_config_error
 from controller.metadata import (
     BROKER_RESOURCE,
     NO_LEADER,
@@ -117,6 +116,7 @@ from protocol.messages import (
     TopicMetadata,
     TopicPartition,
 )
+from server_common.dynamic_config import dynamic_broker_config_error
 from server_common.log_config import parse_bool, topic_config_error, topic_config_key_error
 from server_common.time import Time
 
