@@ -16,11 +16,15 @@ WORKDIR /opt/minibroker
 # Only what the package build needs (.dockerignore keeps tests, venvs and data out of the context).
 COPY pyproject.toml README.md ./
 COPY protocol ./protocol
+COPY server_common ./server_common
+COPY network ./network
 COPY client ./client
 COPY broker ./broker
 COPY fetcher ./fetcher
+COPY controller ./controller
 COPY cluster ./cluster
 COPY metrics ./metrics
+COPY sim ./sim
 COPY bench ./bench
 RUN pip install .
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.common import ProcessReaper, main_guard, percentile, progress, rounded
 from bench.fetch_rpc import MIB, TOPIC, fill_log, make_leader, start_broker
-from client.connection import BrokerConnection
+from network.connection import BrokerConnection
 from protocol.messages import FetchPartition, FetchRequest
 
 HALF_SENT = bytes.fromhex("0640000092")  # a 100 MB length prefix and one byte of body

@@ -58,7 +58,7 @@ from bench.common import (
     stream_reader,
     wait_for_line,
 )
-from client.connection import BrokerConnection
+from network.connection import BrokerConnection
 from protocol.codec import packb, to_wire
 from protocol.errors import ErrorCode
 from protocol.fetch_frame import FETCH_RECORDS_APART

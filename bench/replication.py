@@ -105,10 +105,10 @@ from bench.common import (
     stop_peer,
 )
 from client.cluster_client import ClusterClient
-from client.connection import BrokerConnection
 from client.producer import Producer
 from cluster.local_cluster import LocalClusterState, start_cluster
 from metrics.fields import REQUESTS
+from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeLogDirsRequest, FetchPartition, FetchRequest, TopicPartition
 from protocol.record_batch import build_batch

@@ -20,15 +20,15 @@ from typing import Any
 
 from broker.broker_metrics import partition_records
 from broker.broker_node import BrokerNode
-from broker.config import ConfigError, parse_host_port
 from broker.kafka_wire_apis import KafkaWireApis
-from client.tcp_transport import TcpTransport, fixed_address
 from metrics import fields as f
 from metrics.emitter import MetricsEmitter
 from metrics.sink import sinks_from_config
 from network.kafka_wire import KAFKA_WIRE
 from network.listeners import MSGPACK_LISTENER, ListenerError, parse_listeners
 from network.socket_server import SocketServer, wait_for_termination
+from network.tcp_transport import TcpTransport, fixed_address
+from server_common.config import ConfigError, parse_host_port
 from server_common.time import SYSTEM_TIME, Time
 
 log = logging.getLogger(__name__)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from server_common.config import ConfigError
+
 ENV_PREFIX = "MINIBROKER_"
 REQUIRED = object()
 
@@ -27,10 +29,6 @@ REQUIRED = object()
 # Variables the tools read themselves are not config keys either.
 _ENV_NAMES_OF_ALL_KINDS: set[str] = set()
 TOOL_ENV_VARS = frozenset({"MINIBROKER_BOOTSTRAP_SERVER", "MINIBROKER_DEMO_DIR", "MINIBROKER_DEMO_BASE_PORT"})
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def unknown_key_error(name: str, known: Iterable[str], source: str) -> ConfigError:
@@ -253,7 +251,7 @@ BROKER_CONFIG = ConfigDef(
 )
 
 
-# The controller process (cluster/controller_server.py); here so every process knows every key.
+# The controller process (controller/controller_server.py); here so every process knows every key.
 CONTROLLER_CONFIG = ConfigDef(
     [
         ConfigKey("node.id", int, 3000, "the controller's id (reported as controller_id in METADATA)"),
@@ -287,13 +285,3 @@ CONTROLLER_CONFIG = ConfigDef(
         ),
     ]
 )
-
-
-def parse_host_port(value: str, what: str = "address") -> tuple[str, int]:
-    text = value.strip()
-    if "://" in text:
-        text = text.split("://", 1)[1]
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ConfigError(f"{what}: expected host:port, got {value!r}")
-    return host, int(port)

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from client.connection import BrokerConnection
 from client.sender import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_REQUEST_BYTES, Sender
+from network.connection import BrokerConnection
 from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.fetch_frame import FETCH_RECORDS_APART

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.cluster_client import REFRESH_ERRORS, ClusterClient, ClusterUnavailableError
-from client.connection import BrokerConnection
 from client.errors import ClusterAnswerError, ClusterUnreachableError
+from network.connection import BrokerConnection
 from protocol.errors import CorruptRecordError, ErrorCode, error_for_code
 from protocol.fetch_frame import FETCH_RECORDS_APART
 from protocol.messages import DEBUGGING_REPLICA_ID, FetchPartition, FetchRequest, TopicPartition

@@ -48,7 +48,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from client.connection import BrokerConnection
 from client.consumer import read_replica
 from client.producer import NOT_WRITTEN
 from cluster.chaos import CHAOS_OVERRIDES, ChaosRun, find_problems, render_report
@@ -65,6 +64,7 @@ from cluster.local_cluster import (
 )
 from cluster.network_faults import FaultToolsMissing, NetworkFaultError, NetworkFaults, check_tools
 from metrics.fields import FAULTS_FILE
+from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.messages import MetadataRequest, ProducePartition, ProduceRequest, TopicPartition
 from protocol.record_batch import build_batch, iter_records

@@ -74,7 +74,8 @@ def _check_mqtt_url(config: dict[str, Any]) -> None:
 
 
 def _load(definition: Any, args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
-    from broker.config import ConfigError, load_config, parse_overrides
+    from broker.config import load_config, parse_overrides
+    from server_common.config import ConfigError
 
     try:
         overrides = parse_overrides(args.override or [])
@@ -128,7 +129,7 @@ def _pid_file(args: argparse.Namespace, role: str) -> Iterator[None]:
 def cmd_controller(args: argparse.Namespace) -> int:
     from broker.broker_server import configure_logging
     from broker.config import CONTROLLER_CONFIG
-    from cluster.controller_server import run_controller
+    from controller.controller_server import run_controller
 
     config = _load(CONTROLLER_CONFIG, args, {"listeners": args.listeners, "metadata.log.dir": args.metadata_dir})
     configure_logging(args.log_level)
@@ -181,7 +182,7 @@ def _lifecycle_parser() -> argparse.ArgumentParser:
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
-    from broker.config import ConfigError, parse_overrides
+    from broker.config import parse_overrides
     from cluster.local_cluster import (
         BadAddressError,
         ClusterError,
@@ -191,6 +192,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         start_cluster,
         stop_cluster,
     )
+    from server_common.config import ConfigError
 
     try:
         overrides = parse_overrides(args.override or [])
@@ -1084,9 +1086,9 @@ def cmd_configs_alter(args: argparse.Namespace) -> int:
 def _alter_broker_configs(args: argparse.Namespace) -> int:
     """kafka-configs.sh --entity-type brokers (--entity-default | --entity-name ID): the dynamic replication
     throttle rates."""
-    from broker.replication_quota import dynamic_broker_config_error
     from client.cluster_client import ClusterUnavailableError
     from protocol.errors import ErrorCode
+    from server_common.dynamic_config import dynamic_broker_config_error
 
     entity = _broker_entity(args)
     adds, deletes = _config_changes(args, dynamic_broker_config_error)

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from client.connection import BrokerConnection
+from network.connection import BrokerConnection
 from protocol.messages import MetadataRequest
 
 STATE_FILE = "cluster.json"
@@ -350,7 +350,7 @@ def check_overrides(overrides: dict[str, str]) -> None:
         try:
             parse_mqtt_url(url)
         except ValueError as exc:
-            from broker.config import ConfigError
+            from server_common.config import ConfigError
 
             raise ConfigError(f"metrics.mqtt.url: {exc}") from None
 

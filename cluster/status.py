@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from client.connection import BrokerConnection
 from cluster.local_cluster import LocalClusterState, node_alive, node_paused, node_pid
+from network.connection import BrokerConnection
 from protocol.messages import DescribeLogDirsRequest, MetadataRequest
 
 

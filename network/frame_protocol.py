@@ -4,7 +4,7 @@ Bytes are read straight into the decoder's buffer (`get_buffer` / `buffer_update
 goes to `on_frame`, a frame that breaks the framing rules to `on_bad_frame` (the subclass closes the
 connection), and `after_frames` runs once per read. Write back-pressure is tracked in `can_write`:
 `pause_writing` clears it and `resume_writing` sets it. The server's connection (network/socket_server.py) and the
-client's (client/connection.py) differ only in what they do with a frame.
+client's (network/connection.py) differ only in what they do with a frame.
 """
 
 from __future__ import annotations

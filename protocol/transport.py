@@ -3,7 +3,7 @@
 A follower's leader end point, the broker's link to the controller (registration, heartbeats,
 ALTER_PARTITION, forwarded CREATE_TOPICS) and the controller's pushes to brokers all hold a `Transport`
 and name the node they talk to by id. Broker processes plug in the TCP implementation
-(`client/tcp_transport.py`); tests and a simulator can plug in an in-memory one. Nothing here touches a
+(`network/tcp_transport.py`); tests and a simulator can plug in an in-memory one. Nothing here touches a
 socket or the event loop.
 
 A request that fails on the way (connection refused or lost, timeout) raises one of `NETWORK_ERRORS`: the

@@ -18,7 +18,7 @@ from typing import Any
 
 from broker.broker_node import BrokerNode
 from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG
-from cluster.controller_node import ControllerNode
+from controller.controller_node import ControllerNode
 from server_common.time import Time
 from sim.disk import SimDisk
 from sim.loop import LoopTime

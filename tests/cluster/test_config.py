@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, ConfigError, load_config, parse_host_port
+from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, load_config
+from server_common.config import ConfigError, parse_host_port
 
 
 def test_later_sources_win_file_then_env_then_overrides(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client.connection import BrokerConnection
+from network.connection import BrokerConnection
 from protocol.messages import (
     BrokerEndpoint,
     LeaderAndIsrPartition,

@@ -12,8 +12,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from client.connection import BrokerConnection
 from cluster.local_cluster import free_ports
+from network.connection import BrokerConnection
 from protocol.codec import packb
 from protocol.errors import ErrorCode
 from protocol.messages import (

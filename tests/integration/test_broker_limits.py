@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from client.connection import BrokerConnection
 from cluster.local_cluster import free_ports
+from network.connection import BrokerConnection
 from protocol.messages import ApiVersionsRequest, FetchPartition, FetchRequest
 from tests.integration.processes import BrokerProcess, assign, standalone_broker
 

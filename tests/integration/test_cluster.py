@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from client.cluster_client import ClusterClient
-from client.connection import BrokerConnection
 from client.consumer import read_replica
 from client.producer import send_batch
 from cluster.chaos import CHAOS_OVERRIDES
@@ -28,6 +27,7 @@ from cluster.local_cluster import (
     stop_cluster,
     wait_for_listening,
 )
+from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeLogDirsRequest, TopicPartition
 from protocol.record_batch import iter_records

@@ -37,9 +37,9 @@ from typing import IO, Any
 import pytest
 import yaml
 
-from client.connection import BrokerConnection
 from cluster.local_cluster import free_ports
 from metrics.file_sink import read_records
+from network.connection import BrokerConnection
 from protocol.messages import MetadataRequest
 from tests.metrics.mosquitto import Mosquitto
 

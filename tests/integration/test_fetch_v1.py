@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from client.connection import BrokerConnection
 from cluster.local_cluster import free_ports
+from network.connection import BrokerConnection
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.fetch_frame import FETCH_RECORDS_APART

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from client.connection import BrokerConnection
 from client.consumer import read_replica
 from cluster.local_cluster import free_ports
+from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.messages import (
     DescribeLogDirsRequest,

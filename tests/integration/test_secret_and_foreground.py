@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from client.cluster_client import ClusterClient
-from client.connection import BrokerConnection
 from cluster.local_cluster import free_ports, pid_alive, start_cluster, stop_cluster
 from metrics.file_sink import read_records
+from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.messages import (
     BrokerRegistrationRequest,

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from client.cluster_client import ClusterClient
-from client.connection import BrokerConnection
 from client.consumer import consume_all
 from client.producer import send_batch
 from cluster.chaos import CHAOS_OVERRIDES
 from cluster.local_cluster import LocalClusterState, free_ports, pid_alive, restart_broker, start_cluster, stop_cluster
+from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.messages import (
     DEBUGGING_REPLICA_ID,

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from client.cluster_client import ClusterClient
-from client.connection import BrokerConnection
 from client.producer import send_batch
 from cluster.chaos import CHAOS_OVERRIDES
 from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
+from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.messages import CreatableTopic, CreateTopicsRequest, MetadataRequest, TopicPartition
 from tests.integration.processes import ROOT, wait_until

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cluster.controller import (
+from controller.controller import (
     Controller,
     ControllerConfig,
     ControllerResult,
@@ -16,7 +16,7 @@ from cluster.controller import (
     elect_leader,
     partition_change,
 )
-from cluster.metadata import (
+from controller.metadata import (
     NO_LEADER,
     ConfigRecord,
     MetadataImage,
@@ -25,7 +25,7 @@ from cluster.metadata import (
     PartitionRecord,
     PartitionRegistration,
 )
-from cluster.metadata_store import MetadataStore
+from controller.metadata_store import MetadataStore
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
     ELECTION_UNCLEAN,

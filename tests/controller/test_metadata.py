@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.metadata import (
+from controller.metadata import (
     NO_LEADER,
     BrokerShutdownRecord,
     ConfigRecord,
@@ -27,7 +27,7 @@ from cluster.metadata import (
     record_to_dict,
     replay_all,
 )
-from cluster.metadata_store import LOG_FILE_NAME, SNAPSHOT_FILE_NAME, MetadataStore, MetadataStoreError, load
+from controller.metadata_store import LOG_FILE_NAME, SNAPSHOT_FILE_NAME, MetadataStore, MetadataStoreError, load
 
 
 def cluster_records() -> list[MetadataRecord]:

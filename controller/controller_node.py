@@ -33,8 +33,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.controller import Controller, ControllerConfig, ControllerResult
-from cluster.metadata_store import MetadataStore
+from controller.controller import Controller, ControllerConfig, ControllerResult
+from controller.metadata_store import MetadataStore
 from network.request_context import ConnectionContext, api_versions_response, authenticate, check_secret
 from protocol.codec import Message
 from protocol.errors import ErrorCode

@@ -1,4 +1,4 @@
-"""The controller process: a `ControllerNode` (cluster/controller_node.py) behind a socket server, with
+"""The controller process: a `ControllerNode` (controller/controller_node.py) behind a socket server, with
 TCP links to the brokers at the addresses they registered with."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from broker.config import parse_host_port
-from client.tcp_transport import TcpTransport
-from cluster.controller_node import ControllerNode
+from controller.controller_node import ControllerNode
 from network.socket_server import SocketServer, wait_for_termination
+from network.tcp_transport import TcpTransport
+from server_common.config import parse_host_port
 from server_common.time import SYSTEM_TIME, Time
 
 

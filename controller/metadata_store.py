@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 import msgpack
 from crc32c import crc32c
 
-from cluster.metadata import (
+from controller.metadata import (
     MetadataImage,
     MetadataRecord,
     MetadataReplayError,

@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from client.connection import BrokerConnection
+from network.connection import BrokerConnection
 from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES

@@ -50,8 +50,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
-from broker.replication_quota import dynamic_broker_config_error
-from cluster.metadata import (
+from controller.metadata import (
     BROKER_RESOURCE,
     NO_LEADER,
     TOPIC_RESOURCE,
@@ -71,7 +70,7 @@ from cluster.metadata import (
     UnfenceBrokerRecord,
     in_replica_order,
 )
-from cluster.metadata_store import MetadataStore
+from controller.metadata_store import MetadataStore
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     ELECTION_PREFERRED,
@@ -117,6 +116,7 @@ from protocol.messages import (
     TopicMetadata,
     TopicPartition,
 )
+from server_common.dynamic_config import dynamic_broker_config_error
 from server_common.log_config import parse_bool, topic_config_error, topic_config_key_error
 from server_common.time import Time
 
