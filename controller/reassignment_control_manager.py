@@ -18,16 +18,23 @@ unclean election.
 
 from __future__ import annotations
 
-from controller.metadata import NO_LEADER, MetadataRecord, PartitionChangeRecord, in_replica_order
+from controller.metadata import (
+    NO_LEADER,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRegistration,
+    in_replica_order,
+)
 from controller.metadata_log import MetadataLog
 from controller.partition_change import elect_leader
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
     OngoingPartitionReassignment,
+    ReassignablePartition,
     ReassignablePartitionResponse,
     TopicPartition,
 )
@@ -47,70 +54,93 @@ class ReassignmentControlManager:
         set becomes the target, the leader moves if it was removed, and the removed replicas are stopped
         and deleted."""
         answers: list[ReassignablePartitionResponse] = []
-        registered = set(self._log.image.brokers)
+        registered = frozenset(self._log.image.brokers)
         for item in request.partitions:
             answer = ReassignablePartitionResponse(item.topic, item.partition)
             answers.append(answer)
-            partition = self._log.image.partition(item.topic, item.partition)
-            if partition is None:
-                answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                answer.error_message = f"unknown partition {item.topic}-{item.partition}"
-                continue
-            original = partition.original_replicas
-            if item.replicas is None:
-                if not partition.is_reassigning:
-                    answer.error_code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
-                    answer.error_message = f"no reassignment of {item.topic}-{item.partition} is in progress"
-                    continue
-                target = original  # cancel: back to where it started
-            else:
-                target = tuple(item.replicas)
-                problem = None
-                if not target or len(set(target)) != len(target) or any(r < 0 for r in target):
-                    problem = f"replicas {list(target)} must be distinct broker ids, at least one"
-                elif unknown := [r for r in target if r not in registered]:
-                    problem = f"brokers {unknown} are not registered"
-                if problem is not None:
-                    answer.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
-                    answer.error_message = problem
-                    continue
-            adding = tuple(r for r in target if r not in original)
-            removing = tuple(r for r in original if r not in target)
-            full = target + removing
-            if (full, adding, removing) != (partition.replicas, partition.adding_replicas, partition.removing_replicas):
-                isr = in_replica_order(full, [r for r in partition.isr if r in full])
-                if not isr:
-                    # Every in-sync replica is one this change drops (replicas a replaced reassignment was
-                    # adding, the original ones having died): as Kafka refuses a revert that would need an
-                    # unclean leader election.
-                    answer.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
-                    answer.error_message = (
-                        f"replicas {list(full)} would leave {item.topic}-{item.partition} with no in-sync replica "
-                        f"(its ISR is {list(partition.isr)}): that would need an unclean leader election"
-                    )
-                    continue
-                dropped = not set(partition.replicas) <= set(full)
-                leader: int | None = None
-                if partition.leader != NO_LEADER and partition.leader not in full:
-                    # The leader is a replica a replaced reassignment was adding (elected after the original
-                    # leader died): as Kafka's PartitionChangeBuilder, another in-sync replica leads.
-                    leader = elect_leader(full, isr, self._log.image.active_broker_ids(), unclean=False)
-                elif dropped and partition.leader != NO_LEADER:
-                    leader = partition.leader  # replicas leave the list: a leader epoch bump, as at the end (below)
-                change = PartitionChangeRecord(
-                    topic=item.topic,
-                    partition=item.partition,
-                    leader=leader,
-                    replicas=full,
-                    isr=isr,
-                    adding_replicas=adding,
-                    removing_replicas=removing,
-                )
-                self._log.commit([change], committed)
-                # Replicas a replaced reassignment was adding and this one drops: stop and delete them.
-                self._log.delete_replicas(partition.topic_partition, [b for b in partition.replicas if b not in full])
-            self.maybe_complete_reassignment(partition.topic_partition, committed)
+            try:
+                self._reassign(item, registered, committed)
+            except KafkaError as exc:
+                answer.error_code, answer.error_message = exc.code, exc.message
         return AlterPartitionReassignmentsResponse(responses=answers)
+
+    def _reassign(
+        self, item: ReassignablePartition, registered: frozenset[int], committed: list[MetadataRecord]
+    ) -> None:
+        """Start, replace or cancel the reassignment `item` asks for; KafkaError when it is refused."""
+        partition = self._log.image.partition(item.topic, item.partition)
+        if partition is None:
+            raise KafkaError(f"unknown partition {item.topic}-{item.partition}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        original = partition.original_replicas
+        target = self._target_replicas(item, partition, registered)
+        adding = tuple(r for r in target if r not in original)
+        removing = tuple(r for r in original if r not in target)
+        full = target + removing
+        if (full, adding, removing) != (partition.replicas, partition.adding_replicas, partition.removing_replicas):
+            self._change_replicas(partition, full, adding, removing, committed)
+        self.maybe_complete_reassignment(partition.topic_partition, committed)
+
+    @staticmethod
+    def _target_replicas(
+        item: ReassignablePartition, partition: PartitionRegistration, registered: frozenset[int]
+    ) -> tuple[int, ...]:
+        """The replicas `item` moves the partition to (its original ones, to cancel); KafkaError when refused."""
+        if item.replicas is None:
+            if not partition.is_reassigning:
+                raise KafkaError(
+                    f"no reassignment of {item.topic}-{item.partition} is in progress",
+                    ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                )
+            return partition.original_replicas  # cancel: back to where it started
+        target = tuple(item.replicas)
+        if not target or len(set(target)) != len(target) or any(r < 0 for r in target):
+            raise KafkaError(
+                f"replicas {list(target)} must be distinct broker ids, at least one",
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            )
+        if unknown := [r for r in target if r not in registered]:
+            raise KafkaError(f"brokers {unknown} are not registered", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        return target
+
+    def _change_replicas(
+        self,
+        partition: PartitionRegistration,
+        full: tuple[int, ...],
+        adding: tuple[int, ...],
+        removing: tuple[int, ...],
+        committed: list[MetadataRecord],
+    ) -> None:
+        """Commit the replicas `full` (target + removing) with what is being added and removed."""
+        isr = in_replica_order(full, [r for r in partition.isr if r in full])
+        if not isr:
+            # Every in-sync replica is one this change drops (replicas a replaced reassignment was
+            # adding, the original ones having died): as Kafka refuses a revert that would need an
+            # unclean leader election.
+            raise KafkaError(
+                f"replicas {list(full)} would leave {partition.topic}-{partition.partition} with no in-sync replica "
+                f"(its ISR is {list(partition.isr)}): that would need an unclean leader election",
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            )
+        dropped = not set(partition.replicas) <= set(full)
+        leader: int | None = None
+        if partition.leader != NO_LEADER and partition.leader not in full:
+            # The leader is a replica a replaced reassignment was adding (elected after the original
+            # leader died): as Kafka's PartitionChangeBuilder, another in-sync replica leads.
+            leader = elect_leader(full, isr, self._log.image.active_broker_ids(), unclean=False)
+        elif dropped and partition.leader != NO_LEADER:
+            leader = partition.leader  # replicas leave the list: a leader epoch bump, as at the end
+        change = PartitionChangeRecord(
+            topic=partition.topic,
+            partition=partition.partition,
+            leader=leader,
+            replicas=full,
+            isr=isr,
+            adding_replicas=adding,
+            removing_replicas=removing,
+        )
+        self._log.commit([change], committed)
+        # Replicas a replaced reassignment was adding and this one drops: stop and delete them.
+        self._log.delete_replicas(partition.topic_partition, [b for b in partition.replicas if b not in full])
 
     def list_partition_reassignments(
         self, request: ListPartitionReassignmentsRequest
