@@ -33,7 +33,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from controller.controller import Controller, ControllerConfig, ControllerResult
+from controller.controller import Controller, ControllerResult
+from controller.controller_config import ControllerConfig
 from controller.metadata_store import MetadataStore
 from network.request_context import ConnectionContext, api_versions_response, authenticate, check_secret
 from protocol.codec import Message

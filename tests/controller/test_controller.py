@@ -8,14 +8,8 @@ from typing import Any
 
 import pytest
 
-from controller.controller import (
-    Controller,
-    ControllerConfig,
-    ControllerResult,
-    assign_replicas_to_brokers,
-    elect_leader,
-    partition_change,
-)
+from controller.controller import Controller, ControllerResult
+from controller.controller_config import ControllerConfig
 from controller.metadata import (
     NO_LEADER,
     ConfigRecord,
@@ -26,6 +20,8 @@ from controller.metadata import (
     PartitionRegistration,
 )
 from controller.metadata_store import MetadataStore
+from controller.partition_change import elect_leader, partition_change
+from controller.topic_control_manager import assign_replicas_to_brokers
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
     ELECTION_UNCLEAN,
