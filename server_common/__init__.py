@@ -1,0 +1,1 @@
+"""What the operator tools (cluster/, client/) and the simulator (sim/) share without importing one another."""
