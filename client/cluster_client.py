@@ -65,8 +65,13 @@ from protocol.messages import (
     SaslAuthenticateRequest,
     TopicPartition,
 )
+from server_common.poll import RetryPolicy, retry, wait_until
+from server_common.time import SYSTEM_TIME, Time
 
 log = logging.getLogger(__name__)
+
+# INIT_PRODUCER_ID while the controller is unreachable: 40 tries, 50 ms more between each, at most 0.5 s (~17 s)
+INIT_PRODUCER_ID_RETRY = RetryPolicy(40, 0.05, 0.5, "linear")
 
 REFRESH_ERRORS = {
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -110,8 +115,10 @@ class ClusterClient:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         batches_per_partition: int = 1,
+        time: Time = SYSTEM_TIME,
     ):
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.time = time  # what its waits and back-offs are timed by
         self.client_id = client_id
         # With a cluster secret every connection authenticates first, so admin requests (CREATE_TOPICS,
         # DELETE_RECORDS) are accepted by a cluster that requires it (docs/protocol.md, trust model).
@@ -210,23 +217,21 @@ class ClusterClient:
 
     async def wait_for_leaders(self, topic: str, timeout_s: float = 30.0, partitions: int = 1) -> None:
         """Until METADATA lists at least `partitions` partitions of `topic`, each with a leader."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
+
+        async def led() -> bool:
             resp = await self.refresh_metadata([topic])
             t = resp.topics[0] if resp.topics else None
-            if (
+            return bool(
                 t
                 and t.error_code == ErrorCode.NONE
                 and len(t.partitions) >= max(partitions, 1)
                 and all(p.leader_id >= 0 for p in t.partitions)
-            ):
-                return
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(
-                    f"topic {topic!r} does not have {max(partitions, 1)} partitions each with a leader after "
-                    f"{timeout_s}s"
-                )
-            await asyncio.sleep(0.05)
+            )
+
+        if not await wait_until(led, timeout_s, clock=self.time):
+            raise TimeoutError(
+                f"topic {topic!r} does not have {max(partitions, 1)} partitions each with a leader after {timeout_s}s"
+            )
 
     # -- admin --------------------------------------------------------------------------------------
 
@@ -306,7 +311,9 @@ class ClusterClient:
         """(producer id, epoch) for an idempotent producer; naming the current ones bumps the epoch. Retries
         while the controller is unreachable (a broker answers NOT_CONTROLLER) for up to ~10 s."""
         last = ""
-        for attempt in range(40):
+
+        async def attempt() -> tuple[int, int] | None:
+            nonlocal last
             response: InitProducerIdResponse = await self.send_any(
                 InitProducerIdRequest(None, 60000, producer_id, producer_epoch)
             )
@@ -314,9 +321,13 @@ class ClusterClient:
                 return response.producer_id, response.producer_epoch
             last = f"{ErrorCode(response.error_code).name}: {response.error_message}"
             if not ErrorCode(response.error_code).retriable:
-                break
-            await asyncio.sleep(min(0.05 * (attempt + 1), 0.5))
-        raise ClusterUnavailableError(f"INIT_PRODUCER_ID failed: {last}")
+                raise ClusterUnavailableError(f"INIT_PRODUCER_ID failed: {last}")
+            return None
+
+        ids = await retry(attempt, INIT_PRODUCER_ID_RETRY, clock=self.time)
+        if ids is None:
+            raise ClusterUnavailableError(f"INIT_PRODUCER_ID failed: {last}")
+        return ids
 
     # -- data ---------------------------------------------------------------------------------------
 

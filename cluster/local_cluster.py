@@ -26,13 +26,14 @@ brokers with SIGTERM — controlled shutdown — then the controller).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import json
 import os
+import random
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,8 +41,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, unknown_key_error
+from metrics.mqtt import parse_mqtt_url
 from network.connection import BrokerConnection
 from protocol.messages import MetadataRequest
+from server_common.config import ConfigError
+from server_common.poll import wait_until
+from server_common.time import SYSTEM_TIME
 
 STATE_FILE = "cluster.json"
 BOOTSTRAP_FILE = "bootstrap.servers"
@@ -123,8 +129,6 @@ class LocalClusterState:
 
 def free_ports(n: int) -> list[int]:
     """n distinct TCP ports that were free on 127.0.0.1 a moment ago."""
-    import socket
-
     socks = []
     try:
         for _ in range(n):
@@ -172,8 +176,6 @@ def node_addresses(base_address: str, num_brokers: int) -> tuple[str, list[str]]
 def random_base_address() -> str:
     """A base address in 127.0.0.0/8 away from the default: a throwaway cluster (chaos, tests) then shares
     no address with another cluster on this machine, so a rule naming its addresses touches only it."""
-    import random
-
     return f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.10"
 
 
@@ -292,8 +294,6 @@ def controller_props(
         "default.replication.factor": 3,
         "num.partitions": 3,
     }
-    from broker.config import CONTROLLER_CONFIG
-
     props.update({k: v for k, v in overrides.items() if k in CONTROLLER_CONFIG.keys})
     return props
 
@@ -323,8 +323,6 @@ def broker_props(
         "replica.lag.time.max.ms": 10000,
         "replica.fetch.backoff.ms": 200,
     }
-    from broker.config import BROKER_CONFIG
-
     props.update({k: v for k, v in overrides.items() if k in BROKER_CONFIG.keys})
     return props
 
@@ -335,8 +333,6 @@ def check_overrides(overrides: dict[str, str]) -> None:
     The launcher hands each process only the keys its kind knows, so without this check a typo would be
     dropped silently and the cluster would start with the default.
     """
-    from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, unknown_key_error
-
     for name, value in overrides.items():
         kinds = [d for d in (CONTROLLER_CONFIG, BROKER_CONFIG) if name in d.keys]
         if not kinds:
@@ -345,20 +341,14 @@ def check_overrides(overrides: dict[str, str]) -> None:
             definition.parse({name: value}, "--override")
     url = overrides.get("metrics.mqtt.url")
     if url:
-        from metrics.mqtt import parse_mqtt_url
-
         try:
             parse_mqtt_url(url)
         except ValueError as exc:
-            from server_common.config import ConfigError
-
             raise ConfigError(f"metrics.mqtt.url: {exc}") from None
 
 
 def check_ports_free(ports: dict[tuple[str, int], str]) -> None:
     """Raise PortInUseError naming the first (address, port) (and its role) something already listens on."""
-    import socket
-
     for (host, port), role in ports.items():
         with socket.socket() as s:
             # As the servers do (reuse_address): a port in TIME_WAIT is free, one with a listener is not.
@@ -390,17 +380,19 @@ def _read_from(log_file: Path, offset: int) -> str:
 
 async def wait_for_listening(log_file: Path, proc: Any, timeout_s: float, offset: int = 0) -> None:
     """Wait for the process's "listening" line, written after `offset` (logs are appended across restarts)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def listening() -> bool:
         text = _read_from(log_file, offset)
         if '"event": "listening"' in text:
-            return
+            return True
         if proc.poll() is not None:
             raise ClusterError(
                 f"process exited with status {proc.returncode} during start-up; log {log_file}:\n{text[-2000:]}"
             )
-        await asyncio.sleep(0.05)
-    raise ClusterError(f"process did not start listening within {timeout_s}s; see {log_file}")
+        return False
+
+    if not await wait_until(listening, timeout_s, clock=SYSTEM_TIME):
+        raise ClusterError(f"process did not start listening within {timeout_s}s; see {log_file}")
 
 
 async def registered_brokers(host: str, port: int) -> set[int]:
@@ -517,15 +509,18 @@ async def start_cluster(
             if progress:
                 kafka = f", Kafka clients on {info.host}:{info.kafka_port}" if info.kafka_port else ""
                 progress(f"broker {info.node_id} listening on {info.host}:{info.port}{kafka} (pid {info.pid})")
-        deadline = time.monotonic() + timeout_s
         want = {b.node_id for b in brokers}
-        while not want <= await registered_brokers(chost, cport):
+
+        async def all_registered() -> bool:
+            if want <= await registered_brokers(chost, cport):
+                return True
             for info, proc in zip(brokers, procs[1:], strict=True):
                 if proc.poll() is not None:
                     raise ClusterError(f"broker {info.node_id} exited with status {proc.returncode}; see {info.log}")
-            if time.monotonic() > deadline:
-                raise ClusterError(f"brokers did not all register within {timeout_s}s; see the logs in {cluster_dir}")
-            await asyncio.sleep(0.05)
+            return False
+
+        if not await wait_until(all_registered, timeout_s, clock=SYSTEM_TIME):
+            raise ClusterError(f"brokers did not all register within {timeout_s}s; see the logs in {cluster_dir}")
         if progress:
             progress(f"all {num_brokers} brokers registered with the controller")
         state = LocalClusterState(str(cluster_dir), controller, brokers, str(cluster_dir / "metrics"), secret)
@@ -548,6 +543,9 @@ def signal_process(pid: int, sig: int) -> bool:
 
 
 def wait_exit(pid: int, timeout_s: float) -> bool:
+    # Not server_common.poll.wait_until: this one blocks (stop_cluster runs outside any event loop, from
+    # `cluster down` and from finally blocks after the loop has ended), and that helper sleeps on an
+    # event loop through the async Time.sleep.
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from client.cluster_client import ClusterClient
 from cluster.local_cluster import LocalClusterState, node_alive, node_paused, node_pid
 from network.connection import BrokerConnection
 from protocol.messages import DescribeLogDirsRequest, MetadataRequest
@@ -69,8 +70,6 @@ async def collect_status(state: LocalClusterState) -> dict[str, Any]:
 
 async def collect_remote_status(bootstrap: str) -> dict[str, Any]:
     """The cluster behind `bootstrap` as its brokers describe it; raises ClusterUnavailableError."""
-    from client.cluster_client import ClusterClient
-
     async with ClusterClient(bootstrap, client_id="status") as client:
         meta = await client.refresh_metadata(None)
     endpoints = sorted(meta.brokers, key=lambda b: b.broker_id)

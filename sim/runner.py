@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
+from server_common.poll import wait_until
 from sim.checker import Checker, Violation
 from sim.cluster import CONTROLLER_ID, SimCluster, SimOptions
 from sim.faults import Fault, FaultInjector, generate
@@ -191,9 +192,11 @@ async def _run(
             await cluster.start_broker(broker)
         assert cluster.controller is not None
         image = cluster.controller.controller.image
-        await wait_until(lambda: sum(1 for b in image.brokers.values() if b.is_active) == options.brokers, 30.0)
+        await wait_until(
+            lambda: sum(1 for b in image.brokers.values() if b.is_active) == options.brokers, 30.0, clock=cluster.time
+        )
         await create_topics(cluster, options)
-        await wait_until(lambda: all_led(cluster, partitions), 30.0)
+        await wait_until(lambda: all_led(cluster, partitions), 30.0, clock=cluster.time)
         if script is not None:
             await script(SimRun(cluster, checker, history, trace, partitions, random.Random(rng.getrandbits(64))))
             await settle([])
@@ -244,7 +247,7 @@ async def _run(
             if broker not in cluster.brokers:
                 await cluster.restart_broker(broker)
         checker.check()
-        result.converged = await wait_until(lambda: converged(cluster, partitions), SETTLE_MAX_S)
+        result.converged = await wait_until(lambda: converged(cluster, partitions), SETTLE_MAX_S, clock=cluster.time)
         checker.check()
         for task in consumer_tasks or []:
             task.cancel()
@@ -341,13 +344,3 @@ def converged(cluster: SimCluster, partitions: list[TopicPartition]) -> bool:
             if p.log.log_end_offset != leader.log.log_end_offset or p.log.high_watermark != leader.log.high_watermark:
                 return False
     return True
-
-
-async def wait_until(condition: Any, timeout_s: float, step_s: float = 0.05) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        if condition():
-            return True
-        await asyncio.sleep(step_s)
-    return bool(condition())

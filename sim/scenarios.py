@@ -26,7 +26,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from protocol.messages import TopicPartition
+from server_common.poll import RetryPolicy, retry, wait_until
 from sim.cluster import SimOptions
+from sim.loop import LoopTime
 from sim.network import LinkShape
 from sim.runner import RunResult, Script, SimRun, run_seed
 from sim.workload import Producer
@@ -37,12 +39,9 @@ class ScenarioStuck(RuntimeError):
 
 
 async def until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0, step_s: float = 0.0005) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise ScenarioStuck(f"timed out waiting for: {what}")
-        await asyncio.sleep(step_s)
+    clock = LoopTime(asyncio.get_running_loop())  # the scenario's virtual time
+    if not await wait_until(condition, timeout_s, clock=clock, interval_s=step_s):
+        raise ScenarioStuck(f"timed out waiting for: {what}")
 
 
 def _replica(run: SimRun, broker: int, tp: TopicPartition):  # type: ignore[no-untyped-def]
@@ -65,11 +64,12 @@ def _leads(run: SimRun, broker: int, tp: TopicPartition) -> bool:
 async def _write(producer: Producer, tp: TopicPartition, tries: int = 50) -> None:
     """One acknowledged write; a try that fails (stale metadata right after a leader change) is not
     resent: the next try is a new record."""
-    for _ in range(tries):
-        if await producer.produce_one(tp):
-            return
-        await asyncio.sleep(0.05)
-    raise ScenarioStuck(f"no write to {tp} was acknowledged in {tries} tries")
+
+    async def attempt() -> bool | None:
+        return True if await producer.produce_one(tp) else None
+
+    if await retry(attempt, RetryPolicy(tries, 0.05), clock=LoopTime(asyncio.get_running_loop())) is None:
+        raise ScenarioStuck(f"no write to {tp} was acknowledged in {tries} tries")
 
 
 def _step(run: SimRun, what: str) -> None:
