@@ -28,12 +28,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
+import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,7 @@ from typing import Any
 from client.cluster_client import ClusterClient, ClusterUnavailableError
 from client.consumer import Consumer, read_replica
 from client.producer import NOT_WRITTEN, DeliveryCallback, Producer
+from cluster.exit_codes import EXIT_CHECK_FAILED, EXIT_OK
 from cluster.local_cluster import (
     LocalClusterState,
     free_ports,
@@ -51,10 +55,15 @@ from cluster.local_cluster import (
     stop_cluster,
 )
 from protocol.errors import ErrorCode
-from protocol.messages import TopicPartition
+from protocol.messages import DescribeLogDirsRequest, TopicPartition
 from protocol.record_batch import iter_records
+from server_common.poll import wait_until
+from server_common.time import SYSTEM_TIME
 
+Copies = dict[TopicPartition, dict[int, bytes]]  # per partition, each replica's bytes below its HW
 NOT_WRITTEN_NAMES = {code.name for code in NOT_WRITTEN}
+# What a check of the cluster may meet while a broker is down or a link is cut: the check says "not yet".
+NETWORK_ERRORS = (ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError)
 # Each chaos producer keeps this many records unanswered at most, and retries a batch the broker did not
 # write this many times (Producer's backoff: about 0.75 s in all) before reporting it failed.
 MAX_OUTSTANDING_RECORDS = 16
@@ -100,6 +109,27 @@ class Outcomes:
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     resent_indeterminate: int = 0  # idempotent producers: batches resent after an indeterminate answer
     epoch_bumps: int = 0
+
+
+def _through_network_errors(check: Callable[[], Awaitable[bool]]) -> Callable[[], Awaitable[bool]]:
+    """`check`, answering False instead of raising one of NETWORK_ERRORS (polled again later)."""
+
+    async def checked() -> bool:
+        try:
+            return await check()
+        except NETWORK_ERRORS:
+            return False
+
+    return checked
+
+
+def _left_s(since: float, timeout_s: float) -> float:
+    """What is left of `timeout_s` counted from the monotonic time `since`."""
+    return timeout_s - (time.monotonic() - since)
+
+
+def _isr_full(leaders: dict[TopicPartition, tuple[int, int, list[int]]]) -> bool:
+    return all(len(isr) == 3 for _, _, isr in leaders.values())
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -248,25 +278,30 @@ class ChaosRun:
             f"round {round_no}/{self.args.rounds}: SIGKILL broker {victim} (pid {info.pid}), "
             f"leader of {len(led)} partitions"
         )
+
         # Wait for every partition it led to get a new leader.
-        deadline = killed_at + 30.0
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError):
-                now_leaders = await self._leaders(client)
-                if all(now_leaders[tp][0] not in (-1, victim) for tp in led):
-                    report.time_without_leader_ms = round((time.monotonic() - killed_at) * 1000.0, 1)
-                    report.new_leaders = {str(tp): now_leaders[tp][0] for tp in led}
-                    report.new_epochs = {str(tp): now_leaders[tp][1] for tp in led}
-                    break
-            await asyncio.sleep(0.02)
+        async def led_elsewhere() -> bool:
+            now_leaders = await self._leaders(client)
+            if not all(now_leaders[tp][0] not in (-1, victim) for tp in led):
+                return False
+            report.time_without_leader_ms = round((time.monotonic() - killed_at) * 1000.0, 1)
+            report.new_leaders = {str(tp): now_leaders[tp][0] for tp in led}
+            report.new_epochs = {str(tp): now_leaders[tp][1] for tp in led}
+            return True
+
+        await wait_until(
+            _through_network_errors(led_elsewhere), _left_s(killed_at, 30.0), clock=SYSTEM_TIME, interval_s=0.02
+        )
+
         # Failover: first acked write on a new leader for one of its partitions.
-        deadline = killed_at + 30.0
-        while time.monotonic() < deadline and report.failover_ms is None:
+        def acked_elsewhere() -> bool:
             for t, tp, broker in self.outcomes.ack_events:
                 if t > killed_at and tp in led and broker != victim:
                     report.failover_ms = round((t - killed_at) * 1000.0, 1)
-                    break
-            await asyncio.sleep(0.01)
+                    return True
+            return False
+
+        await wait_until(acked_elsewhere, _left_s(killed_at, 30.0), clock=SYSTEM_TIME, interval_s=0.01)
         self.progress(
             f"  new leaders after {report.time_without_leader_ms} ms: "
             + ", ".join(f"{k}->{v}@{report.new_epochs[k]}" for k, v in report.new_leaders.items())
@@ -288,15 +323,13 @@ class ChaosRun:
         await restart_broker(self.state, report.broker_id)
         report.restarted = True
         client = self._client("chaos-isr")
+
+        async def isr_full() -> bool:
+            return _isr_full(await self._leaders(client))
+
         try:
-            deadline = restarted_at + 60.0
-            while time.monotonic() < deadline:
-                with contextlib.suppress(ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError):
-                    leaders = await self._leaders(client)
-                    if all(len(isr) == 3 for _, _, isr in leaders.values()):
-                        report.isr_full_after_ms = round((time.monotonic() - restarted_at) * 1000.0, 1)
-                        break
-                await asyncio.sleep(0.05)
+            if await wait_until(_through_network_errors(isr_full), _left_s(restarted_at, 60.0), clock=SYSTEM_TIME):
+                report.isr_full_after_ms = round((time.monotonic() - restarted_at) * 1000.0, 1)
         finally:
             await client.close()
         with open(info.log, "rb") as f:
@@ -317,23 +350,19 @@ class ChaosRun:
                 self.progress(f"restarting broker {b.node_id} for the final check")
                 await restart_broker(self.state, b.node_id)
         client = self._client("chaos-verify")
+
+        async def converged() -> bool:
+            if not _isr_full(await self._leaders(client)):
+                return False
+            ends = await self._replica_ends(client)
+            return bool(ends) and all(len(set(v)) == 1 for v in ends.values())
+
         try:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                with contextlib.suppress(ClusterUnavailableError, ConnectionError, OSError, asyncio.TimeoutError):
-                    leaders = await self._leaders(client)
-                    if all(len(isr) == 3 for _, _, isr in leaders.values()):
-                        ends = await self._replica_ends(client)
-                        if ends and all(len(set(v)) == 1 for v in ends.values()):
-                            return True
-                await asyncio.sleep(0.1)
-            return False
+            return await wait_until(_through_network_errors(converged), timeout_s, clock=SYSTEM_TIME, interval_s=0.1)
         finally:
             await client.close()
 
     async def _replica_ends(self, client: ClusterClient) -> dict[TopicPartition, list[tuple[int, int]]]:
-        from protocol.messages import DescribeLogDirsRequest
-
         ends: dict[TopicPartition, list[tuple[int, int]]] = defaultdict(list)
         for b in self.state.brokers:
             conn = await client.connection(b.host, b.port)
@@ -350,7 +379,7 @@ class ChaosRun:
         client = self._client("chaos-verify")
         try:
             await client.refresh_metadata([self.args.topic])
-            copies: dict[TopicPartition, dict[int, bytes]] = {}
+            copies: Copies = {}
             leaders: dict[TopicPartition, int] = {}
             for tp in client.partitions_of(self.args.topic):
                 info = client.partitions[tp]
@@ -358,13 +387,22 @@ class ChaosRun:
                 copies[tp] = {b: await self.read_replica(client, b, tp) for b in info.replicas}
         finally:
             await client.close()
+        self.inspect_copies(copies, leaders)
         return find_problems(self.outcomes.acked, copies, leaders)
 
+    def inspect_copies(self, copies: Copies, leaders: dict[TopicPartition, int]) -> None:
+        """Hook: a look at every replica's bytes before the oracle's (a fault run finds its acks=1 writes)."""
+
     # -- the whole run --------------------------------------------------------------------------------
+    # run() is the same for every experiment; the hooks below are what one experiment does differently.
+
+    WARMUP_S = 1.0  # load before the first round
+    COOLDOWN_S = 1.0  # load after the last round
 
     async def run(self) -> dict[str, Any]:
         args = self.args
         admin = self._client("chaos-admin")
+        await self.start_watching()
         try:
             resp = await admin.create_topic(args.topic, args.partitions, 3, {"min.insync.replicas": "2"})
             code = resp.topics[0].error_code if resp.topics else resp.error_code
@@ -375,32 +413,47 @@ class ChaosRun:
                 )
             await admin.wait_for_leaders(args.topic)
             partitions = admin.partitions_of(args.topic)
+            await self.before_load()
             load_start = time.monotonic()
             tasks = [
                 asyncio.create_task(self.producer(i, partitions), name=f"producer-{i}") for i in range(args.producers)
             ]
             tasks.append(asyncio.create_task(self.consumer(partitions), name="consumer"))
             try:
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(self.WARMUP_S)
                 for round_no in range(1, args.rounds + 1):
-                    await asyncio.sleep(args.interval_ms / 1000.0)
-                    self.kills.append(await self.kill_round(round_no, admin))
-                    self.progress(
-                        f"  load so far: {len(self.outcomes.acked)} acked, {len(self.outcomes.failed)} failed, "
-                        f"{len(self.outcomes.indeterminate)} indeterminate"
-                    )
-                await asyncio.sleep(1.0)
+                    await self.play_round(round_no, admin)
+                await asyncio.sleep(self.COOLDOWN_S)
             finally:
                 self.stop_load.set()
                 await asyncio.gather(*tasks, return_exceptions=True)
             load_s = time.monotonic() - load_start
         finally:
+            await self.stop_watching()
             await admin.close()
         self.progress("load stopped; waiting for replicas to converge")
         converged = await self.converge()
         self.progress("checking every acked write on every replica")
         problems = await self.verify()
         return self.report(converged, problems, load_s)
+
+    async def start_watching(self) -> None:
+        """Hook: start what watches the cluster for the whole run (stopped by `stop_watching`)."""
+
+    async def stop_watching(self) -> None:
+        """Hook: stop what `start_watching` started, whatever happened."""
+
+    async def before_load(self) -> None:
+        """Hook: once the topic has leaders, before the load starts."""
+
+    async def play_round(self, round_no: int, admin: ClusterClient) -> None:
+        """One round under load: leader-kill waits `--interval-ms`, then kills the busiest leader."""
+        await asyncio.sleep(self.args.interval_ms / 1000.0)
+        self.kills.append(await self.kill_round(round_no, admin))
+        self.progress(
+            f"  load so far: {len(self.outcomes.acked)} acked, {len(self.outcomes.failed)} failed, "
+            f"{len(self.outcomes.indeterminate)} indeterminate"
+        )
 
     def report(self, converged: bool, problems: dict[str, Any], load_s: float) -> dict[str, Any]:
         o = self.outcomes
@@ -523,6 +576,18 @@ def render_report(report: dict[str, Any]) -> str:
     if not report["converged"]:
         lines.append("replicas did not converge within the time limit")
     return "\n".join(lines)
+
+
+def finish_report(report: dict[str, Any], json_target: str | None, rendered: str) -> int:
+    """The end of every chaos command: the JSON report to --json (a file, or '-' for stdout, the summary then
+    going to stderr), the summary, and the exit code of the verdict."""
+    text = json.dumps(report, indent=2, default=str)
+    if json_target == "-":
+        print(text)
+    elif json_target:
+        Path(json_target).write_text(text + "\n")
+    print(rendered, file=sys.stderr if json_target == "-" else sys.stdout)
+    return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED
 
 
 async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, Any]:

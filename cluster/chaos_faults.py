@@ -40,17 +40,15 @@ import json
 import os
 import random
 import signal
-import sys
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from client.consumer import read_replica
+from client.cluster_client import ClusterClient
 from client.producer import NOT_WRITTEN
-from cluster.chaos import CHAOS_OVERRIDES, ChaosRun, find_problems, render_report
+from cluster.chaos import CHAOS_OVERRIDES, ChaosRun, Copies, render_report
 from cluster.local_cluster import (
     LocalClusterState,
     free_ports,
@@ -62,12 +60,14 @@ from cluster.local_cluster import (
     start_cluster,
     stop_cluster,
 )
-from cluster.network_faults import FaultToolsMissing, NetworkFaultError, NetworkFaults, check_tools
+from cluster.network_faults import NetworkFaults
 from metrics.fields import FAULTS_FILE
 from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.messages import MetadataRequest, ProducePartition, ProduceRequest, TopicPartition
 from protocol.record_batch import build_batch, iter_records
+from server_common.poll import wait_until
+from server_common.time import SYSTEM_TIME
 
 FAULT_KINDS = ("kill", "kill-restart", "pause", "partition", "delay", "loss", "clients-see-old-leader")
 PARTITION_SHAPES = (
@@ -143,6 +143,7 @@ class FaultRun(ChaosRun):
         self.samples: list[Sample] = []
         self.acks1_acked: dict[str, tuple[TopicPartition, int]] = {}
         self.acks1_found: set[str] = set()
+        self._monitor: asyncio.Task[None] | None = None
 
     # -- the controller's view ----------------------------------------------------------------------
 
@@ -170,12 +171,8 @@ class FaultRun(ChaosRun):
         return self.samples[-1][1] if self.samples else {}
 
     async def _until(self, predicate: Any, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if predicate(self._view()):
-                return True
-            await asyncio.sleep(SAMPLE_S)
-        return False
+        """Whether the monitor's latest view satisfies `predicate` within `timeout_s` (looked at per sample)."""
+        return await wait_until(lambda: predicate(self._view()), timeout_s, clock=SYSTEM_TIME, interval_s=SAMPLE_S)
 
     def _moved_away(self, led: list[TopicPartition], victim: int) -> Any:
         return lambda view: all(tp in view and view[tp][0] not in (-1, victim) for tp in led)
@@ -417,66 +414,35 @@ class FaultRun(ChaosRun):
     def _mark_window(self, name: str, victim: int, report: FaultReport) -> None:
         mark_fault_window(self.state.metrics_dir, name, victim, report.window_start_ms, report.window_end_ms)
 
-    async def run(self) -> dict[str, Any]:
-        args = self.args
-        admin = self._client("chaos-admin")
-        monitor = asyncio.create_task(self.monitor(), name="monitor")
-        try:
-            resp = await admin.create_topic(args.topic, args.partitions, 3, {"min.insync.replicas": "2"})
-            code = resp.topics[0].error_code if resp.topics else resp.error_code
-            if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-                raise RuntimeError(f"cannot create topic {args.topic}: {resp}")
-            await admin.wait_for_leaders(args.topic)
-            partitions = admin.partitions_of(args.topic)
-            await self._until(self._isr_full, 30.0)
-            load_start = time.monotonic()
-            tasks = [
-                asyncio.create_task(self.producer(i, partitions), name=f"producer-{i}") for i in range(args.producers)
-            ]
-            tasks.append(asyncio.create_task(self.consumer(partitions), name="consumer"))
-            try:
-                await asyncio.sleep(0.5)
-                for round_no in range(1, args.rounds + 1):
-                    kind, shape = self.faults[(round_no - 1) % len(self.faults)]
-                    self.reports.append(await self.fault_round(round_no, kind, shape))
-                    await asyncio.sleep(args.interval_ms / 1000.0)
-            finally:
-                self.stop_load.set()
-                await asyncio.gather(*tasks, return_exceptions=True)
-            load_s = time.monotonic() - load_start
-        finally:
-            monitor.cancel()
-            await asyncio.gather(monitor, return_exceptions=True)
-            await admin.close()
-        self.progress("load stopped; waiting for replicas to converge")
-        converged = await self.converge()
-        self.progress("checking every acked write on every replica")
-        problems = await self.verify()
-        return self.fault_report(converged, problems, load_s)
+    WARMUP_S = 0.5
+    COOLDOWN_S = 0.0  # each round ends with its ISRs full and --interval-ms of load
 
-    async def verify(self) -> dict[str, Any]:
-        client = self._client("chaos-verify")
-        try:
-            await client.refresh_metadata([self.args.topic])
-            copies: dict[TopicPartition, dict[int, bytes]] = {}
-            leaders: dict[TopicPartition, int] = {}
-            for tp in client.partitions_of(self.args.topic):
-                info = client.partitions[tp]
-                leaders[tp] = info.leader_id
-                copies[tp] = {}
-                for b in info.replicas:
-                    node = self.state.broker(b)
-                    copies[tp][b] = await read_replica(await client.connection(node.host, node.port), tp)
-        finally:
-            await client.close()
+    async def start_watching(self) -> None:
+        self._monitor = asyncio.create_task(self.monitor(), name="monitor")
+
+    async def stop_watching(self) -> None:
+        if self._monitor is not None:
+            self._monitor.cancel()
+            await asyncio.gather(self._monitor, return_exceptions=True)
+
+    async def before_load(self) -> None:
+        await self._until(self._isr_full, 30.0)
+
+    async def play_round(self, round_no: int, admin: ClusterClient) -> None:
+        kind, shape = self.faults[(round_no - 1) % len(self.faults)]
+        self.reports.append(await self.fault_round(round_no, kind, shape))
+        await asyncio.sleep(self.args.interval_ms / 1000.0)
+
+    def inspect_copies(self, copies: Copies, leaders: dict[TopicPartition, int]) -> None:
+        """The acks=1 writes to an old leader (values `o...`) that survived, on the leader's copy."""
         for tp, replicas in copies.items():
             for r in iter_records(replicas[leaders[tp]]):
                 if r.value is not None and r.value.startswith(b"o"):
                     self.acks1_found.add(r.value.decode())
-        return find_problems(self.outcomes.acked, copies, leaders)
 
-    def fault_report(self, converged: bool, problems: dict[str, Any], load_s: float) -> dict[str, Any]:
-        report = self.report(converged, problems, load_s)
+    def report(self, converged: bool, problems: dict[str, Any], load_s: float) -> dict[str, Any]:
+        """leader-kill's report, with each fault's and the acks=1 writes' instead of the kills'."""
+        report = super().report(converged, problems, load_s)
         lost1 = sorted(k for k in self.acks1_acked if k not in self.acks1_found)
         for f in self.reports:
             if f.acks1 is not None:
@@ -564,95 +530,3 @@ def resume_all(cluster_dir: Path) -> None:
         for node in [state.controller, *state.brokers]:
             if node_alive(node):
                 signal_process(node_pid(node), signal.SIGCONT)
-
-
-def run_faults_command(args: argparse.Namespace) -> int:
-    from cluster.cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, _run
-    from cluster.local_cluster import ClusterError
-
-    def fail(message: str, code: int) -> int:
-        print(f"minibroker: error: {message}", file=sys.stderr)
-        return code
-
-    try:
-        faults = parse_faults(args.faults)
-    except ValueError as exc:
-        return fail(f"--faults: {exc}", EXIT_USAGE)
-    if args.rounds < 1 or args.fault_ms < 0 or args.interval_ms < 0:
-        return fail("--rounds must be >= 1, --fault-ms and --interval-ms >= 0", EXIT_USAGE)
-    needs_net = sorted({k for k, _ in faults if k in NETWORK_KINDS})
-    if needs_net:
-        try:
-            check_tools()
-        except FaultToolsMissing as exc:
-            return fail(f"{', '.join(needs_net)}: {exc}", EXIT_USAGE)
-
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-    temp: tempfile.TemporaryDirectory[str] | None = None
-    state: LocalClusterState | None = None
-    if args.dir:
-        cluster_dir = Path(args.dir).resolve()
-        try:
-            state = LocalClusterState.load(cluster_dir)
-        except ClusterError as exc:
-            return fail(str(exc), EXIT_UNREACHABLE)
-        hosts = [n.host for n in [state.controller, *state.brokers]]
-        if needs_net and len(set(hosts)) < len(hosts):
-            return fail(
-                f"the nodes of {cluster_dir} share an address; network faults need one per node "
-                "(start it again with this version's `cluster up`)",
-                EXIT_USAGE,
-            )
-        if len(state.brokers) != 3:
-            return fail("chaos run needs a cluster of exactly 3 brokers", EXIT_USAGE)
-    else:
-        temp = tempfile.TemporaryDirectory(prefix="minibroker-chaos-")
-        cluster_dir = Path(temp.name)
-    net = NetworkFaults(cluster_dir) if needs_net else None
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        report = _run(run_faults(args, state, None if state else cluster_dir, progress, net))
-    except KeyboardInterrupt:
-        print("minibroker: interrupted; faults removed", file=sys.stderr)
-        return 130
-    except (ClusterError, NetworkFaultError) as exc:
-        return fail(str(exc), EXIT_UNREACHABLE if isinstance(exc, ClusterError) else EXIT_USAGE)
-    finally:
-        # Whatever happened: no rule of ours stays behind, no node stays paused.
-        if net is not None:
-            net.remove()
-        resume_all(cluster_dir)
-        signal.signal(signal.SIGTERM, previous)
-        if temp is not None:
-            with contextlib.suppress(OSError):
-                temp.cleanup()
-    text = json.dumps(report, indent=2, default=str)
-    if args.json == "-":
-        print(text)
-    elif args.json:
-        Path(args.json).write_text(text + "\n")
-    print(render_fault_report(report), file=sys.stderr if args.json == "-" else sys.stdout)
-    return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED
-
-
-def heal_command(args: argparse.Namespace) -> int:
-    """`minibroker chaos heal --dir D`: remove every rule a run against D left, resume its paused nodes."""
-    from cluster.cli import EXIT_OK, EXIT_USAGE
-
-    cluster_dir = Path(args.dir).resolve()
-    try:
-        check_tools()
-    except FaultToolsMissing as exc:
-        print(f"minibroker: error: chaos heal: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    net = NetworkFaults(cluster_dir)
-    net.remove()
-    resume_all(cluster_dir)
-    print(f"removed chain {net.chain} and qdisc {net.handle}: (when present); resumed every node of {cluster_dir}")
-    return EXIT_OK

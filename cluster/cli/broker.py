@@ -1,0 +1,165 @@
+"""`minibroker broker` and `minibroker controller`: run one node; and `minibroker broker
+start|stop|kill|pause|resume`: act on one broker of a local cluster."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+from broker.broker_server import configure_logging, run_broker
+from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, load_config, parse_overrides
+from cluster.cli.common import DEFAULT_DIR, CliError, Subcommands, emit, run_async
+from cluster.exit_codes import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from cluster.local_cluster import (
+    ClusterError,
+    LocalClusterState,
+    broker_action,
+    default_pid_file,
+    remove_pid_file,
+    write_pid_file,
+)
+from controller.controller_server import run_controller
+from metrics.mqtt import parse_mqtt_url
+from server_common.config import ConfigError
+
+
+def _listen_error(exc: OSError, listeners: str) -> CliError:
+    """A listener that cannot bind is a usage problem (a port in use, an address not on this host)."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.EADDRINUSE:
+        reason = "address already in use (another process has this port; pick another)"
+    return CliError(f"cannot listen on {listeners}: {reason}", EXIT_USAGE)
+
+
+def _check_mqtt_url(config: dict[str, Any]) -> None:
+    url = config.get("metrics.mqtt.url")
+    if url:
+        try:
+            parse_mqtt_url(url)
+        except ValueError as exc:
+            raise CliError(f"config error: metrics.mqtt.url: {exc}", EXIT_USAGE) from None
+
+
+def _load(definition: Any, args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
+    try:
+        overrides = parse_overrides(args.override or [])
+        overrides.update({k: v for k, v in extra.items() if v is not None})
+        return load_config(definition, Path(args.config) if args.config else None, overrides)
+    except ConfigError as exc:
+        raise CliError(f"config error: {exc}", EXIT_USAGE) from None
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    config = _load(
+        BROKER_CONFIG,
+        args,
+        {
+            "broker.id": args.broker_id,
+            "listeners": args.listeners,
+            "log.dirs": args.log_dirs,
+            "controller.quorum.voters": args.controller,
+        },
+    )
+    _check_mqtt_url(config)
+    return _serve(args, "broker", config, run_broker)
+
+
+@contextlib.contextmanager
+def _pid_file(args: argparse.Namespace, role: str) -> Iterator[None]:
+    """The node's pid file for as long as it runs: --pid-file, or the default of a cluster directory."""
+    path = Path(args.pid_file) if args.pid_file else default_pid_file(role, Path(args.config) if args.config else None)
+    if path is not None:
+        write_pid_file(path)
+    try:
+        yield
+    finally:
+        if path is not None:
+            remove_pid_file(path)
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    config = _load(CONTROLLER_CONFIG, args, {"listeners": args.listeners, "metadata.log.dir": args.metadata_dir})
+    return _serve(args, "controller", config, run_controller)
+
+
+def _serve(
+    args: argparse.Namespace,
+    role: str,
+    config: dict[str, Any],
+    server: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
+) -> int:
+    """Run one node until it stops, its pid file written meanwhile; a listener it cannot bind exits 2."""
+    configure_logging(args.log_level)
+    try:
+        with _pid_file(args, role):
+            run_async(server(config))
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        raise _listen_error(exc, config["listeners"]) from None
+    return EXIT_OK
+
+
+LIFECYCLE_ACTIONS = ("start", "stop", "kill", "pause", "resume")
+
+
+def cmd_broker_lifecycle(args: argparse.Namespace) -> int:
+    """`minibroker broker start|stop|kill|pause|resume --id N --dir D` on one broker of a local cluster."""
+    try:
+        state = LocalClusterState.load(Path(args.dir))
+        state.broker(args.id)
+    except ClusterError as exc:
+        raise CliError(str(exc), EXIT_USAGE if "no broker" in str(exc) else EXIT_UNREACHABLE) from None
+    result = run_async(broker_action(state, args.id, args.action))  # its ClusterError: main, exit 3
+    emit(args, result, lambda: f"broker {args.id}: {result['result']} (pid {result['pid']})")
+    return EXIT_OK
+
+
+def lifecycle_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="minibroker broker",
+        description="Start, stop (SIGTERM: controlled shutdown), kill (SIGKILL), pause (SIGSTOP) or resume "
+        "(SIGCONT) one broker of the local cluster in --dir. Its pid file stays current, so `cluster status` "
+        "and `cluster down` see it.",
+    )
+    p.add_argument("action", choices=LIFECYCLE_ACTIONS)
+    p.add_argument("--id", type=int, required=True, help="broker id")
+    p.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_broker_lifecycle)
+    return p
+
+
+def register(sub: Subcommands) -> None:
+    p = sub.add_parser(
+        "broker",
+        help="run one broker process",
+        description="Run one broker: config file, then MINIBROKER_* env vars, then flags. "
+        "`minibroker broker start|stop|kill|pause|resume --id N --dir D` acts on a broker of a local cluster.",
+    )
+    p.add_argument("--pid-file", help="write this process's pid here while it runs")
+    p.add_argument("--config", help="properties file with Kafka-style keys (broker.id, listeners, log.dirs, ...)")
+    p.add_argument("--override", action="append", metavar="KEY=VALUE", help="set any config key (repeatable)")
+    p.add_argument("--broker-id", type=int, help="broker.id")
+    p.add_argument("--listeners", help="listeners, HOST:PORT")
+    p.add_argument("--log-dirs", help="log.dirs")
+    p.add_argument("--controller", help="controller.quorum.voters, HOST:PORT")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser(
+        "controller",
+        help="run the controller process",
+        description="Run the controller: config file, then MINIBROKER_* env vars, then flags.",
+    )
+    p.add_argument("--config", help="properties file (node.id, listeners, metadata.log.dir, ...)")
+    p.add_argument("--override", action="append", metavar="KEY=VALUE", help="set any config key (repeatable)")
+    p.add_argument("--listeners", help="listeners, HOST:PORT")
+    p.add_argument("--metadata-dir", help="metadata.log.dir")
+    p.add_argument("--pid-file", help="write this process's pid here while it runs")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=cmd_controller)

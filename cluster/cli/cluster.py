@@ -1,0 +1,176 @@
+"""`minibroker cluster up|down|status`: a local cluster of processes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from broker.config import parse_overrides
+from client.cluster_client import parse_bootstrap
+from cluster.cli.common import BOOTSTRAP_ENV, DEFAULT_DIR, CliError, Subcommands, add_json, emit, run_async
+from cluster.exit_codes import EXIT_CLUSTER_ERROR, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from cluster.local_cluster import (
+    BadAddressError,
+    ClusterError,
+    LocalClusterState,
+    PortInUseError,
+    check_overrides,
+    start_cluster,
+    stop_cluster,
+)
+from cluster.status import collect_remote_status, collect_status, render_status
+from server_common.config import ConfigError
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    try:
+        overrides = parse_overrides(args.override or [])
+        check_overrides(overrides)
+    except ConfigError as exc:
+        raise CliError(f"config error: {exc}", EXIT_USAGE) from None
+    if args.brokers < 1:
+        raise CliError("--brokers must be at least 1", EXIT_USAGE)
+    cluster_dir = Path(args.dir)
+
+    # Progress goes to stderr in both modes: with --json, stdout carries only the one document.
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    try:
+        state: LocalClusterState = run_async(
+            start_cluster(
+                cluster_dir,
+                args.brokers,
+                args.base_port,
+                secret=args.secret,
+                overrides=overrides,
+                progress=say,
+                base_address=args.base_address,
+            )
+        )
+    except (PortInUseError, BadAddressError) as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except ClusterError as exc:
+        raise CliError(str(exc), EXIT_CLUSTER_ERROR) from None
+    info = {
+        "dir": state.dir,
+        "bootstrap_server": state.bootstrap,
+        "kafka_bootstrap_servers": state.kafka_bootstrap,
+        "controller": f"{state.controller.host}:{state.controller.port}",
+        "metrics_dir": state.metrics_dir,
+        "brokers": [
+            {"id": b.node_id, "address": f"{b.host}:{b.port}", "pid": b.pid, "log": b.log} for b in state.brokers
+        ],
+    }
+    emit(args, info, lambda: _describe_up(info, args.detach))
+    sys.stdout.flush()
+    if args.detach:
+        return EXIT_OK
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    while not stop["now"]:
+        time.sleep(0.2)
+    print("stopping the cluster ...", file=sys.stderr, flush=True)
+    result = stop_cluster(state)
+    print(", ".join(f"{k}: {v}" for k, v in result.items()), file=sys.stderr)
+    return EXIT_OK
+
+
+def _describe_up(info: dict[str, Any], detached: bool) -> str:
+    # Every hint names this cluster explicitly, so it works as printed whatever the ports and the dir.
+    d = shlex.quote(info["dir"])
+    lines = [
+        f"cluster running in {info['dir']}",
+        f"  controller        {info['controller']}",
+        *[f"  broker {b['id']:<10} {b['address']}  pid {b['pid']}  log {b['log']}" for b in info["brokers"]],
+        f"  metrics           {info['metrics_dir']}",
+        f"  bootstrap server  {info['bootstrap_server']}  (also in {os.path.join(info['dir'], 'bootstrap.servers')})",
+        *(
+            [f"  Kafka clients     {info['kafka_bootstrap_servers']}  (bootstrap.servers; docs/kafka-protocol.md)"]
+            if info.get("kafka_bootstrap_servers")
+            else []
+        ),
+        "",
+        f"try:  minibroker topic create demo --partitions 3 --replication-factor 3 --dir {d}",
+        f"      minibroker cluster status --dir {d}",
+        f"  or: export MINIBROKER_BOOTSTRAP_SERVER={info['bootstrap_server']}  (then no --dir is needed)",
+    ]
+    lines.append(f"stop with: minibroker cluster down --dir {d}" if detached else "Ctrl-C stops every process cleanly.")
+    return "\n".join(lines)
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    result = stop_cluster(LocalClusterState.load(Path(args.dir)))
+    emit(args, result, lambda: "\n".join(f"{k}: {v}" for k, v in result.items()))
+    return EXIT_OK
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    env = os.environ.get(BOOTSTRAP_ENV)
+    if args.bootstrap_server and args.dir:
+        raise CliError("give --bootstrap-server or --dir, not both", EXIT_USAGE)
+    remote = args.bootstrap_server or (env if args.dir is None else None)
+    if remote:
+        try:
+            parse_bootstrap(remote)
+        except ValueError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+        args.bootstrap_server = remote  # what main names when it cannot be reached
+        status = run_async(collect_remote_status(remote))
+        emit(args, status, lambda: render_status(status))
+        return EXIT_OK
+    status = run_async(collect_status(LocalClusterState.load(Path(args.dir or DEFAULT_DIR))))
+    emit(args, status, lambda: render_status(status))
+    return EXIT_OK if status["controller"]["alive"] else EXIT_UNREACHABLE
+
+
+def register(sub: Subcommands) -> None:
+    cl = sub.add_parser(
+        "cluster", help="start, stop and inspect a local cluster", description="A local cluster of processes."
+    )
+    csub = cl.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
+    p = csub.add_parser(
+        "up",
+        help="start a controller and N brokers",
+        description="Start a controller and N brokers as local processes; stays in the foreground unless --detach.",
+    )
+    p.add_argument("--brokers", type=int, default=3)
+    p.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
+    p.add_argument("--base-port", type=int, default=9092, help="first broker's port; the controller uses base+100")
+    p.add_argument(
+        "--base-address",
+        default="127.0.0.10",
+        help="the controller's loopback address; broker N gets base+N (default 127.0.0.10, all in 127.0.0.0/8)",
+    )
+    p.add_argument("--secret", help="cluster.secret for controller-only requests")
+    p.add_argument("--override", action="append", metavar="KEY=VALUE", help="broker or controller config (repeatable)")
+    p.add_argument("--detach", action="store_true", help="return once the cluster is up")
+    add_json(p)
+    p.set_defaults(func=cmd_cluster_up)
+    p = csub.add_parser(
+        "down", help="stop a local cluster", description="Stop every process of the local cluster in --dir."
+    )
+    p.add_argument("--dir", default=DEFAULT_DIR)
+    add_json(p)
+    p.set_defaults(func=cmd_cluster_down)
+    p = csub.add_parser(
+        "status",
+        help="brokers, partitions, leaders, epochs, ISR, HW/LEO and lag",
+        description="Show the local cluster in --dir (with pids), or any cluster through --bootstrap-server "
+        f"(or ${BOOTSTRAP_ENV}): brokers, controller, topics, partitions, leaders, ISR, HW/LEO and lag.",
+    )
+    p.add_argument("--dir", help=f"local cluster directory (default {DEFAULT_DIR})")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", help="describe the cluster behind this broker")
+    add_json(p)
+    p.set_defaults(func=cmd_cluster_status)
