@@ -82,6 +82,10 @@ MAGIC_OFFSET = 16  # where every message format (v0, v1, v2) keeps its magic byt
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _INT32 = struct.Struct(">i")  # a batch_length, a xerial-snappy chunk length
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_CODEC_MODULES = {CODEC_GZIP: cramjam.gzip, CODEC_LZ4: cramjam.lz4, CODEC_ZSTD: cramjam.zstd}
+#: The most a produce request's records for one partition may decompress to. Kafka checks only the
+#: compressed size; a bound on the expanded one keeps a small bomb from taking the broker's memory.
+MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 _XERIAL_HEADER_SIZE = 16  # magic, then version and minimum compatible version, two int32s
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # What a stored payload of the wrong shape raises while it is re-encoded: msgpack's errors are all
@@ -94,11 +98,12 @@ _ONE_BYTE = [bytes((i,)) for i in range(128)]
 _ONE_BYTE_VALUES = [(b >> 1) ^ -(b & 1) for b in range(128)]
 
 
-def kafka_to_native(batches: bytes | bytearray | memoryview) -> bytes:
+def kafka_to_native(batches: bytes | bytearray | memoryview, max_bytes: int = MAX_DECOMPRESSED_BYTES) -> bytes:
     """A Kafka PRODUCE record set (v2 batches end to end) as minibroker batches.
 
     Raises CorruptRecordError for damaged framing or a bad CRC, InvalidRecordError for a batch that is
-    intact but not acceptable (see the module docstring)."""
+    intact but not acceptable (see the module docstring), or whose records decompress to more than
+    `max_bytes` (all batches of the set together)."""
     view = memoryview(batches)
     end = len(view)
     if end == 0:
@@ -127,7 +132,8 @@ def kafka_to_native(batches: bytes | bytearray | memoryview) -> bytes:
             raise InvalidRecordError(
                 f"{where}: record_count {count} does not match last_offset_delta {header.last_offset_delta}"
             )
-        data = _decompress(attributes & COMPRESSION_MASK, view[position + HEADER_SIZE : stop], where)
+        data = _decompress(attributes & COMPRESSION_MASK, view[position + HEADER_SIZE : stop], where, max_bytes)
+        max_bytes -= len(data)
         try:
             records = _decode_records(data, count, where)
         except IndexError:
@@ -199,30 +205,43 @@ def _attribute_problem(attributes: int) -> str:
     return f"attributes {attributes:#x} set bits Kafka does not define for producers"
 
 
-def _decompress(codec: int, data: memoryview, where: str) -> bytes | memoryview:
+def _decompress(codec: int, data: memoryview, where: str, limit: int) -> bytes | memoryview:
+    """The batch's records, decompressed into at most `limit` bytes: a few hundred compressed bytes can
+    expand to gigabytes, so the output is written into a bounded buffer (first a small guess of 64 times
+    the input, then the limit) and more than the limit is refused, never allocated."""
     if codec == CODEC_NONE:
         return data
     try:
-        if codec == CODEC_GZIP:
-            return bytes(cramjam.gzip.decompress(data))
         if codec == CODEC_SNAPPY:
-            return _snappy_decompress(data)
-        if codec == CODEC_LZ4:
-            return bytes(cramjam.lz4.decompress(data))
-        if codec == CODEC_ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
+            return _snappy_decompress(data, limit)
+        module = _CODEC_MODULES.get(codec)
+        if module is None:
+            raise InvalidRecordError(f"{where}: unknown compression codec {codec}")
+        for size in (min(limit, 64 * len(data) + 4096), limit):
+            buffer = bytearray(size)
+            try:
+                written = module.decompress_into(data, buffer)
+            except cramjam.DecompressionError as exc:
+                if "whole buffer" in str(exc) and size < limit:
+                    continue  # the guess was too small
+                if "whole buffer" in str(exc):
+                    raise InvalidRecordError(f"{where}: the records decompress to more than {limit} bytes") from None
+                raise
+            return memoryview(buffer)[:written]
     except (cramjam.DecompressionError, ValueError, struct.error) as exc:
         raise InvalidRecordError(f"{where}: the records do not decompress with codec {codec}: {exc}") from None
-    raise InvalidRecordError(f"{where}: unknown compression codec {codec}")
+    raise AssertionError("unreachable")
 
 
-def _snappy_decompress(data: memoryview) -> bytes:
+def _snappy_decompress(data: memoryview, limit: int) -> bytes:
     """Raw snappy, or xerial-snappy's framing: a 16-byte header, then chunks of [int32 length, raw snappy
     block]. A header met again at a chunk boundary starts a concatenated stream (its length field could
-    never begin with 0x82: that would be a negative length)."""
+    never begin with 0x82: that would be a negative length). Raw snappy states its decompressed length
+    first, so more than `limit` bytes is refused before anything is decompressed."""
     if data[: len(_XERIAL_MAGIC)] != _XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(data))
+        return _snappy_block(data, limit, limit)
     chunks = []
+    total = 0
     position = _XERIAL_HEADER_SIZE
     end = len(data)
     while position < end:
@@ -233,9 +252,17 @@ def _snappy_decompress(data: memoryview) -> bytes:
         position += 4
         if length < 0 or position + length > end:
             raise ValueError(f"xerial snappy chunk of {length} bytes runs past the payload")
-        chunks.append(cramjam.snappy.decompress_raw(data[position : position + length]))
+        chunk = _snappy_block(data[position : position + length], limit - total, limit)
+        total += len(chunk)
+        chunks.append(chunk)
         position += length
     return b"".join(chunks)
+
+
+def _snappy_block(data: memoryview, room: int, limit: int) -> bytes:
+    if cramjam.snappy.decompress_raw_len(data) > room:
+        raise InvalidRecordError(f"snappy records decompress to more than {limit} bytes")
+    return bytes(cramjam.snappy.decompress_raw(data))
 
 
 def _varint(data: bytes, position: int, max_bytes: int) -> tuple[int, int]:

@@ -551,3 +551,20 @@ def test_batches_past_the_small_varint_table_convert_both_ways() -> None:
     native = kafka_to_native(batch)
     assert native_read(native) == records
     assert native_to_kafka(native) == batch
+
+
+@pytest.mark.parametrize("codec", [c for c in CODECS if c.values[0] != CODEC_NONE])
+def test_records_that_decompress_past_the_limit_are_refused_without_being_expanded(codec: int) -> None:
+    # A batch whose 200 records of 10 KiB zeros compress to little but expand to about 2 MB.
+    bomb = kafka_batch([(i, 1_700_000_000_000, None, bytes(10240), []) for i in range(200)], codec)
+    assert len(bomb) < 200_000
+    assert len(native_read(kafka_to_native(bomb))) == 200  # under the default limit it converts
+    with pytest.raises(InvalidRecordError, match="more than 1000000 bytes"):
+        kafka_to_native(bomb, max_bytes=1_000_000)
+
+
+def test_the_decompression_limit_holds_for_all_batches_of_a_request_together() -> None:
+    batch = kafka_batch([(0, 1_700_000_000_000, None, bytes(600_000), [])], CODEC_GZIP)
+    kafka_to_native(batch, max_bytes=1_000_000)
+    with pytest.raises(InvalidRecordError, match="decompress to more than"):
+        kafka_to_native(batch + batch, max_bytes=1_000_000)
