@@ -331,8 +331,12 @@ def check_overrides(overrides: dict[str, str]) -> None:
     """Refuse, before anything starts, an override that neither the controller nor a broker would accept.
 
     The launcher hands each process only the keys its kind knows, so without this check a typo would be
-    dropped silently and the cluster would start with the default.
+    dropped silently and the cluster would start with the default. The `MINIBROKER_*` environment
+    variables the processes will inherit are checked the same way, so a bad one is refused here too,
+    not by a controller that dies after it started.
     """
+    for definition in (CONTROLLER_CONFIG, BROKER_CONFIG):
+        definition.from_env(os.environ)
     for name, value in overrides.items():
         kinds = [d for d in (CONTROLLER_CONFIG, BROKER_CONFIG) if name in d.keys]
         if not kinds:

@@ -125,6 +125,20 @@ def test_version() -> None:
 
 
 @pytest.mark.timeout(30)
+def test_a_bad_minibroker_environment_variable_stops_cluster_up_before_anything_starts(tmp_path: Path) -> None:
+    unknown = cli("cluster", "up", "--dir", str(tmp_path / "c"), env={**clean_env(), "MINIBROKER_NO_SUCH_KEY": "1"})
+    assert unknown.returncode == 2
+    assert error_line(unknown) == (
+        "minibroker: error: config error: unknown config environment variable MINIBROKER_NO_SUCH_KEY "
+        "(no config key matches it)"
+    )
+    assert not (tmp_path / "c").exists()
+    typed = cli("cluster", "up", "--dir", str(tmp_path / "c"), env={**clean_env(), "MINIBROKER_LOG_RETENTION_MS": "x"})
+    assert typed.returncode == 2
+    assert "log.retention.ms: expected an integer, got 'x' (environment)" in error_line(typed)
+
+
+@pytest.mark.timeout(30)
 def test_a_typo_in_a_cluster_up_override_stops_before_anything_starts(tmp_path: Path) -> None:
     result = cli("cluster", "up", "--dir", str(tmp_path / "c"), "--override", "metrics.mqtt.ur=mqtt://127.0.0.1:1")
     assert result.returncode == 2
