@@ -1,0 +1,121 @@
+"""One request must not get a broker fenced: FETCH, LIST_OFFSETS, PRODUCE and METADATA requests listing
+hundreds of thousands of entries (under the frame size limit) are refused at the parser, the broker keeps
+heartbeating, its leaderships stay where they were, and an ordinary client is served meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
+from network.connection import BrokerConnection
+from protocol.codec import MAX_ENTRIES, packb, to_wire
+from protocol.messages import (
+    FetchPartition,
+    FetchRequest,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    MetadataRequest,
+    ProducePartition,
+    ProduceRequest,
+    RequestHeader,
+    api_key_of,
+)
+from protocol.record_batch import build_batch
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+ENTRIES = 5 * MAX_ENTRIES  # 500,000: the frames stay under socket.request.max.bytes
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[LocalClusterState]:
+    ports = free_ports(4)
+    state = await start_cluster(
+        tmp_path / "cluster",
+        3,
+        controller_port=ports[3],
+        broker_ports=ports[:3],
+        overrides={"broker.heartbeat.interval.ms": "250", "broker.session.timeout.ms": "1500"},
+    )
+    try:
+        yield state
+    finally:
+        stop_cluster(state, timeout_s=10.0)
+
+
+def huge_frames() -> dict[str, bytes]:
+    batch = build_batch([b"x"])
+    bodies = {
+        "FETCH": FetchRequest(-1, 0, 1, 1 << 20, [FetchPartition("t", i, 0, 1) for i in range(ENTRIES)]),
+        "LIST_OFFSETS": ListOffsetsRequest(-1, [ListOffsetsPartition("t", i, -1) for i in range(ENTRIES)]),
+        "PRODUCE": ProduceRequest(1, 1000, [ProducePartition("t", i, batch) for i in range(ENTRIES)]),
+        "METADATA": MetadataRequest([f"t{i}" for i in range(ENTRIES)]),
+    }
+    frames = {}
+    for name, body in bodies.items():
+        payload = packb([to_wire(RequestHeader(int(api_key_of(body)), 0, 1, "huge")), to_wire(body)])
+        assert len(payload) < 100 * 1024 * 1024, (name, len(payload))
+        frames[name] = struct.pack(">I", len(payload)) + payload
+    return frames
+
+
+async def leaders(state: LocalClusterState) -> dict[int, tuple[int, int]]:
+    b = state.brokers[1]
+    async with await BrokerConnection.connect(b.host, b.port) as conn:
+        resp = await conn.send(MetadataRequest(["big"]))
+        return {p.partition: (p.leader_id, p.leader_epoch) for p in resp.topics[0].partitions}
+
+
+async def test_requests_with_hundreds_of_thousands_of_entries_leave_the_broker_unfenced_and_serving(
+    cluster: LocalClusterState,
+) -> None:
+    from client.cluster_client import ClusterClient
+
+    client = ClusterClient(cluster.bootstrap)
+    try:
+        resp = await client.create_topic("big", 6, 3)
+        assert resp.topics[0].error_code == 0
+        await client.wait_for_leaders("big")
+    finally:
+        await client.close()
+    before = await leaders(cluster)
+    target = cluster.brokers[0]
+    frames = await asyncio.to_thread(huge_frames)
+
+    latencies: list[float] = []
+    stop = asyncio.Event()
+
+    async def ordinary_client() -> None:
+        async with await BrokerConnection.connect(target.host, target.port) as conn:
+            while not stop.is_set():
+                started = time.perf_counter()
+                await conn.send(MetadataRequest(["big"]))
+                latencies.append(time.perf_counter() - started)
+                await asyncio.sleep(0.01)
+
+    def send_huge(frame: bytes) -> bytes:
+        with socket.create_connection((target.host, target.port), timeout=30) as s:
+            s.sendall(frame)
+            return s.recv(1)  # b"": the broker closed the connection instead of decoding it all
+
+    pinger = asyncio.create_task(ordinary_client())
+    try:
+        for name, frame in frames.items():
+            assert await asyncio.to_thread(send_huge, frame) == b"", name
+        await asyncio.sleep(3.0)  # two session timeouts: a fenced broker would have lost its leaderships
+    finally:
+        stop.set()
+        await pinger
+
+    assert await leaders(cluster) == before
+    latencies.sort()
+    p99 = latencies[int(len(latencies) * 0.99) - 1]
+    assert len(latencies) > 50 and p99 < 0.1, f"p99 {p99 * 1000:.0f} ms over {len(latencies)} requests"
+    assert "undecodable msgpack" in Path(target.log).read_text()
