@@ -31,9 +31,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from kafka.protocol.admin.configs import DescribeConfigsRequest, IncrementalAlterConfigsRequest
+from kafka.protocol.admin.groups import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.admin.topics import CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
@@ -51,7 +60,15 @@ SERVED: dict[int, tuple[type[ApiMessage], int, int]] = {
     1: (FetchRequest, 4, 11),
     2: (ListOffsetsRequest, 1, 5),
     3: (MetadataRequest, 0, 8),
+    8: (OffsetCommitRequest, 2, 7),
+    9: (OffsetFetchRequest, 1, 5),
     10: (FindCoordinatorRequest, 0, 2),
+    11: (JoinGroupRequest, 0, 5),
+    12: (HeartbeatRequest, 0, 3),
+    13: (LeaveGroupRequest, 0, 3),
+    14: (SyncGroupRequest, 0, 3),
+    15: (DescribeGroupsRequest, 0, 4),
+    16: (ListGroupsRequest, 0, 2),
     18: (ApiVersionsRequest, 0, 3),
     19: (CreateTopicsRequest, 2, 4),
     20: (DeleteTopicsRequest, 1, 3),
@@ -63,7 +80,15 @@ SERVED: dict[int, tuple[type[ApiMessage], int, int]] = {
 }
 
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
+#: The most partitions a request may name in all, and the largest request other than a PRODUCE (whose
+#: records may fill socket.request.max.bytes): decoding runs on the event loop that also sends the
+#: broker's heartbeats, so what one request may cost to decode is bounded before it is decoded.
+MAX_ENTRIES = 100_000
+MAX_NON_PRODUCE_BYTES = 4 * 1024 * 1024
 _HEADER_START = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
 
 
 class UnsupportedApiVersions:
@@ -104,6 +129,12 @@ class KafkaWire:
             raise ProtocolError(
                 f"{request_class.__name__} version {api_version} is not served on this listener (served: {lo}-{hi})"
             )
+        if api_key != PRODUCE_KEY and len(frame) > MAX_NON_PRODUCE_BYTES:
+            raise ProtocolError(
+                f"a {request_class.__name__} of {len(frame)} bytes is over the {MAX_NON_PRODUCE_BYTES} bytes allowed"
+            )
+        if api_key == PRODUCE_KEY and _produce_entries_over(frame, MAX_ENTRIES):
+            raise ProtocolError(f"a ProduceRequest naming more than {MAX_ENTRIES} partitions")
         try:
             request = request_class.decode(memoryview(frame), version=api_version, header=True)
         except Exception as exc:  # noqa: BLE001 - any decoding failure is the peer's malformed frame
@@ -122,6 +153,33 @@ class KafkaWire:
         response.with_header(correlation_id=header.correlation_id)
         payload = response.encode(header=True)
         return [frame_prefix(len(payload)), bytes(payload)]
+
+
+def _produce_entries_over(frame: bytes | bytearray, limit: int) -> bool:
+    """Whether a non-flexible PRODUCE (v3-8: header v1) names more than `limit` partitions, counted by
+    walking the frame's lengths without decoding it, and stopping at the limit. A frame too short for
+    what it announces is left to the decoder to refuse."""
+    try:
+        (client_id,) = _INT16.unpack_from(frame, 8)
+        position = 10 + max(client_id, 0)
+        (transactional_id,) = _INT16.unpack_from(frame, position)
+        position += 2 + max(transactional_id, 0) + 2 + 4  # the id, acks, timeout_ms
+        (topics,) = _INT32.unpack_from(frame, position)
+        position += 4
+        seen = 0
+        for _ in range(max(topics, 0)):
+            (name,) = _INT16.unpack_from(frame, position)
+            (partitions,) = _INT32.unpack_from(frame, position + 2 + max(name, 0))
+            position += 2 + max(name, 0) + 4
+            seen += max(partitions, 0)
+            if seen > limit:
+                return True
+            for _ in range(partitions):
+                (records,) = _INT32.unpack_from(frame, position + 4)
+                position += 8 + max(records, 0)
+        return False
+    except struct.error:
+        return False
 
 
 KAFKA_WIRE = KafkaWire()

@@ -1,0 +1,77 @@
+"""The Kafka listener's wire: what it decodes, what it refuses before decoding, and the ApiVersions
+fallback, on frames built by kafka-python (the same schemas, written by an independent encoder)."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+
+from network.kafka_wire import KAFKA_WIRE, MAX_ENTRIES, MAX_NON_PRODUCE_BYTES, UNSUPPORTED_API_VERSIONS
+from protocol.errors import ProtocolError
+
+kafka = pytest.importorskip("kafka")
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest  # noqa: E402
+from kafka.protocol.metadata.metadata import MetadataRequest  # noqa: E402
+from kafka.protocol.producer.produce import ProduceRequest  # noqa: E402
+
+
+def encoded(request: object) -> bytes:
+    request.with_header(correlation_id=9, client_id="test")  # type: ignore[attr-defined]
+    return bytes(request.encode(header=True))  # type: ignore[attr-defined]
+
+
+def produce(partitions: int, records: bytes = b"") -> bytes:
+    P = ProduceRequest
+    data = [P.TopicProduceData.PartitionProduceData(index=i, records=records) for i in range(partitions)]
+    return encoded(
+        P[3](
+            transactional_id=None, acks=1, timeout_ms=10, topic_data=[P.TopicProduceData(name="t", partition_data=data)]
+        )
+    )
+
+
+def test_a_request_decodes_into_its_header_and_kafka_python_body() -> None:
+    header, body = KAFKA_WIRE.decode_request(produce(3, b"xyz"))
+    assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (0, 3, 9, "test")
+    assert [p.index for p in body.topic_data[0].partition_data] == [0, 1, 2]
+
+
+def test_api_versions_above_the_range_is_answered_not_decoded() -> None:
+    frame = bytearray(encoded(ApiVersionsRequest[3](client_software_name="x", client_software_version="1")))
+    struct.pack_into(">h", frame, 2, 42)  # a version from the future, with a body this broker cannot know
+    header, body = KAFKA_WIRE.decode_request(bytes(frame) + b"\xff\xff")
+    assert (header.api_version, body) == (42, UNSUPPORTED_API_VERSIONS)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        struct.pack(">hhih", 999, 0, 1, -1),  # an API this listener does not serve
+        struct.pack(">hhih", 3, 99, 1, -1),  # a version outside the range of one it serves
+        struct.pack(">hhih", 3, 1, 1, 4) + b"te",  # a body that ends inside the client id
+        b"\x00\x03",  # shorter than a header
+    ],
+)
+def test_what_cannot_be_decoded_closes_the_connection(frame: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        KAFKA_WIRE.decode_request(frame)
+
+
+def test_a_large_request_other_than_produce_is_refused_before_it_is_decoded() -> None:
+    M = MetadataRequest
+    topics = [M.MetadataRequestTopic(name=f"topic-{i:08d}") for i in range(MAX_NON_PRODUCE_BYTES // 14 + 1)]
+    frame = encoded(M[1](topics=topics))
+    assert len(frame) > MAX_NON_PRODUCE_BYTES
+    with pytest.raises(ProtocolError, match="bytes allowed"):
+        KAFKA_WIRE.decode_request(frame)
+
+
+def test_a_produce_naming_too_many_partitions_is_refused_by_counting_not_decoding() -> None:
+    KAFKA_WIRE.decode_request(produce(MAX_ENTRIES))
+    frame = produce(MAX_ENTRIES + 1)
+    started = time.perf_counter()
+    with pytest.raises(ProtocolError, match="more than 100000 partitions"):
+        KAFKA_WIRE.decode_request(frame)
+    assert time.perf_counter() - started < 0.5
