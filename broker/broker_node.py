@@ -21,7 +21,7 @@ import contextlib
 import functools
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from broker.alter_partition_manager import AlterPartitionManager
 from broker.broker_lifecycle_manager import BrokerLifecycleManager
 from broker.fetch_session import FetchManager, FetchSessionCache
 from broker.kafka_apis import KafkaApis
-from broker.log.log import LogConfig
+from broker.log.log import Log, LogConfig
 from broker.log.storage import OS_STORAGE, Storage
 from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
@@ -41,13 +41,29 @@ from fetcher.partition_fetch_state import InitialFetchState
 from fetcher.remote_leader_end_point import RemoteLeaderEndPoint, ibp_tuple
 from fetcher.replica_fetcher import FetcherConfig
 from fetcher.replica_fetcher_manager import ReplicaFetcherManager
+from group_coordinator import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
 from network.request_context import ConnectionContext
 from protocol.codec import Message
-from protocol.messages import RequestHeader, TopicPartition
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    ErrorResponse,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    RequestHeader,
+    TopicPartition,
+)
+from protocol.record_batch import build_batch, iter_headers, iter_records
 from protocol.transport import Transport
 from server_common.time import Time
 
 log = logging.getLogger(__name__)
+
+GROUP_TICK_MS = 100  # how often the group coordinator checks sessions and join deadlines
+OFFSETS_COMMIT_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
+LOAD_READ_BYTES = 1 << 20  # bytes per read while a new coordinator replays its partition
+# Appends the group coordinator makes are the broker's own, not a client's.
+INTERNAL_CONTEXT = ConnectionContext(-1, "group-coordinator", authenticated=True)
 
 # Gives each fetcher its own link to leaders (Kafka: one connection per ReplicaFetcherThread).
 FetcherTransportFactory = Callable[[int], Transport]
@@ -135,9 +151,45 @@ class BrokerNode:
         )
         self.apis.replication_quotas = {"leader": self.leader_quota, "follower": self.follower_quota}
         self.apis.broker_config = config
+        # The group coordinator of the __consumer_offsets partitions this broker leads (Kafka's
+        # GroupCoordinator): it is elected and resigns with those partitions, and writes through the log.
+        self.group_coordinator = GroupCoordinator(
+            self.broker_id,
+            time,
+            self._append_to_offsets_topic,
+            GroupConfig(
+                group_min_session_timeout_ms=config["group.min.session.timeout.ms"],
+                group_max_session_timeout_ms=config["group.max.session.timeout.ms"],
+                group_initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+                offsets_topic_num_partitions=config["offsets.topic.num.partitions"],
+                offsets_retention_minutes=config["offsets.retention.minutes"],
+            ),
+        )
+        self.replica_manager.on_role_change = self._on_role_change
 
     async def handle(self, ctx: ConnectionContext, header: RequestHeader, request: Message) -> Message | None:
         return await self.apis.handle(ctx, header, request)
+
+    # -- the group coordinator's partitions ---------------------------------------------------------
+
+    async def _append_to_offsets_topic(self, partition: int, records: list[tuple[bytes | None, bytes | None]]) -> int:
+        """Append one batch to __consumer_offsets-`partition` as its leader, acks=all: Kafka's coordinator
+        answers a commit only once the ISR has it, so a commit survives the coordinator's failover."""
+        batch = build_batch(records, timestamp_ms=self.time.milliseconds())
+        request = ProduceRequest(-1, OFFSETS_COMMIT_TIMEOUT_MS, [ProducePartition(OFFSETS_TOPIC, partition, batch)])
+        response = await self.apis.handle_produce(INTERNAL_CONTEXT, request)
+        if isinstance(response, ProduceResponse) and response.partitions:
+            return response.partitions[0].error_code
+        return response.error_code if isinstance(response, ErrorResponse) else int(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+    def _on_role_change(self, tp: TopicPartition) -> None:
+        if tp.topic != OFFSETS_TOPIC:
+            return
+        partition = self.replica_manager.partitions.get(tp)
+        if partition is not None and partition.is_leader:
+            self._spawn(self.group_coordinator.on_elected(tp.partition, _records_of(partition.log)), f"load-{tp}")
+        else:
+            self.group_coordinator.on_resigned(tp.partition)
 
     # -- wiring helpers -----------------------------------------------------------------------------
 
@@ -194,6 +246,7 @@ class BrokerNode:
             "isr-expiration",
         )
         self._spawn(self._checkpoint_loop(), "hw-checkpoint")
+        self._every(GROUP_TICK_MS, lambda: self.group_coordinator.tick(self.time.milliseconds()), "group-coordinator")
         self._every(self.config["log.retention.check.interval.ms"], self.log_manager.cleanup_logs, "log-retention")
         if self.controller is not None:
             self.lifecycle = BrokerLifecycleManager(
@@ -285,3 +338,20 @@ class BrokerNode:
         """SIGKILL: every task stops where it is; nothing is flushed, checkpointed or marked clean."""
         await self.stop_tasks()
         self.log_manager.abandon()
+
+
+def _records_of(log: Log) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """Every record of a log, in order, as (key, value): what a new coordinator replays. Read up to the
+    log end, as Kafka's GroupMetadataManager loads, since this replica has just become the leader."""
+    offset, end = log.log_start_offset, log.log_end_offset
+    while offset < end:
+        chunk = log.read(offset, LOAD_READ_BYTES)
+        next_offset = offset
+        for header in iter_headers(chunk):
+            next_offset = header.next_offset
+        for record in iter_records(chunk):
+            if record.offset >= offset:  # a read starts at the whole batch holding `offset`
+                yield record.key, record.value
+        if next_offset <= offset:
+            return
+        offset = next_offset

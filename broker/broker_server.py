@@ -110,7 +110,12 @@ class BrokerServer:
         # One Kafka-protocol server per Kafka listener, calling the same KafkaApis through KafkaWireApis.
         self.kafka_servers = {
             listener.name: SocketServer.from_config(
-                KafkaWireApis(self.node.apis, listener.name).handle,
+                KafkaWireApis(
+                    self.node.apis,
+                    listener.name,
+                    self.node.group_coordinator,
+                    offsets_topic_replication_factor=config["offsets.topic.replication.factor"],
+                ).handle,
                 listener.host,
                 listener.port,
                 config,

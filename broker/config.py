@@ -199,6 +199,14 @@ BROKER_CONFIG = ConfigDef(
             5,
             "requests of one connection processed at once (their waits overlap; answers stay in order)",
         ),
+        ConfigKey("offsets.topic.num.partitions", int, 50, "partitions of __consumer_offsets (group coordinators)"),
+        ConfigKey("offsets.topic.replication.factor", int, 3, "replication factor of __consumer_offsets"),
+        ConfigKey("offsets.retention.minutes", int, 10080, "how long a group's committed offsets are kept"),
+        ConfigKey(
+            "group.initial.rebalance.delay.ms", int, 3000, "how long an empty group waits for more members to join"
+        ),
+        ConfigKey("group.min.session.timeout.ms", int, 6000, "smallest session timeout a group member may ask for"),
+        ConfigKey("group.max.session.timeout.ms", int, 1800000, "largest session timeout a group member may ask for"),
         ConfigKey("replica.fetch.wait.max.ms", int, 500, "max wait of a follower fetch"),
         ConfigKey("replica.fetch.min.bytes", int, 1, "min bytes of a follower fetch response"),
         ConfigKey("replica.fetch.max.bytes", int, MIB, "bytes per partition in a follower fetch"),

@@ -33,6 +33,10 @@ from kafka.protocol.admin.configs import (
 from kafka.protocol.admin.configs import (
     DescribeConfigsResponse as KDescribeConfigsResponse,
 )
+from kafka.protocol.admin.groups import DescribeGroupsRequest as KDescribeGroupsRequest
+from kafka.protocol.admin.groups import DescribeGroupsResponse as KDescribeGroupsResponse
+from kafka.protocol.admin.groups import ListGroupsRequest as KListGroupsRequest
+from kafka.protocol.admin.groups import ListGroupsResponse as KListGroupsResponse
 from kafka.protocol.admin.topics import (
     CreatePartitionsRequest as KCreatePartitionsRequest,
 )
@@ -54,6 +58,18 @@ from kafka.protocol.admin.topics import (
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.fetch import FetchRequest as KFetchRequest
 from kafka.protocol.consumer.fetch import FetchResponse as KFetchResponse
+from kafka.protocol.consumer.group import HeartbeatRequest as KHeartbeatRequest
+from kafka.protocol.consumer.group import HeartbeatResponse as KHeartbeatResponse
+from kafka.protocol.consumer.group import JoinGroupRequest as KJoinGroupRequest
+from kafka.protocol.consumer.group import JoinGroupResponse as KJoinGroupResponse
+from kafka.protocol.consumer.group import LeaveGroupRequest as KLeaveGroupRequest
+from kafka.protocol.consumer.group import LeaveGroupResponse as KLeaveGroupResponse
+from kafka.protocol.consumer.group import OffsetCommitRequest as KOffsetCommitRequest
+from kafka.protocol.consumer.group import OffsetCommitResponse as KOffsetCommitResponse
+from kafka.protocol.consumer.group import OffsetFetchRequest as KOffsetFetchRequest
+from kafka.protocol.consumer.group import OffsetFetchResponse as KOffsetFetchResponse
+from kafka.protocol.consumer.group import SyncGroupRequest as KSyncGroupRequest
+from kafka.protocol.consumer.group import SyncGroupResponse as KSyncGroupResponse
 from kafka.protocol.consumer.offsets import ListOffsetsRequest as KListOffsetsRequest
 from kafka.protocol.consumer.offsets import ListOffsetsResponse as KListOffsetsResponse
 from kafka.protocol.consumer.offsets import OffsetForLeaderEpochRequest as KOffsetForLeaderEpochRequest
@@ -70,6 +86,7 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest as KInitPr
 from kafka.protocol.producer.transaction import InitProducerIdResponse as KInitProducerIdResponse
 
 from broker.kafka_apis import KafkaApis
+from group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from network.kafka_wire import UnsupportedApiVersions, served_versions
 from network.request_context import ConnectionContext
 from protocol.errors import ErrorCode, KafkaError
@@ -117,6 +134,9 @@ from protocol.messages import (
 
 log = logging.getLogger(__name__)
 
+# Requests the listener makes on its own behalf (creating __consumer_offsets) are the broker's, not a client's.
+INTERNAL_CONTEXT = ConnectionContext(-1, "kafka-listener", authenticated=True)
+
 _NO_VALIDATE_ONLY = "validate_only is not supported by minibroker: the controller validates as it creates"
 _LOWEST_PRODUCE_VERSION = 3  # record batch v2; Kafka 4 refuses v0-2 too (KIP-896)
 
@@ -131,9 +151,18 @@ def _by_topic(items: Iterable[Any], topic: Callable[[Any], str]) -> dict[str, li
 class KafkaWireApis:
     """Handler of a Kafka listener named `listener_name`; `apis` is the broker's `KafkaApis`."""
 
-    def __init__(self, apis: KafkaApis, listener_name: str, cluster_id: str = "minibroker") -> None:
+    def __init__(
+        self,
+        apis: KafkaApis,
+        listener_name: str,
+        coordinator: GroupCoordinator | None = None,
+        offsets_topic_replication_factor: int = 3,
+        cluster_id: str = "minibroker",
+    ) -> None:
         self.apis = apis
         self.listener_name = listener_name
+        self.coordinator = coordinator
+        self.offsets_topic_replication_factor = offsets_topic_replication_factor
         self.cluster_id = cluster_id
         self._handlers: dict[type[ApiMessage], Callable[[ConnectionContext, Any], Any]] = {
             KApiVersionsRequest: self.api_versions,
@@ -148,15 +177,32 @@ class KafkaWireApis:
             KDeleteTopicsRequest: self.delete_topics,
             KCreatePartitionsRequest: self.create_partitions,
             KDescribeConfigsRequest: self.describe_configs,
+            KJoinGroupRequest: self.join_group,
+            KSyncGroupRequest: self.sync_group,
+            KHeartbeatRequest: self.heartbeat,
+            KLeaveGroupRequest: self.leave_group,
+            KOffsetCommitRequest: self.offset_commit,
+            KOffsetFetchRequest: self.offset_fetch,
+            KListGroupsRequest: self.list_groups,
+            KDescribeGroupsRequest: self.describe_groups,
         }
 
-    async def handle(self, ctx: ConnectionContext, header: RequestHeader, request: Any) -> ApiMessage | None:
+    async def handle(
+        self, ctx: ConnectionContext, header: RequestHeader, request: Any
+    ) -> ApiMessage | ErrorResponse | None:
         if isinstance(request, UnsupportedApiVersions):
             return self._api_versions_answer(0, int(ErrorCode.UNSUPPORTED_VERSION))
+        ctx.attributes["client_id"] = header.client_id
         handler = self._handlers.get(type(request)[None])
         if handler is None:  # served in network/kafka_wire.py but not here: a bug, closes the connection
             raise KafkaError(f"no handler for {type(request).__name__}")
-        response: ApiMessage | None = await handler(ctx, request)
+        try:
+            response: ApiMessage | None = await handler(ctx, request)
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            # kafka-python decodes a null where the schema allows none (a string of length -1) as None; the
+            # request is malformed, and Kafka closes the connection on a malformed request.
+            log.warning("closing %s: malformed %s: %s: %s", ctx.peer, type(request).__name__, type(exc).__name__, exc)
+            return ErrorResponse(int(ErrorCode.INVALID_REQUEST), f"malformed {type(request).__name__}")
         return response
 
     # -- ApiVersions (18), Metadata (3) ---------------------------------------------------------------
@@ -477,14 +523,237 @@ class KafkaWireApis:
         return K[request.API_VERSION](throttle_time_ms=0, error_code=ours.error_code, producer_id=-1, producer_epoch=-1)
 
     async def find_coordinator(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
-        return KFindCoordinatorResponse[request.API_VERSION](
-            throttle_time_ms=0,
-            error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-            error_message="consumer groups are not served yet",
-            node_id=-1,
-            host="",
-            port=-1,
+        """The coordinator of a group is the leader of its partition of __consumer_offsets, created with
+        Kafka's offsets.topic.* settings the first time a client asks (answered COORDINATOR_NOT_AVAILABLE
+        meanwhile, which clients retry)."""
+        version = request.API_VERSION
+        K = KFindCoordinatorResponse[version]
+        if self.coordinator is None or (version >= 1 and request.key_type != 0):
+            return K(
+                throttle_time_ms=0,
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                error_message="only consumer groups have coordinators here (no transactions)",
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        partition = self.coordinator.partition_for(request.key)
+        leader, error = await self._offsets_partition_leader(partition)
+        address = None
+        if leader is not None:
+            endpoint = self.apis.metadata_cache.endpoint(leader)
+            address = self._listener_address(leader, endpoint.listeners) if endpoint is not None else None
+        if address is None:
+            return K(
+                throttle_time_ms=0,
+                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                error_message=error,
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        return K(throttle_time_ms=0, error_code=0, error_message=None, node_id=leader, host=address[0], port=address[1])
+
+    async def _offsets_partition_leader(self, partition: int) -> tuple[int | None, str]:
+        assert self.coordinator is not None
+        ours = self.apis.metadata_cache.metadata_response([OFFSETS_TOPIC])
+        topic = ours.topics[0] if ours.topics else None
+        if topic is None or topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            live = len(ours.brokers)
+            replication_factor = max(1, min(self.offsets_topic_replication_factor, live))
+            created = await self.apis.handle_create_topics(
+                INTERNAL_CONTEXT,
+                CreateTopicsRequest(
+                    [
+                        CreatableTopic(
+                            OFFSETS_TOPIC, self.coordinator.config.offsets_topic_num_partitions, replication_factor
+                        )
+                    ]
+                ),
+            )
+            log.info("creating %s for the group coordinators: %s", OFFSETS_TOPIC, created)
+            return None, f"{OFFSETS_TOPIC} is being created"
+        for p in topic.partitions:
+            if p.partition == partition and p.leader_id >= 0:
+                return p.leader_id, ""
+        return None, f"{OFFSETS_TOPIC}-{partition} has no leader right now"
+
+    # -- consumer groups: JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13) -------------
+
+    def _group_coordinator(self) -> GroupCoordinator:
+        if self.coordinator is None:
+            raise KafkaError("this broker has no group coordinator")
+        return self.coordinator
+
+    async def join_group(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        version = request.API_VERSION
+        result = await self._group_coordinator().join_group(
+            request.group_id,
+            request.member_id,
+            request.group_instance_id if version >= 5 else None,
+            ctx.attributes.get("client_id") or "",
+            "/" + ctx.peer.rpartition(":")[0],
+            request.session_timeout_ms,
+            request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms,
+            request.protocol_type,
+            [(p.name, bytes(p.metadata)) for p in request.protocols],
+            require_known_member_id=version >= 4,
         )
+        K = KJoinGroupResponse
+        return K[version](
+            throttle_time_ms=0,
+            error_code=result.error_code,
+            generation_id=result.generation_id,
+            protocol_name=result.protocol_name or "",
+            leader=result.leader or "",
+            member_id=result.member_id or "",
+            members=[
+                K.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md) for m, i, md in result.members
+            ],
+        )
+
+    async def sync_group(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        version = request.API_VERSION
+        result = await self._group_coordinator().sync_group(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            request.group_instance_id if version >= 3 else None,
+            None,
+            None,
+            {a.member_id: bytes(a.assignment) for a in request.assignments},
+        )
+        return KSyncGroupResponse[version](
+            throttle_time_ms=0, error_code=result.error_code, assignment=result.assignment or b""
+        )
+
+    async def heartbeat(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        version = request.API_VERSION
+        error = self._group_coordinator().heartbeat(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            request.group_instance_id if version >= 3 else None,
+        )
+        return KHeartbeatResponse[version](throttle_time_ms=0, error_code=error)
+
+    async def leave_group(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        version = request.API_VERSION
+        if version >= 3:
+            members = [(m.member_id, m.group_instance_id) for m in request.members]
+        else:
+            members = [(request.member_id, None)]
+        error, results = await self._group_coordinator().leave_group(request.group_id, members)
+        K = KLeaveGroupResponse
+        if version < 3:
+            # One member: its own error is the answer's.
+            error = error or (results[0][2] if results else 0)
+        return K[version](
+            throttle_time_ms=0,
+            error_code=error,
+            members=[K.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for m, i, e in results],
+        )
+
+    # -- OffsetCommit (8), OffsetFetch (9), ListGroups (16), DescribeGroups (15) ----------------------
+
+    async def offset_commit(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        version = request.API_VERSION
+        offsets = {
+            (topic.name, p.partition_index): (
+                p.committed_offset,
+                p.committed_leader_epoch if version >= 6 else -1,
+                p.committed_metadata,
+            )
+            for topic in request.topics
+            for p in topic.partitions
+        }
+        errors = await self._group_coordinator().commit_offsets(
+            request.group_id,
+            request.generation_id_or_member_epoch,
+            request.member_id,
+            request.group_instance_id if version >= 7 else None,
+            offsets,
+        )
+        K = KOffsetCommitResponse
+        T = K.OffsetCommitResponseTopic
+        return K[version](
+            throttle_time_ms=0,
+            topics=[
+                T(
+                    name=topic,
+                    partitions=[
+                        T.OffsetCommitResponsePartition(partition_index=p, error_code=errors.get((topic, p), 0))
+                        for _, p in keys
+                    ],
+                )
+                for topic, keys in _by_topic(offsets, lambda key: key[0]).items()
+            ],
+        )
+
+    async def offset_fetch(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        version = request.API_VERSION
+        asked = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]
+        error, offsets = self._group_coordinator().fetch_offsets(request.group_id, asked)
+        K = KOffsetFetchResponse
+        T = K.OffsetFetchResponseTopic
+        keys = list(offsets) if asked is None else asked
+        # Before v2 the answer has no group-level error: each partition carries it.
+        missing = (-1, -1, None, error if version < 2 else 0)
+        topics = [
+            T(
+                name=topic,
+                partitions=[
+                    T.OffsetFetchResponsePartition(
+                        partition_index=p,
+                        committed_offset=offsets.get((topic, p), missing)[0],
+                        committed_leader_epoch=offsets.get((topic, p), missing)[1],
+                        metadata=offsets.get((topic, p), missing)[2] or "",
+                        error_code=offsets.get((topic, p), missing)[3],
+                    )
+                    for _, p in tps
+                ],
+            )
+            for topic, tps in _by_topic(keys, lambda key: key[0]).items()
+        ]
+        return K[version](throttle_time_ms=0, topics=topics, error_code=error)
+
+    async def list_groups(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        K = KListGroupsResponse
+        return K[request.API_VERSION](
+            throttle_time_ms=0,
+            error_code=0,
+            groups=[K.ListedGroup(group_id=g, protocol_type=t) for g, t, _ in self._group_coordinator().list_groups()],
+        )
+
+    async def describe_groups(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        K = KDescribeGroupsResponse
+        G = K.DescribedGroup
+        M = G.DescribedGroupMember
+        described = []
+        for group_id in request.groups:
+            d = self._group_coordinator().describe_group(group_id)
+            described.append(
+                G(
+                    error_code=d.error_code,
+                    group_id=group_id,
+                    group_state=d.state,
+                    protocol_type=d.protocol_type or "",
+                    protocol_data=d.protocol or "",
+                    members=[
+                        M(
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata,
+                            member_assignment=m.assignment,
+                        )
+                        for m in d.members
+                    ],
+                    authorized_operations=None,
+                )
+            )
+        return K[request.API_VERSION](throttle_time_ms=0, groups=described)
 
     # -- admin: CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DescribeConfigs (32) -------
 

@@ -1,4 +1,5 @@
-"""What client commands raise when they cannot go on; the CLI maps each to an exit code in one place (cluster/cli/app.py).
+"""What client commands raise when they cannot go on; the CLI maps each to an exit code in one place
+(cluster/cli/app.py).
 
 The client library knows nothing of exit codes: `ClusterUnreachableError` means no broker could be
 reached (exit 3), `ClusterAnswerError` that the cluster answered with something the command cannot get

@@ -26,6 +26,15 @@ class ErrorCode(IntEnum):
     STALE_CONTROLLER_EPOCH = 11
     NETWORK_EXCEPTION = 13
     COORDINATOR_NOT_AVAILABLE = 15
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    MEMBER_ID_REQUIRED = 79
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
     NOT_ENOUGH_REPLICAS = 19
@@ -77,6 +86,8 @@ _RETRIABLE = frozenset(
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.LEADER_NOT_AVAILABLE,
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.NOT_COORDINATOR,
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.REPLICA_NOT_AVAILABLE,
@@ -101,6 +112,15 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.CORRUPT_MESSAGE: "a batch failed its CRC or could not be parsed; nothing of the request was appended",
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "no such topic or partition here (yet): refresh METADATA and retry",
     ErrorCode.INVALID_FETCH_SIZE: "a FETCH size field is invalid",
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: "the coordinator is still loading its groups: retry soon",
+    ErrorCode.NOT_COORDINATOR: "this broker is not (or no longer) the group's coordinator: find it again and retry",
+    ErrorCode.ILLEGAL_GENERATION: "the member's generation is not the group's current one: rejoin the group",
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: "the member's protocol type or protocols do not match the group's",
+    ErrorCode.INVALID_GROUP_ID: "the group id is empty",
+    ErrorCode.UNKNOWN_MEMBER_ID: "the group does not know this member (it left, or its session expired): rejoin",
+    ErrorCode.INVALID_SESSION_TIMEOUT: "the session timeout is outside group.min/max.session.timeout.ms",
+    ErrorCode.REBALANCE_IN_PROGRESS: "the group is rebalancing: rejoin (JoinGroup) to take part",
+    ErrorCode.MEMBER_ID_REQUIRED: "JoinGroup v4+: join again with the member id this answer gives",
     ErrorCode.COORDINATOR_NOT_AVAILABLE: "FindCoordinator (Kafka listener): no group coordinator can answer now; retry",
     ErrorCode.LEADER_NOT_AVAILABLE: "the partition has no leader right now (METADATA leader_id -1): retry later",
     ErrorCode.NOT_LEADER_OR_FOLLOWER: "this broker does not lead (or hold) the partition: refresh METADATA, retry",

@@ -4,6 +4,7 @@
     server_common       the clock, atomic files, config helpers, log config keys
     network  metrics    socket servers, listeners, TCP links | metric records and their sinks
     fetcher  client     the follower's fetch loop | minibroker's own producer, consumer and admin client
+    group_coordinator   consumer groups and their offsets (run by the broker)
     broker   controller the broker node and its handlers | the controller and its metadata
     sim  cluster        the simulator | operator tools (CLI, local cluster, chaos)
     bench  scripts      anything
@@ -26,10 +27,32 @@ ALLOWED: dict[str, set[str]] = {
     "metrics": {"protocol", "server_common"},
     "fetcher": {"protocol", "server_common"},
     "client": {"protocol", "server_common", "network"},
-    "broker": {"protocol", "server_common", "network", "metrics", "fetcher"},
+    "group_coordinator": {"protocol", "server_common"},
+    "broker": {"protocol", "server_common", "network", "metrics", "fetcher", "group_coordinator"},
     "controller": {"protocol", "server_common", "network"},
-    "sim": {"protocol", "server_common", "network", "metrics", "fetcher", "broker", "controller", "client"},
-    "cluster": {"protocol", "server_common", "network", "metrics", "fetcher", "broker", "controller", "client", "sim"},
+    "sim": {
+        "protocol",
+        "server_common",
+        "network",
+        "metrics",
+        "fetcher",
+        "group_coordinator",
+        "broker",
+        "controller",
+        "client",
+    },
+    "cluster": {
+        "protocol",
+        "server_common",
+        "network",
+        "metrics",
+        "fetcher",
+        "group_coordinator",
+        "broker",
+        "controller",
+        "client",
+        "sim",
+    },
 }
 PACKAGES = set(ALLOWED) | {"bench", "scripts", "tests"}
 

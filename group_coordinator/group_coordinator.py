@@ -1,0 +1,527 @@
+"""Kafka's classic group coordinator: consumer groups whose state and offsets live in __consumer_offsets.
+
+How this works
+--------------
+A group belongs to one partition of __consumer_offsets, `abs(hash(group_id)) % offsets.topic.num.partitions`
+with Java's String.hashCode (so a group maps where it would in Kafka), and its coordinator is the broker
+that leads that partition. The broker tells this object when it becomes leader of such a partition
+(`on_elected`, with the partition's records to replay: the group coordinator is a state machine over its
+log, as Kafka's GroupMetadataManager is) and when it stops (`on_resigned`: the groups are forgotten and
+whoever waits is answered NOT_COORDINATOR; the clients find the new coordinator and rejoin there).
+
+What must survive a coordinator's failure is written through `append` (acks=all on that partition)
+before it is answered: an offset commit is acknowledged only once the ISR has it, so the next leader, which
+replays the same records, returns the same offsets. A group's membership is written when a rebalance
+completes (the leader's SyncGroup); a new coordinator restores the group as Stable with the same members
+and generation, whose next heartbeats or commits go on as before.
+
+Requests that wait (JoinGroup until the join phase ends, SyncGroup until the leader's assignment) are
+futures; time enters through `tick(now_ms)`, which the broker calls every 100 ms to expire sessions, end
+join phases at the rebalance timeout and the initial rebalance delay, and drop members that never synced.
+Nothing here touches the network or the disk, so the same code runs in the simulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from group_coordinator.coordinator_records import (
+    GroupKey,
+    OffsetKey,
+    OffsetValue,
+    RecordFormatError,
+    group_key,
+    group_value,
+    offset_key,
+    offset_value,
+    read_group_value,
+    read_key,
+    read_offset_value,
+)
+from group_coordinator.group_metadata import (
+    GroupDescription,
+    GroupMetadata,
+    GroupState,
+    JoinGroupResult,
+    Member,
+    SyncGroupResult,
+)
+from protocol.errors import ErrorCode
+from server_common.time import Time
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+#: Writes one batch of (key, value) records to __consumer_offsets-<partition> as its leader, acks=all;
+#: returns Kafka's error code (0: the ISR has it).
+AppendRecords = Callable[[int, list[tuple[bytes | None, bytes | None]]], Awaitable[int]]
+Records = Iterable[tuple[bytes | None, bytes | None]] | AsyncIterable[tuple[bytes | None, bytes | None]]
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    group_initial_rebalance_delay_ms: int = 3000
+    offsets_topic_num_partitions: int = 50
+    offsets_retention_minutes: int = 10080  # kept for the config's sake: offsets do not expire yet
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: over UTF-16 code units, wrapping at 32 bits (signed)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+# What a failed append of the coordinator's answers as (Kafka's GroupMetadataManager mapping): the
+# client looks for the coordinator again and retries there.
+_APPEND_ERRORS = {
+    int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION): ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    int(ErrorCode.NOT_ENOUGH_REPLICAS): ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    int(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND): ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    int(ErrorCode.REQUEST_TIMED_OUT): ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    int(ErrorCode.NOT_LEADER_OR_FOLLOWER): ErrorCode.NOT_COORDINATOR,
+    int(ErrorCode.KAFKA_STORAGE_ERROR): ErrorCode.NOT_COORDINATOR,
+    int(ErrorCode.MESSAGE_TOO_LARGE): ErrorCode.UNKNOWN_SERVER_ERROR,
+    int(ErrorCode.RECORD_LIST_TOO_LARGE): ErrorCode.UNKNOWN_SERVER_ERROR,
+}
+
+
+def _append_error(code: int) -> int:
+    return int(_APPEND_ERRORS.get(code, ErrorCode.UNKNOWN_SERVER_ERROR)) if code else 0
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        broker_id: int,
+        time: Time,
+        append: AppendRecords,
+        config: GroupConfig = GroupConfig(),
+        rng: random.Random | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.time = time
+        self.append = append
+        self.config = config
+        self.rng = rng or random.Random()
+        self.groups: dict[str, GroupMetadata] = {}
+        self._owned: set[int] = set()
+        self._loading: set[int] = set()
+        self._epochs: dict[int, int] = {}  # partition -> how many times elected: a stale load stops
+
+    # -- where groups live ------------------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return (java_string_hash(group_id or "") & 0x7FFFFFFF) % self.config.offsets_topic_num_partitions
+
+    def is_loading(self, partition: int) -> bool:
+        return partition in self._loading
+
+    def owns(self, partition: int) -> bool:
+        return partition in self._owned
+
+    def _not_owned(self, group_id: str) -> int:
+        """The error for a group this coordinator cannot serve now, or 0."""
+        if not group_id:
+            return int(ErrorCode.INVALID_GROUP_ID)
+        partition = self.partition_for(group_id)
+        if partition in self._loading:
+            return int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        if partition not in self._owned:
+            return int(ErrorCode.NOT_COORDINATOR)
+        return 0
+
+    async def on_elected(self, partition: int, records: Records) -> None:
+        """This broker now leads __consumer_offsets-`partition`: replay its records, then serve its groups."""
+        epoch = self._epochs.get(partition, 0) + 1
+        self._epochs[partition] = epoch
+        self._forget(partition, ErrorCode.NOT_COORDINATOR)
+        self._loading.add(partition)
+        loaded: dict[str, GroupMetadata] = {}
+        now = self.time.milliseconds()
+        try:
+            if isinstance(records, AsyncIterable):
+                async for key, value in records:
+                    self._replay(loaded, key, value, now)
+            else:
+                for key, value in records:
+                    self._replay(loaded, key, value, now)
+        finally:
+            if self._epochs.get(partition) == epoch:
+                self._loading.discard(partition)
+        if self._epochs.get(partition) != epoch:
+            return  # resigned or re-elected meanwhile: that call decides
+        self.groups.update(loaded)
+        self._owned.add(partition)
+        log.info("coordinator of %s-%d: loaded %d groups", OFFSETS_TOPIC, partition, len(loaded))
+
+    def _replay(self, groups: dict[str, GroupMetadata], key: bytes | None, value: bytes | None, now: int) -> None:
+        if key is None:
+            return
+        try:
+            parsed = read_key(key)
+            if isinstance(parsed, OffsetKey):
+                group = groups.setdefault(parsed.group, GroupMetadata(parsed.group))
+                if value is None:
+                    group.offsets.pop((parsed.topic, parsed.partition), None)
+                else:
+                    group.offsets[(parsed.topic, parsed.partition)] = read_offset_value(value)
+            elif isinstance(parsed, GroupKey):
+                group = groups.setdefault(parsed.group, GroupMetadata(parsed.group))
+                if value is None:
+                    group.members.clear()
+                    group.state = GroupState.EMPTY
+                else:
+                    group.restore(read_group_value(value), now)
+        except (RecordFormatError, UnicodeDecodeError) as exc:
+            log.warning("skipping a %s record that does not parse: %s", OFFSETS_TOPIC, exc)
+
+    def on_resigned(self, partition: int) -> None:
+        """This broker no longer leads __consumer_offsets-`partition`."""
+        self._epochs[partition] = self._epochs.get(partition, 0) + 1
+        self._loading.discard(partition)
+        self._owned.discard(partition)
+        self._forget(partition, ErrorCode.NOT_COORDINATOR)
+
+    def _forget(self, partition: int, error: ErrorCode) -> None:
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            self.groups.pop(group_id).fail_waiting(int(error))
+
+    # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------------
+
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
+    ) -> JoinGroupResult:
+        if not group_id:
+            return JoinGroupResult(int(ErrorCode.INVALID_GROUP_ID), member_id=member_id)
+        if error := self._not_owned(group_id):
+            return JoinGroupResult(error, member_id=member_id)
+        cfg = self.config
+        if not cfg.group_min_session_timeout_ms <= session_timeout_ms <= cfg.group_max_session_timeout_ms:
+            return JoinGroupResult(int(ErrorCode.INVALID_SESSION_TIMEOUT), member_id=member_id)
+        now = self.time.milliseconds()
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinGroupResult(int(ErrorCode.UNKNOWN_MEMBER_ID), member_id=member_id)
+            group = self.groups[group_id] = GroupMetadata(group_id)
+        if not group.supports(protocol_type, protocols):
+            return JoinGroupResult(int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL), member_id=member_id)
+        if not member_id:
+            member_id = f"{client_id}-{self.rng.getrandbits(128):032x}"
+            if require_known_member_id:
+                # KIP-394: the member must come back with this id, so a join lost in a timeout does not
+                # leave a member the group waits for.
+                group.pending_members[member_id] = now + session_timeout_ms
+                return JoinGroupResult(int(ErrorCode.MEMBER_ID_REQUIRED), member_id=member_id)
+        elif member_id not in group.members and member_id not in group.pending_members:
+            return JoinGroupResult(int(ErrorCode.UNKNOWN_MEMBER_ID), member_id=member_id)
+        group.pending_members.pop(member_id, None)
+        member = group.members.get(member_id)
+        changed = member is None or member.protocols != protocols
+        if member is None:
+            member = group.members[member_id] = Member(
+                member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                rebalance_timeout_ms, protocol_type, protocols,
+            )  # fmt: skip
+            if group.protocol_type is None:
+                group.protocol_type = protocol_type
+        member.protocols = protocols
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.session_deadline_ms = now + session_timeout_ms
+        if member.join is not None:
+            member.answer_join(JoinGroupResult(int(ErrorCode.UNKNOWN_MEMBER_ID), member_id=member_id))
+        future: asyncio.Future[JoinGroupResult] = asyncio.get_running_loop().create_future()
+        member.join = future
+        if group.state == GroupState.STABLE and not changed and member_id != group.leader_id:
+            # A follower rejoining with what it had: it gets the current generation back at once.
+            member.answer_join(self._join_answer(group, member))
+        elif group.state != GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now, f"{member_id} joined")
+        elif group.initial_delay_deadline_ms and changed:
+            # Kafka's InitialDelayedJoin: each new member of a new group waits a little longer for others.
+            group.initial_delay_deadline_ms = min(
+                now + cfg.group_initial_rebalance_delay_ms, group.rebalance_deadline_ms
+            )
+        self._maybe_complete_join(group, now)
+        return await future
+
+    def _prepare_rebalance(self, group: GroupMetadata, now: int, reason: str) -> None:
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            for m in group.members.values():
+                m.answer_sync(SyncGroupResult(int(ErrorCode.REBALANCE_IN_PROGRESS)))
+        was_empty = group.state == GroupState.EMPTY
+        group.state = GroupState.PREPARING_REBALANCE
+        group.rebalance_deadline_ms = now + group.rebalance_timeout_ms()
+        group.initial_delay_deadline_ms = (
+            min(now + self.config.group_initial_rebalance_delay_ms, group.rebalance_deadline_ms) if was_empty else 0
+        )
+        log.info("group %s: preparing to rebalance (generation %d): %s", group.group_id, group.generation_id, reason)
+
+    def _maybe_complete_join(self, group: GroupMetadata, now: int) -> None:
+        if group.state != GroupState.PREPARING_REBALANCE:
+            return
+        delayed = group.initial_delay_deadline_ms and now < group.initial_delay_deadline_ms
+        if (group.all_joined() and not delayed) or now >= group.rebalance_deadline_ms:
+            self._complete_join(group, now)
+
+    def _complete_join(self, group: GroupMetadata, now: int) -> None:
+        for member_id in [m.member_id for m in group.members.values() if m.join is None]:
+            del group.members[member_id]  # did not rejoin within the rebalance timeout
+        group.pending_members.clear()
+        group.generation_id += 1
+        group.initial_delay_deadline_ms = 0
+        if group.is_empty():
+            group.state = GroupState.EMPTY
+            group.protocol_name = None
+            group.leader_id = None
+            return
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.state = GroupState.COMPLETING_REBALANCE
+        group.sync_deadline_ms = now + group.rebalance_timeout_ms()
+        for member in group.members.values():
+            member.assignment = b""
+            member.session_deadline_ms = now + member.session_timeout_ms
+            member.answer_join(self._join_answer(group, member))
+        log.info(
+            "group %s: generation %d with %d members, protocol %s, leader %s",
+            group.group_id, group.generation_id, len(group.members), group.protocol_name, group.leader_id,
+        )  # fmt: skip
+
+    def _join_answer(self, group: GroupMetadata, member: Member) -> JoinGroupResult:
+        is_leader = member.member_id == group.leader_id
+        return JoinGroupResult(
+            0,
+            group.generation_id,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id or "",
+            member.member_id,
+            [(m.member_id, m.group_instance_id, m.metadata(group.protocol_name)) for m in group.members.values()]
+            if is_leader
+            else [],
+        )
+
+    def _member_error(self, group_id: str, member_id: str, generation_id: int) -> tuple[int, GroupMetadata | None]:
+        if error := self._not_owned(group_id):
+            return error, None
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return int(ErrorCode.UNKNOWN_MEMBER_ID), group
+        if generation_id != group.generation_id:
+            return int(ErrorCode.ILLEGAL_GENERATION), group
+        return 0, group
+
+    async def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> SyncGroupResult:
+        error, group = self._member_error(group_id, member_id, generation_id)
+        if error or group is None:
+            return SyncGroupResult(error or int(ErrorCode.UNKNOWN_MEMBER_ID))
+        if protocol_type is not None and protocol_type != group.protocol_type:
+            return SyncGroupResult(int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+        member = group.members[member_id]
+        member.session_deadline_ms = self.time.milliseconds() + member.session_timeout_ms
+        if group.state == GroupState.STABLE:
+            return SyncGroupResult(0, group.protocol_type, group.protocol_name, member.assignment)
+        if group.state != GroupState.COMPLETING_REBALANCE:
+            return SyncGroupResult(int(ErrorCode.REBALANCE_IN_PROGRESS))
+        future: asyncio.Future[SyncGroupResult] = asyncio.get_running_loop().create_future()
+        member.answer_sync(SyncGroupResult(int(ErrorCode.REBALANCE_IN_PROGRESS)))
+        member.sync = future
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            await self._store_assignment(group, generation_id)
+        return await future
+
+    async def _store_assignment(self, group: GroupMetadata, generation_id: int) -> None:
+        """Write the group's membership, then let every member have its assignment."""
+        partition = self.partition_for(group.group_id)
+        now = self.time.milliseconds()
+        code = await self.append(partition, [(group_key(group.group_id), group_value(group.to_value(now)))])
+        if self.groups.get(group.group_id) is not group or group.generation_id != generation_id:
+            return  # the group moved on (a rebalance, a resignation) while the write was in flight
+        if group.state != GroupState.COMPLETING_REBALANCE:
+            return
+        if code:
+            error = _append_error(code)
+            for m in group.members.values():
+                m.answer_sync(SyncGroupResult(error))
+            self._prepare_rebalance(group, self.time.milliseconds(), f"its assignment was not written ({code})")
+            return
+        group.state = GroupState.STABLE
+        for m in group.members.values():
+            m.answer_sync(SyncGroupResult(0, group.protocol_type, group.protocol_name, m.assignment))
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> int:
+        if error := self._not_owned(group_id):
+            return error
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return int(ErrorCode.UNKNOWN_MEMBER_ID)
+        member = group.members[member_id]
+        member.session_deadline_ms = self.time.milliseconds() + member.session_timeout_ms
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return int(ErrorCode.REBALANCE_IN_PROGRESS)
+        if generation_id != group.generation_id:
+            return int(ErrorCode.ILLEGAL_GENERATION)
+        return 0
+
+    async def leave_group(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> tuple[int, list[tuple[str, str | None, int]]]:
+        if error := self._not_owned(group_id):
+            return error, [(m, i, error) for m, i in members]
+        group = self.groups.get(group_id)
+        results = []
+        left = []
+        for member_id, instance in members:
+            member = group.members.get(member_id) if group is not None else None
+            if member is None:
+                results.append((member_id, instance, int(ErrorCode.UNKNOWN_MEMBER_ID)))
+                continue
+            results.append((member_id, instance, 0))
+            left.append(member)
+        if group is not None and left:
+            now = self.time.milliseconds()
+            for member in left:
+                self._remove(group, member, now, "it left the group")
+        return 0, results
+
+    def _remove(self, group: GroupMetadata, member: Member, now: int, reason: str) -> None:
+        member.answer_join(JoinGroupResult(int(ErrorCode.UNKNOWN_MEMBER_ID), member_id=member.member_id))
+        member.answer_sync(SyncGroupResult(int(ErrorCode.UNKNOWN_MEMBER_ID)))
+        group.members.pop(member.member_id, None)
+        log.info("group %s: removing member %s: %s", group.group_id, member.member_id, reason)
+        if group.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(group, now)
+        elif group.is_empty() and group.state != GroupState.EMPTY:
+            self._prepare_rebalance(group, now, reason)
+            self._complete_join(group, now)
+        elif group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, now, reason)
+
+    # -- OffsetCommit, OffsetFetch ----------------------------------------------------------------------
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[tuple[str, int], tuple[int, int, str | None]],
+    ) -> dict[tuple[str, int], int]:
+        def every(code: int) -> dict[tuple[str, int], int]:
+            return dict.fromkeys(offsets, code)
+
+        if error := self._not_owned(group_id):
+            return every(error)
+        group = self.groups.get(group_id)
+        if generation_id < 0 and not member_id:
+            # A commit from outside any generation (a consumer using assign(), an admin tool): allowed only
+            # while the group has no members, as in Kafka.
+            if group is not None and not group.is_empty():
+                return every(int(ErrorCode.UNKNOWN_MEMBER_ID))
+            if group is None:
+                group = self.groups[group_id] = GroupMetadata(group_id)
+        else:
+            if group is None or member_id not in group.members:
+                return every(int(ErrorCode.UNKNOWN_MEMBER_ID))
+            if generation_id != group.generation_id:
+                return every(int(ErrorCode.ILLEGAL_GENERATION))
+            if group.state == GroupState.COMPLETING_REBALANCE:
+                return every(int(ErrorCode.REBALANCE_IN_PROGRESS))
+            member = group.members[member_id]
+            member.session_deadline_ms = self.time.milliseconds() + member.session_timeout_ms
+        now = self.time.milliseconds()
+        values = {tp: OffsetValue(o, epoch, metadata or "", now) for tp, (o, epoch, metadata) in offsets.items()}
+        records: list[tuple[bytes | None, bytes | None]] = [
+            (offset_key(group_id, topic, partition), offset_value(value))
+            for (topic, partition), value in values.items()
+        ]
+        code = await self.append(self.partition_for(group_id), records)
+        if code:
+            return every(_append_error(code))
+        if self.groups.get(group_id) is group:
+            group.offsets.update(values)
+        return every(0)
+
+    def fetch_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None
+    ) -> tuple[int, dict[tuple[str, int], tuple[int, int, str | None, int]]]:
+        if error := self._not_owned(group_id):
+            return error, {}
+        group = self.groups.get(group_id)
+        stored = group.offsets if group is not None else {}
+        wanted = list(stored) if partitions is None else partitions
+        out: dict[tuple[str, int], tuple[int, int, str | None, int]] = {}
+        for tp in wanted:
+            value = stored.get(tp)
+            out[tp] = (value.offset, value.leader_epoch, value.metadata, 0) if value else (-1, -1, "", 0)
+        return 0, out
+
+    # -- ListGroups, DescribeGroups ---------------------------------------------------------------------
+
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        return [
+            (g.group_id, g.protocol_type or "", g.state.value)
+            for g in self.groups.values()
+            if self.partition_for(g.group_id) in self._owned
+        ]
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        if error := self._not_owned(group_id):
+            return GroupDescription(error)
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupDescription(0, GroupState.DEAD.value)
+        return group.describe()
+
+    # -- time -------------------------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Expire what has run out of time: sessions, pending member ids, join phases, sync phases."""
+        for group in list(self.groups.values()):
+            for member_id, deadline in list(group.pending_members.items()):
+                if now_ms >= deadline:
+                    del group.pending_members[member_id]
+            for member in list(group.members.values()):
+                waiting = member.join is not None or member.sync is not None
+                if not waiting and now_ms >= member.session_deadline_ms:
+                    self._remove(group, member, now_ms, f"no heartbeat within {member.session_timeout_ms} ms")
+            if group.state == GroupState.PREPARING_REBALANCE:
+                self._maybe_complete_join(group, now_ms)
+            elif group.state == GroupState.COMPLETING_REBALANCE and now_ms >= group.sync_deadline_ms:
+                leader = group.members.get(group.leader_id or "")
+                if leader is None or leader.sync is None:
+                    self._prepare_rebalance(group, now_ms, "the leader's assignment did not come in time")

@@ -1,0 +1,252 @@
+"""The group coordinator as scenarios: members join, the leader assigns, sessions expire, commits become
+durable only when written, and a new coordinator replaying the log serves the same group and offsets.
+A manual clock and an in-memory log stand in for the broker (the real broker and clients are in
+tests/integration/test_consumer_groups.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from group_coordinator import GroupConfig, GroupCoordinator, java_string_hash
+from group_coordinator.coordinator_records import (
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    group_key,
+    group_value,
+    offset_key,
+    offset_value,
+    read_group_value,
+    read_key,
+    read_offset_value,
+)
+from protocol.errors import ErrorCode
+from server_common.time import ManualTime
+
+CONFIG = GroupConfig(group_initial_rebalance_delay_ms=100, offsets_topic_num_partitions=3)
+RANGE = [("range", b"subscription")]
+
+
+class Log:
+    """__consumer_offsets as a list of records per partition; `fail_with` makes the next appends fail."""
+
+    def __init__(self) -> None:
+        self.records: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+        self.fail_with = 0
+
+    async def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]]) -> int:
+        await asyncio.sleep(0)
+        if self.fail_with:
+            return self.fail_with
+        self.records.setdefault(partition, []).extend(records)
+        return 0
+
+
+async def coordinator(log: Log, clock: ManualTime, group: str = "g") -> GroupCoordinator:
+    c = GroupCoordinator(1, clock, log.append, CONFIG, random.Random(7))
+    await c.on_elected(c.partition_for(group), list(log.records.get(c.partition_for(group), [])))
+    return c
+
+
+async def join(c: GroupCoordinator, member_id: str = "", client: str = "c", **kw: object) -> asyncio.Task:  # type: ignore[type-arg]
+    args = dict(group_id="g", member_id=member_id, group_instance_id=None, client_id=client, client_host="/h",
+                session_timeout_ms=10000, rebalance_timeout_ms=5000, protocol_type="consumer", protocols=RANGE,
+                require_known_member_id=True)  # fmt: skip
+    args.update(kw)
+    task = asyncio.create_task(c.join_group(**args))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    return task
+
+
+async def new_member(c: GroupCoordinator, client: str = "c") -> str:
+    first = await (await join(c, client=client))
+    assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    return first.member_id
+
+
+async def settle(c: GroupCoordinator, clock: ManualTime, ms: int = 150) -> None:
+    clock.advance(ms)
+    c.tick(clock.milliseconds())
+    await asyncio.sleep(0)
+
+
+async def stable_group_of_two(c: GroupCoordinator, clock: ManualTime) -> tuple[str, str, int]:
+    a, b = await new_member(c, "a"), await new_member(c, "b")
+    ja, jb = await join(c, a), await join(c, b)
+    await settle(c, clock)
+    ra, rb = await ja, await jb
+    assert ra.error_code == rb.error_code == 0 and ra.generation_id == rb.generation_id
+    leader = ra if ra.leader == ra.member_id else rb
+    follower = rb if leader is ra else ra
+    assert [m[0] for m in leader.members] == [a, b] and follower.members == []
+    fs = asyncio.create_task(c.sync_group("g", follower.generation_id, follower.member_id, None, None, None, {}))
+    await asyncio.sleep(0)
+    assert not fs.done()  # a follower waits for the leader's assignment
+    ls = await c.sync_group("g", leader.generation_id, leader.member_id, None, None, None,
+                            {leader.member_id: b"L", follower.member_id: b"F"})  # fmt: skip
+    assert (ls.error_code, ls.assignment) == (0, b"L")
+    assert ((await fs).error_code, (await fs).assignment) == (0, b"F")
+    return leader.member_id, follower.member_id, leader.generation_id
+
+
+def test_groups_map_to_partitions_as_in_kafka() -> None:
+    assert java_string_hash("a") == 97
+    assert java_string_hash("ab") == 3105
+    # The values Java 17 gives for "my-group".hashCode() (negative: it wraps at 32 bits, signed) and for
+    # a string with a character outside the BMP (counted as its two UTF-16 surrogates).
+    assert java_string_hash("my-group") == -1906497762
+    assert java_string_hash("\u00e9\U0001f600") == 1996812
+    c = GroupCoordinator(1, ManualTime(), Log().append, GroupConfig(offsets_topic_num_partitions=50))
+    assert c.partition_for("my-group") == 36  # (hashCode & 0x7fffffff) % 50, as Kafka's Utils.abs
+
+
+async def test_two_members_join_and_each_gets_the_leaders_assignment_for_it() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    await stable_group_of_two(c, clock)
+    assert c.describe_group("g").state == "Stable"
+    assert [k for k, _ in log.records[c.partition_for("g")]] != []  # the membership was written
+
+
+async def test_a_third_member_starts_a_rebalance_and_a_new_generation() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    leader, follower, generation = await stable_group_of_two(c, clock)
+    third = await new_member(c, "c")
+    joining = await join(c, third)
+    assert c.heartbeat("g", generation, follower, None) == ErrorCode.REBALANCE_IN_PROGRESS
+    rejoins = [await join(c, leader), await join(c, follower)]
+    results = [await t for t in [joining, *rejoins]]
+    assert {r.generation_id for r in results} == {generation + 1}
+    assert {r.error_code for r in results} == {0}
+
+
+async def test_a_silent_member_is_removed_after_its_session_timeout_and_the_others_rebalance() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    leader, follower, generation = await stable_group_of_two(c, clock)
+    for _ in range(12):  # the leader heartbeats every second; the follower says nothing for 12 s
+        clock.advance(1000)
+        c.tick(clock.milliseconds())
+        code = c.heartbeat("g", generation, leader, None)
+    assert code == ErrorCode.REBALANCE_IN_PROGRESS
+    assert c.heartbeat("g", generation, follower, None) == ErrorCode.UNKNOWN_MEMBER_ID
+    rejoined = await (await join(c, leader))
+    assert rejoined.generation_id == generation + 1 and [m[0] for m in rejoined.members] == [leader]
+
+
+async def test_heartbeats_and_commits_from_a_stale_generation_or_an_unknown_member_are_refused() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    leader, _, generation = await stable_group_of_two(c, clock)
+    assert c.heartbeat("g", generation, leader, None) == 0
+    assert c.heartbeat("g", generation - 1, leader, None) == ErrorCode.ILLEGAL_GENERATION
+    assert c.heartbeat("g", generation, "nobody", None) == ErrorCode.UNKNOWN_MEMBER_ID
+    commit = {("t", 0): (5, -1, None)}
+    assert await c.commit_offsets("g", generation - 1, leader, None, commit) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
+    assert await c.commit_offsets("g", generation, "nobody", None, commit) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert await c.commit_offsets("g", -1, "", None, commit) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert await c.commit_offsets("g", generation, leader, None, commit) == {("t", 0): 0}
+    assert c.fetch_offsets("g", [("t", 0), ("t", 1)]) == (0, {("t", 0): (5, -1, "", 0), ("t", 1): (-1, -1, "", 0)})
+
+
+async def test_a_commit_is_visible_only_once_it_is_written() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    log.fail_with = int(ErrorCode.NOT_ENOUGH_REPLICAS)
+    answer = await c.commit_offsets("g", -1, "", None, {("t", 0): (9, 3, "m")})
+    assert answer == {("t", 0): ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == -1
+    log.fail_with = 0
+    assert await c.commit_offsets("g", -1, "", None, {("t", 0): (9, 3, "m")}) == {("t", 0): 0}
+    assert c.fetch_offsets("g", None) == (0, {("t", 0): (9, 3, "m", 0)})
+
+
+async def test_a_new_coordinator_replaying_the_log_has_the_same_offsets_and_group() -> None:
+    clock, log = ManualTime(), Log()
+    old = await coordinator(log, clock)
+    leader, follower, generation = await stable_group_of_two(old, clock)
+    assert await old.commit_offsets("g", generation, leader, None, {("t", 0): (42, 1, None)}) == {("t", 0): 0}
+    waiting = await join(old, await new_member(old, "late"))
+
+    old.on_resigned(old.partition_for("g"))  # the leadership of the group's partition moves
+    assert (await waiting).error_code == ErrorCode.NOT_COORDINATOR
+    assert old.heartbeat("g", generation, leader, None) == ErrorCode.NOT_COORDINATOR
+
+    new = await coordinator(log, clock)
+    assert new.fetch_offsets("g", [("t", 0)]) == (0, {("t", 0): (42, 1, "", 0)})
+    description = new.describe_group("g")
+    assert description.state == "Stable" and [m.member_id for m in description.members] == [leader, follower]
+    assert new.heartbeat("g", generation, follower, None) == 0  # the members go on where they were
+    assert await new.commit_offsets("g", generation, follower, None, {("t", 1): (7, 1, None)}) == {("t", 1): 0}
+
+
+async def test_requests_for_a_partition_not_led_here_or_still_loading_say_so() -> None:
+    clock, log = ManualTime(), Log()
+    c = GroupCoordinator(1, clock, log.append, CONFIG)
+    assert c.heartbeat("g", 0, "m", None) == ErrorCode.NOT_COORDINATOR
+    assert (await c.join_group("g", "", None, "c", "/h", 10000, 5000, "consumer", RANGE, True)).error_code == (
+        ErrorCode.NOT_COORDINATOR
+    )
+    gate = asyncio.Event()
+
+    async def slow_records():  # type: ignore[no-untyped-def]
+        await gate.wait()
+        for record in []:
+            yield record
+
+    loading = asyncio.create_task(c.on_elected(c.partition_for("g"), slow_records()))
+    await asyncio.sleep(0)
+    assert c.heartbeat("g", 0, "m", None) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    gate.set()
+    await loading
+    assert c.heartbeat("g", 0, "m", None) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert (await c.join_group("", "", None, "c", "/h", 10000, 5000, "consumer", RANGE, True)).error_code == (
+        ErrorCode.INVALID_GROUP_ID
+    )
+    assert (await c.join_group("g", "", None, "c", "/h", 10, 5000, "consumer", RANGE, True)).error_code == (
+        ErrorCode.INVALID_SESSION_TIMEOUT
+    )
+
+
+async def test_a_member_that_leaves_rebalances_the_rest_and_the_last_one_empties_the_group() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    leader, follower, generation = await stable_group_of_two(c, clock)
+    assert await c.leave_group("g", [(follower, None), ("ghost", None)]) == (
+        0,
+        [(follower, None, 0), ("ghost", None, ErrorCode.UNKNOWN_MEMBER_ID)],
+    )
+    assert c.describe_group("g").state == "PreparingRebalance"
+    assert (await (await join(c, leader))).generation_id == generation + 1
+    await c.leave_group("g", [(leader, None)])
+    assert c.describe_group("g").state == "Empty"
+    assert await c.commit_offsets("g", -1, "", None, {("t", 0): (1, -1, None)}) == {("t", 0): 0}
+
+
+def test_the_records_are_kafkas_layouts_and_read_back() -> None:
+    key = offset_key("g", "t", 3)
+    assert key == b"\x00\x01\x00\x01g\x00\x01t\x00\x00\x00\x03"
+    assert read_key(key) == OffsetKey("g", "t", 3)
+    assert read_key(group_key("g")) == GroupKey("g")
+    value = OffsetValue(10, 2, "meta", 1_700_000_000_000)
+    assert read_offset_value(offset_value(value)) == value
+    group = GroupValue("consumer", 4, "range", "m1", 5, (MemberValue("m1", None, "c", "/h", 1, 2, b"s", b"a"),))
+    assert read_group_value(group_value(group)) == group
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x00\x09", b"\x00\x01\x00"])
+def test_a_record_that_does_not_parse_is_skipped_on_load(bad: bytes) -> None:
+    async def scenario() -> None:
+        c = GroupCoordinator(1, ManualTime(), Log().append, CONFIG)
+        await c.on_elected(
+            c.partition_for("g"), [(bad, b"x"), (offset_key("g", "t", 0), offset_value(OffsetValue(1, -1, "", 0)))]
+        )
+        assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == 1
+
+    asyncio.run(scenario())

@@ -1,0 +1,239 @@
+"""Consumer groups through the Kafka listener, with real clients and real broker processes: a group of two
+confluent-kafka consumers shares a topic's partitions, kcat -G and kafka-python's group consumer read
+through the same coordinator, and when the broker coordinating the group is SIGKILLed the coordinator moves
+with the leadership of its __consumer_offsets partition and no committed offset is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
+from tests.integration.processes import ROOT
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+confluent_admin = pytest.importorskip("confluent_kafka.admin")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+KCAT = shutil.which("kcat")
+GROUP_OVERRIDES = {
+    "broker.heartbeat.interval.ms": "250",
+    "broker.session.timeout.ms": "1500",
+    "offsets.topic.num.partitions": "3",
+    "group.initial.rebalance.delay.ms": "200",
+    "group.min.session.timeout.ms": "1000",
+}
+
+
+@pytest.fixture
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClusterState]:
+    ports = free_ports(7)
+    state = asyncio.run(
+        start_cluster(
+            tmp_path_factory.mktemp("groups") / "cluster",
+            3,
+            controller_port=ports[3],
+            broker_ports=ports[:3],
+            kafka_ports=ports[4:],
+            overrides=GROUP_OVERRIDES,
+        )
+    )
+    try:
+        yield state
+    finally:
+        stop_cluster(state, timeout_s=10.0)
+
+
+def create_topic(cluster: LocalClusterState, name: str, partitions: int) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cluster",
+            "topic",
+            "create",
+            name,
+            "--partitions",
+            str(partitions),
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+            "--bootstrap-server",
+            cluster.bootstrap,
+        ],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def produce(cluster: LocalClusterState, topic: str, values: list[bytes]) -> dict[bytes, tuple[int, int]]:
+    """Idempotent acks=all writes; the delivery reports' (partition, offset) of each value."""
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    )
+    delivered: dict[bytes, tuple[int, int]] = {}
+
+    def report(err: object, msg: object) -> None:
+        assert err is None, err
+        delivered[msg.value()] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
+
+    for value in values:
+        producer.produce(topic, value=value, on_delivery=report)
+    assert producer.flush(60) == 0
+    return delivered
+
+
+def group_consumer(cluster: LocalClusterState, group: str) -> object:
+    return confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        }
+    )
+
+
+def coordinator_of(cluster: LocalClusterState, group: str) -> int:
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            described = admin.describe_consumer_groups([group])[group].result(timeout=10)
+            return int(described.coordinator.id)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def read_all(consumers: list[object], want: int, seconds: float = 60) -> list[list[object]]:
+    """Poll every consumer in turn until `want` records have arrived in all; what each one read."""
+    got: list[list[object]] = [[] for _ in consumers]
+    deadline = time.monotonic() + seconds
+    while sum(map(len, got)) < want and time.monotonic() < deadline:
+        for i, consumer in enumerate(consumers):
+            message = consumer.poll(0.1)  # type: ignore[attr-defined]
+            if message is not None and message.error() is None:
+                got[i].append(message)
+    return got
+
+
+def committed(cluster: LocalClusterState, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = group_consumer(cluster, group)
+    try:
+        answer = consumer.committed(  # type: ignore[attr-defined]
+            [confluent_kafka.TopicPartition(topic, p) for p in range(partitions)], timeout=20
+        )
+        return {tp.partition: tp.offset for tp in answer}
+    finally:
+        consumer.close()  # type: ignore[attr-defined]
+
+
+def test_two_consumers_share_the_partitions_and_a_leader_kill_loses_no_committed_offset(
+    cluster: LocalClusterState,
+) -> None:
+    create_topic(cluster, "orders", 4)
+    first = produce(cluster, "orders", [b"first-%d" % i for i in range(400)])
+    consumers = [group_consumer(cluster, "billing") for _ in range(2)]
+    for consumer in consumers:
+        consumer.subscribe(["orders"])  # type: ignore[attr-defined]
+    try:
+        got = read_all(consumers, len(first))
+        # Each record is read once by the group, and the group split the partitions between its members.
+        values = [m.value() for part in got for m in part]
+        assert sorted(values) == sorted(first)
+        assert all(part for part in got), "one member was given no partition"
+        assert not {m.partition() for m in got[0]} & {m.partition() for m in got[1]}
+        for consumer in consumers:
+            consumer.commit(asynchronous=False)  # type: ignore[attr-defined]
+        before = committed(cluster, "billing", "orders", 4)
+        ends = {p: max(o for q, o in first.values() if q == p) + 1 for p in range(4)}
+        assert before == ends
+
+        # When the broker coordinating the group dies
+        victim = cluster.broker(coordinator_of(cluster, "billing"))
+        os.kill(victim.pid, signal.SIGKILL)
+
+        # Then the committed offsets are still there, read from the new coordinator
+        deadline = time.monotonic() + 60
+        after: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            try:
+                after = committed(cluster, "billing", "orders", 4)
+            except Exception:
+                after = {}
+            if after == before:
+                break
+            time.sleep(0.5)
+        assert after == before
+        assert coordinator_of(cluster, "billing") != victim.node_id
+
+        # And the group goes on from them: new records are read once, old ones not again
+        second = produce(cluster, "orders", [b"second-%d" % i for i in range(200)])
+        got = read_all(consumers, len(second))
+        assert sorted(m.value() for part in got for m in part) == sorted(second)
+    finally:
+        for consumer in consumers:
+            consumer.close()  # type: ignore[attr-defined]
+
+
+def test_kcat_and_kafka_python_consume_as_groups(cluster: LocalClusterState) -> None:
+    create_topic(cluster, "events", 2)
+    sent = produce(cluster, "events", [b"event-%d" % i for i in range(50)])
+
+    consumer = kafka.KafkaConsumer(
+        "events",
+        bootstrap_servers=cluster.kafka_bootstrap,
+        group_id="kp-group",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=15000,
+    )
+    read: list[bytes] = []
+    for record in consumer:
+        read.append(record.value)
+        if len(read) == len(sent):
+            break
+    consumer.commit()
+    consumer.close()
+    assert sorted(read) == sorted(sent)
+    assert sum(committed(cluster, "kp-group", "events", 2).values()) == len(sent)
+
+    if KCAT is None:
+        pytest.skip("kcat is installed by scripts/test.sh")
+    done = subprocess.run(
+        [
+            KCAT,
+            "-b",
+            cluster.kafka_bootstrap,
+            "-G",
+            "kcat-group",
+            "-o",
+            "beginning",
+            "-c",
+            str(len(sent)),
+            "-f",
+            "%s\n",
+            "events",
+        ],
+        capture_output=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert sorted(done.stdout.split()) == sorted(sent)
