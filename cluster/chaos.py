@@ -44,6 +44,7 @@ from typing import Any
 from client.cluster_client import ClusterClient, ClusterUnavailableError
 from client.consumer import Consumer, read_replica
 from client.producer import NOT_WRITTEN, DeliveryCallback, Producer
+from cluster.chaos_clients import KafkaClientLoad
 from cluster.exit_codes import EXIT_CHECK_FAILED, EXIT_OK
 from cluster.local_cluster import (
     LocalClusterState,
@@ -79,6 +80,9 @@ CHAOS_OVERRIDES = {
     "replica.fetch.backoff.ms": "100",
     "replica.lag.time.max.ms": "5000",
     "replica.fetch.wait.max.ms": "200",
+    # The consumer group of --client runs: a small __consumer_offsets, and a group that forms at once.
+    "offsets.topic.num.partitions": "6",
+    "group.initial.rebalance.delay.ms": "200",
 }
 
 
@@ -150,6 +154,10 @@ class ChaosRun:
         self.stop_load = asyncio.Event()
         self.consumer_nonmonotonic = 0
         self.started = time.monotonic()
+        # Tasks a load starts beside its producers (a client's poller), cancelled when the run ends.
+        self.background: list[asyncio.Task[None]] = []
+        # With --client confluent-kafka or kafka-python, the load goes through that client's Kafka listener.
+        self.kafka_load = KafkaClientLoad(self) if getattr(args, "client", "minibroker") != "minibroker" else None
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -169,7 +177,11 @@ class ChaosRun:
     async def producer(self, index: int, partitions: list[TopicPartition]) -> None:
         """One `client.producer.Producer` (acks=all, Kafka's batch.size and linger.ms) writing unique values
         round robin over the partitions, with at most `MAX_OUTSTANDING_RECORDS` unanswered at a time so the
-        load stays a steady trickle instead of filling buffer.memory."""
+        load stays a steady trickle instead of filling buffer.memory. With `--client`, that Kafka client
+        writes them instead (cluster/chaos_clients.py)."""
+        if self.kafka_load is not None:
+            await self.kafka_load.producer(index, partitions)
+            return
         client = self._client(f"chaos-producer-{index}")
         idempotence = False if getattr(self.args, "no_idempotence", False) else None
         producer = Producer(
@@ -362,6 +374,13 @@ class ChaosRun:
         finally:
             await client.close()
 
+    async def _high_watermarks(self) -> dict[TopicPartition, int]:
+        client = self._client("chaos-ends")
+        try:
+            return {tp: max(hw for _, hw in ends) for tp, ends in (await self._replica_ends(client)).items()}
+        finally:
+            await client.close()
+
     async def _replica_ends(self, client: ClusterClient) -> dict[TopicPartition, list[tuple[int, int]]]:
         ends: dict[TopicPartition, list[tuple[int, int]]] = defaultdict(list)
         for b in self.state.brokers:
@@ -419,6 +438,11 @@ class ChaosRun:
                 asyncio.create_task(self.producer(i, partitions), name=f"producer-{i}") for i in range(args.producers)
             ]
             tasks.append(asyncio.create_task(self.consumer(partitions), name="consumer"))
+            group = (
+                asyncio.create_task(self.kafka_load.group(partitions), name="group")
+                if self.kafka_load is not None
+                else None
+            )
             try:
                 await asyncio.sleep(self.WARMUP_S)
                 for round_no in range(1, args.rounds + 1):
@@ -431,8 +455,14 @@ class ChaosRun:
         finally:
             await self.stop_watching()
             await admin.close()
+            for task in self.background:
+                task.cancel()
         self.progress("load stopped; waiting for replicas to converge")
         converged = await self.converge()
+        if self.kafka_load is not None and group is not None:
+            self.progress("letting the consumer group read to the end of the topic")
+            await self.kafka_load.drain(await self._high_watermarks())
+            await asyncio.gather(group, return_exceptions=True)
         self.progress("checking every acked write on every replica")
         problems = await self.verify()
         return self.report(converged, problems, load_s)
@@ -457,9 +487,17 @@ class ChaosRun:
 
     def report(self, converged: bool, problems: dict[str, Any], load_s: float) -> dict[str, Any]:
         o = self.outcomes
-        valid = converged and not any(problems.values()) and self.consumer_nonmonotonic == 0
+        client_problems = self.kafka_load.problems(o.acked) if self.kafka_load is not None else []
+        valid = converged and not any(problems.values()) and self.consumer_nonmonotonic == 0 and not client_problems
         failovers = [k.failover_ms for k in self.kills if k.failover_ms is not None]
-        return {
+        extra: dict[str, Any] = {}
+        if self.kafka_load is not None:
+            extra["client"] = self.kafka_load.report(o.acked)
+            extra["client"]["first_report_after_kill_ms"] = [
+                self.kafka_load.after(k.killed_at_ms / 1000.0) for k in self.kills
+            ]
+            extra["client_problems"] = client_problems
+        return extra | {
             "valid": valid,
             "rounds": len(self.kills),
             "acked": len(o.acked),
@@ -575,7 +613,23 @@ def render_report(report: dict[str, Any]) -> str:
         )
     if not report["converged"]:
         lines.append("replicas did not converge within the time limit")
+    if "client" in report:
+        lines += render_client(report["client"], report["client_problems"])
     return "\n".join(lines)
+
+
+def render_client(client: dict[str, Any], problems: list[str]) -> list[str]:
+    """What the real client saw, and its consumer group's checks (cluster/chaos_clients.py)."""
+    group = client["group"]
+    after = ", ".join(_ms(ms) for ms in client["first_report_after_kill_ms"]) or "-"
+    return [
+        f"client {client['client']}: longest stall {_ms(client['longest_stall_ms'])} ms; first delivery after "
+        f"each kill (ms): {after}; stats {client['client_stats']}; errors surfaced {client['errors_surfaced']}",
+        f"consumer group of {group['members']}: read {group['records_read']} records (re-read "
+        f"{group['group_reread']}), acked and never read {group['acked_not_read']}, committed offsets that "
+        f"went backwards {len(group['commit_regressions'])}, read to the end {group['read_to_the_end']}",
+        *[f"client check failed: {problem}" for problem in problems],
+    ]
 
 
 def finish_report(report: dict[str, Any], json_target: str | None, rendered: str) -> int:
@@ -599,7 +653,7 @@ async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, 
         overrides = dict(CHAOS_OVERRIDES)
         if args.metrics_dir:
             overrides["metrics.dir"] = str(Path(args.metrics_dir).resolve())
-        ports = free_ports(4)
+        ports = free_ports(7)
         progress(f"starting a fresh 3-broker cluster in {fresh_dir.name}")
         state = await start_cluster(
             Path(fresh_dir.name),
@@ -608,6 +662,7 @@ async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, 
             overrides=overrides,
             progress=progress,
             broker_ports=ports[:3],
+            kafka_ports=ports[4:],
             base_address=random_base_address(),
         )
     try:

@@ -505,7 +505,7 @@ async def run_faults(
     if state is None:
         assert fresh_dir is not None
         overrides = dict(CHAOS_OVERRIDES)
-        ports = free_ports(4)
+        ports = free_ports(7)
         progress(f"starting a fresh 3-broker cluster in {fresh_dir}")
         state = await start_cluster(
             fresh_dir,
@@ -514,6 +514,7 @@ async def run_faults(
             overrides=overrides,
             progress=progress,
             broker_ports=ports[:3],
+            kafka_ports=ports[4:],
             base_address=random_base_address(),
         )
         try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.chaos import finish_report, render_report, run_leader_kill
+from cluster.chaos_clients import ClientMissing, check_client
 from cluster.chaos_faults import NETWORK_KINDS, parse_faults, render_fault_report, resume_all, run_faults
 from cluster.cli.common import DEFAULT_DIR, CliError, Option, Subcommands, add_options, run_async
 from cluster.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -28,6 +29,14 @@ OPTIONS: dict[str, Option] = {
     "--topic": {"default": "chaos"},
     "--partitions": {"type": int, "default": 6},
     "--producers": {"type": int, "default": 2},
+    "--client": {
+        "choices": ["minibroker", "confluent-kafka", "kafka-python"],
+        "default": "minibroker",
+        "help": "the producers: minibroker's own client (msgpack listener), or a real Kafka client on the "
+        "Kafka listeners; with a Kafka client a consumer group of --group-consumers members rides along "
+        "(default: minibroker)",
+    },
+    "--group-consumers": {"type": int, "default": 2, "help": "members of the consumer group with --client"},
     "--no-idempotence": {
         "action": "store_true",
         "help": "producers without idempotence: an indeterminate write is never resent (default: idempotent, "
@@ -40,7 +49,17 @@ def _progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def _check_client(args: argparse.Namespace) -> None:
+    if args.group_consumers < 1:
+        raise CliError("--group-consumers must be >= 1", EXIT_USAGE)
+    try:
+        check_client(args.client)
+    except ClientMissing as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
 def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
+    _check_client(args)
     if args.rounds < 1 or args.interval_ms < 0 or args.producers < 1 or args.partitions < 1 or args.down_ms < 0:
         raise CliError(
             "--rounds, --producers and --partitions must be >= 1, --interval-ms and --down-ms >= 0", EXIT_USAGE
@@ -60,6 +79,7 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
 
 def _run_checks(args: argparse.Namespace) -> list[str]:
     """Check the flags before anything starts; the fault kinds that need the network tools."""
+    _check_client(args)
     try:
         faults = parse_faults(args.faults)
     except ValueError as exc:
@@ -155,7 +175,7 @@ def register(sub: Subcommands) -> None:
     )
     add_options(p, OPTIONS, "--json", "--topic", "--partitions", "--producers")
     p.add_argument("--metrics-dir", help="fresh cluster only: write broker metrics here")
-    add_options(p, OPTIONS, "--no-idempotence")
+    add_options(p, OPTIONS, "--no-idempotence", "--client", "--group-consumers")
     p.set_defaults(func=cmd_chaos_leader_kill)
     p = chsub.add_parser(
         "run",
@@ -170,7 +190,17 @@ def register(sub: Subcommands) -> None:
     add_options(p, OPTIONS, "--rounds", "--seed", "--dir", rounds=4)
     p.add_argument("--fault-ms", type=int, default=3000, help="how long each fault lasts (at least until failover)")
     p.add_argument("--interval-ms", type=int, default=500, help="time between a fault's recovery and the next")
-    add_options(p, OPTIONS, "--json", "--topic", "--partitions", "--producers", "--no-idempotence")
+    add_options(
+        p,
+        OPTIONS,
+        "--json",
+        "--topic",
+        "--partitions",
+        "--producers",
+        "--no-idempotence",
+        "--client",
+        "--group-consumers",
+    )
     p.set_defaults(func=cmd_chaos_run)
     p = chsub.add_parser(
         "heal",

@@ -1,0 +1,360 @@
+"""Chaos load through a real Kafka client: `chaos leader-kill|run --client confluent-kafka|kafka-python`.
+
+How this works
+--------------
+The experiment, its faults and its oracle are cluster/chaos.py's; only the load changes. Instead of
+minibroker's own producer on the msgpack listener, each producer is a real Kafka client on the brokers'
+Kafka listeners (acks=all, enable.idempotence=true), writing the same unique values (`p<producer>-<seq>`)
+to the same partitions. Its delivery reports are the record of what was acknowledged: a value reported
+delivered at (partition, offset) must be there after the faults, once, as with the native load; a value
+reported failed is indeterminate (a client that gave up after its delivery timeout cannot say whether the
+last attempt was written), so the oracle does not count it either way.
+
+What the client saw goes into the report: the longest time between two delivery reports while the load
+ran (how long the application stalled), after each kill the time until the next report, the client's own
+counts of retried requests and metadata requests (librdkafka's statistics for confluent-kafka), and the
+errors it surfaced to the application, by name.
+
+A consumer group rides through the same run: `--group-consumers` members (confluent-kafka, subscribe())
+read the topic and commit synchronously every few hundred records, while a watcher reads the group's
+committed offsets from its coordinator twice a second. The report checks that no partition's
+committed offset ever went backwards, across coordinator moves, and, once the load has stopped and the
+group has read to the end of every partition, that every acknowledged value was read by the group (at
+least once: a member that dies or is rebalanced away may be re-read from its last commit, which the
+report counts as `group_reread`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING, Any
+
+from protocol.messages import TopicPartition
+
+if TYPE_CHECKING:
+    from cluster.chaos import ChaosRun
+
+CLIENTS = ("minibroker", "confluent-kafka", "kafka-python")
+OUTSTANDING = 64  # records a client producer may have unanswered before the load waits for reports
+COMMIT_EVERY = 200  # records a group member reads between synchronous commits
+DRAIN_TIMEOUT_S = 60.0
+
+
+class ClientMissing(RuntimeError):
+    """The chosen client library is not installed."""
+
+
+def check_client(name: str) -> None:
+    """Raise ClientMissing when `--client name` cannot run here (the library is an optional install)."""
+    module = {"confluent-kafka": "confluent_kafka", "kafka-python": "kafka"}.get(name)
+    if module is None:
+        return
+    try:
+        __import__(module)
+    except ImportError:
+        raise ClientMissing(f"--client {name} needs the {name} package: pip install {name}") from None
+    if name != "confluent-kafka":
+        try:
+            __import__("confluent_kafka")
+        except ImportError:
+            raise ClientMissing("the consumer group rides on confluent-kafka: pip install confluent-kafka") from None
+
+
+class KafkaClientLoad:
+    """The load of one chaos run, through `run.args.client`."""
+
+    def __init__(self, run: ChaosRun) -> None:
+        self.run = run
+        self.client = run.args.client
+        self.bootstrap = run.state.kafka_bootstrap
+        if not self.bootstrap:
+            raise ClientMissing("the cluster has no Kafka listeners (a cluster started before they existed?)")
+        self.delivered_at: list[float] = []
+        self.errors: Counter[str] = Counter()
+        self.client_stats: dict[str, int] = defaultdict(int)
+        self.group_members = getattr(run.args, "group_consumers", 2)
+        self.group_read: dict[str, int] = defaultdict(int)  # value -> times the group read it
+        self.group_positions: dict[TopicPartition, int] = {}  # next offset the group will read
+        self.committed: dict[TopicPartition, int] = {}
+        self.commit_regressions: list[dict[str, Any]] = []
+        self.group_errors: Counter[str] = Counter()
+        self.stop_group = asyncio.Event()
+        self.drained = False
+
+    # -- producers ------------------------------------------------------------------------------------
+
+    async def producer(self, index: int, partitions: list[TopicPartition]) -> None:
+        loop = asyncio.get_running_loop()
+        outstanding = 0
+        room = asyncio.Event()
+        room.set()
+
+        def settle(tp: TopicPartition, key: str, t0: float, offset: int, error: str | None) -> None:
+            nonlocal outstanding
+            outstanding -= 1
+            if outstanding < OUTSTANDING:
+                room.set()
+            if error is None:
+                self.delivered_at.append(time.time())
+                self.run.outcomes.acked[key] = (tp, offset)
+                self.run.outcomes.ack_latencies_ms.append((time.monotonic() - t0) * 1000.0)
+                self.run.outcomes.ack_events.append((time.monotonic(), tp, -1))
+            else:
+                self.errors[error] += 1
+                self.run.outcomes.errors[error] += 1
+                self.run.outcomes.indeterminate.add(key)
+
+        def report(tp: TopicPartition, key: str, t0: float) -> Any:
+            def delivered(offset: int, error: str | None) -> None:
+                loop.call_soon_threadsafe(settle, tp, key, t0, offset, error)
+
+            return delivered
+
+        send, close = self._open_producer(index, loop)
+        order = partitions[index % len(partitions) :] + partitions[: index % len(partitions)]
+        seq = 0
+        try:
+            while not self.run.stop_load.is_set():
+                for tp in order:
+                    if self.run.stop_load.is_set():
+                        break
+                    for _ in range(self.run.rng.randint(1, 5)):
+                        key = f"p{index}-{seq}"
+                        seq += 1
+                        outstanding += 1
+                        send(tp, key, report(tp, key, time.monotonic()))
+                    if outstanding >= OUTSTANDING:
+                        room.clear()
+                        await room.wait()
+                    await asyncio.sleep(0)
+        finally:
+            await asyncio.to_thread(close)
+            await asyncio.sleep(0)  # let the last reports' callbacks run
+
+    def _open_producer(self, index: int, loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
+        """(send(tp, value, on_report), close()) of one client producer."""
+        topic = self.run.args.topic
+        if self.client == "confluent-kafka":
+            import confluent_kafka
+
+            producer = confluent_kafka.Producer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "client.id": f"chaos-producer-{index}",
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                    "statistics.interval.ms": 1000,
+                    "stats_cb": lambda raw: loop.call_soon_threadsafe(self._librdkafka_stats, index, raw),
+                    "error_cb": lambda err: loop.call_soon_threadsafe(self._client_error, err.name()),
+                }
+            )
+            polling = True
+
+            def send(tp: TopicPartition, value: str, on_report: Any) -> None:
+                def delivered(err: Any, msg: Any) -> None:
+                    on_report(msg.offset(), None if err is None else err.name())
+
+                while True:
+                    try:
+                        producer.produce(topic, value=value.encode(), partition=tp.partition, on_delivery=delivered)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                producer.poll(0)
+
+            def close() -> None:
+                nonlocal polling
+                polling = False
+                producer.flush(30)
+
+            async def poller() -> None:
+                while polling:
+                    producer.poll(0)
+                    await asyncio.sleep(0.005)
+
+            self.run.background.append(loop.create_task(poller()))
+            return send, close
+        from kafka import KafkaProducer
+
+        kp = KafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            client_id=f"chaos-producer-{index}",
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=5,
+        )
+
+        def send_kp(tp: TopicPartition, value: str, on_report: Any) -> None:
+            future = kp.send(topic, value=value.encode(), partition=tp.partition)
+            future.add_callback(lambda meta: on_report(meta.offset, None))
+            future.add_errback(lambda exc: on_report(-1, type(exc).__name__))
+
+        def close_kp() -> None:
+            kp.flush(30)
+            metrics = kp.metrics()
+            for group in metrics.values():
+                for name in ("record-retry-total", "record-error-total"):
+                    if name in group:
+                        self.client_stats[name.replace("-", "_")] += int(group[name])
+            kp.close(5)
+
+        return send_kp, close_kp
+
+    def _librdkafka_stats(self, index: int, raw: str) -> None:
+        """librdkafka's statistics are totals since the client started: keep each producer's latest."""
+        stats = json.loads(raw)
+        retries = sum(b.get("txretries", 0) for b in stats.get("brokers", {}).values())
+        metadata = sum(
+            b.get("req", {}).get("Metadata", 0) for b in stats.get("brokers", {}).values() if isinstance(b, dict)
+        )
+        self.client_stats[f"retries_{index}"] = retries
+        self.client_stats[f"metadata_requests_{index}"] = metadata
+
+    def _client_error(self, name: str) -> None:
+        self.errors[f"client:{name}"] += 1
+
+    # -- the consumer group ---------------------------------------------------------------------------
+
+    async def group(self, partitions: list[TopicPartition]) -> None:
+        """`group_members` confluent-kafka consumers in one group, polled in turn until `stop_group`."""
+        import confluent_kafka
+
+        members = [
+            confluent_kafka.Consumer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": f"chaos-{self.run.args.seed}",
+                    "client.id": f"chaos-member-{i}",
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    "session.timeout.ms": 6000,
+                    "heartbeat.interval.ms": 500,
+                }
+            )
+            for i in range(self.group_members)
+        ]
+        for member in members:
+            member.subscribe([self.run.args.topic])
+        since_commit = [0] * len(members)
+        watcher = asyncio.create_task(self.watch_committed(partitions))
+        try:
+            while not self.stop_group.is_set():
+                for i, member in enumerate(members):
+                    message: Any = await asyncio.to_thread(member.poll, 0.05)
+                    if message is None:
+                        continue
+                    if message.error() is not None:
+                        self.group_errors[message.error().name()] += 1
+                        continue
+                    tp = TopicPartition(message.topic(), message.partition())
+                    self.group_read[message.value().decode()] += 1
+                    self.group_positions[tp] = max(self.group_positions.get(tp, 0), message.offset() + 1)
+                    since_commit[i] += 1
+                    if since_commit[i] >= COMMIT_EVERY:
+                        since_commit[i] = 0
+                        await self._commit(member)
+            for member in members:
+                await self._commit(member)
+        finally:
+            self.stop_group.set()
+            await asyncio.gather(watcher, return_exceptions=True)
+            for member in members:
+                await asyncio.to_thread(member.close)
+
+    async def _commit(self, member: Any) -> None:
+        try:
+            await asyncio.to_thread(member.commit, asynchronous=False)
+        except Exception as exc:  # noqa: BLE001 - a commit refused during a rebalance is an outcome, not a bug
+            error: Any = exc.args[0] if exc.args else None
+            self.group_errors[f"commit:{error.name() if hasattr(error, 'name') else type(exc).__name__}"] += 1
+
+    async def watch_committed(self, partitions: list[TopicPartition]) -> None:
+        """Read the group's committed offsets from its coordinator (OffsetFetch) every half second while the
+        group runs, and note any that is lower than one read before: the coordinator must never lose a
+        commit, whichever broker it runs on."""
+        import confluent_kafka
+
+        observer = confluent_kafka.Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": f"chaos-{self.run.args.seed}", "client.id": "watcher"}
+        )
+        asked = [confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        try:
+            while not self.stop_group.is_set():
+                try:
+                    answer = await asyncio.to_thread(observer.committed, asked, 5)
+                except Exception as exc:  # noqa: BLE001 - the coordinator moving: try again later
+                    self.group_errors[f"offset-fetch:{type(exc).__name__}"] += 1
+                    answer = []
+                for tp in answer:
+                    if tp.error is not None or tp.offset < 0:
+                        continue  # nothing committed yet
+                    key = TopicPartition(tp.topic, tp.partition)
+                    previous = self.committed.get(key, -1)
+                    if tp.offset < previous:
+                        self.commit_regressions.append({"partition": str(key), "from": previous, "to": tp.offset})
+                    self.committed[key] = max(previous, tp.offset)
+                await asyncio.sleep(0.5)
+        finally:
+            await asyncio.to_thread(observer.close)
+
+    async def drain(self, ends: dict[TopicPartition, int]) -> None:
+        """After the load: let the group read to `ends` (each partition's high watermark), then stop it."""
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if all(self.group_positions.get(tp, 0) >= end for tp, end in ends.items() if end > 0):
+                self.drained = True
+                break
+            await asyncio.sleep(0.2)
+        self.stop_group.set()
+
+    # -- the report -----------------------------------------------------------------------------------
+
+    def longest_stall_ms(self) -> float | None:
+        times = sorted(self.delivered_at)
+        if len(times) < 2:
+            return None
+        return round(max(b - a for a, b in zip(times, times[1:], strict=False)) * 1000.0, 1)
+
+    def after(self, moment: float) -> float | None:
+        """Milliseconds from `moment` (wall-clock seconds, as a kill is stamped) to the next delivery report."""
+        later = [t for t in self.delivered_at if t >= moment]
+        return round((min(later) - moment) * 1000.0, 1) if later else None
+
+    def report(self, acked: dict[str, tuple[TopicPartition, int]]) -> dict[str, Any]:
+        skipped = [key for key in acked if key not in self.group_read]
+        totals: dict[str, int] = defaultdict(int)
+        for name, value in self.client_stats.items():
+            totals[name.rsplit("_", 1)[0] if name[-1].isdigit() else name] += value
+        return {
+            "client": self.client,
+            "longest_stall_ms": self.longest_stall_ms(),
+            "client_stats": dict(totals),
+            "errors_surfaced": dict(self.errors),
+            "group": {
+                "members": self.group_members,
+                "read_to_the_end": self.drained,
+                "records_read": sum(self.group_read.values()),
+                "acked_not_read": len(skipped),
+                "acked_not_read_examples": skipped[:5],
+                "group_reread": sum(n - 1 for n in self.group_read.values() if n > 1),
+                "committed": {str(tp): offset for tp, offset in sorted(self.committed.items())},
+                "commit_regressions": self.commit_regressions,
+                "errors": dict(self.group_errors),
+            },
+        }
+
+    def problems(self, acked: dict[str, tuple[TopicPartition, int]]) -> list[str]:
+        """What makes the run invalid on the client's side."""
+        found = []
+        if self.commit_regressions:
+            found.append(f"{len(self.commit_regressions)} committed offsets went backwards")
+        if not self.drained:
+            found.append("the consumer group did not read to the end of the topic")
+        skipped = sum(1 for key in acked if key not in self.group_read)
+        if skipped:
+            found.append(f"{skipped} acknowledged records were never read by the group")
+        return found
