@@ -115,6 +115,7 @@ class BrokerServer:
                     listener.name,
                     self.node.group_coordinator,
                     offsets_topic_replication_factor=config["offsets.topic.replication.factor"],
+                    auto_create_topics=config["auto.create.topics.enable"],
                 ).handle,
                 listener.host,
                 listener.port,

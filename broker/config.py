@@ -199,6 +199,13 @@ BROKER_CONFIG = ConfigDef(
             5,
             "requests of one connection processed at once (their waits overlap; answers stay in order)",
         ),
+        ConfigKey(
+            "auto.create.topics.enable",
+            bool,
+            True,
+            "a METADATA on a Kafka listener for a topic that does not exist creates it (num.partitions, "
+            "default.replication.factor), as Kafka does",
+        ),
         ConfigKey("offsets.topic.num.partitions", int, 50, "partitions of __consumer_offsets (group coordinators)"),
         ConfigKey("offsets.topic.replication.factor", int, 3, "replication factor of __consumer_offsets"),
         ConfigKey("offsets.retention.minutes", int, 10080, "how long a group's committed offsets are kept"),

@@ -158,7 +158,9 @@ class KafkaWireApis:
         coordinator: GroupCoordinator | None = None,
         offsets_topic_replication_factor: int = 3,
         cluster_id: str = "minibroker",
+        auto_create_topics: bool = False,
     ) -> None:
+        self.auto_create_topics = auto_create_topics
         self.apis = apis
         self.listener_name = listener_name
         self.coordinator = coordinator
@@ -226,6 +228,9 @@ class KafkaWireApis:
             topics = [t.name for t in request.topics]
         ours = await self.apis.handle_metadata(ctx, MetadataRequest(topics))
         assert isinstance(ours, MetadataResponse)
+        allowed = version < 4 or request.allow_auto_topic_creation
+        if topics and self.auto_create_topics and allowed:
+            await self._auto_create(ours)
         K = KMetadataResponse
         T = K.MetadataResponseTopic
         P = T.MetadataResponsePartition
@@ -264,6 +269,24 @@ class KafkaWireApis:
             ],
             authorized_operations=None,
         )
+
+    async def _auto_create(self, ours: MetadataResponse) -> None:
+        """Kafka's auto.create.topics.enable: topics a METADATA names that do not exist are created with the
+        controller's num.partitions and default.replication.factor, and answered LEADER_NOT_AVAILABLE until
+        they have leaders (clients retry)."""
+        missing = [t for t in ours.topics if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        if not missing:
+            return
+        created = await self.apis.handle_create_topics(
+            INTERNAL_CONTEXT, CreateTopicsRequest([CreatableTopic(t.topic, -1, -1) for t in missing])
+        )
+        results = {r.name: r for r in created.topics} if isinstance(created, CreateTopicsResponse) else {}
+        for t in missing:
+            result = results.get(t.topic)
+            if result is not None and result.error_code in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+                t.error_code = int(ErrorCode.LEADER_NOT_AVAILABLE)
+            elif result is not None and result.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION:
+                t.error_code = int(ErrorCode.INVALID_TOPIC_EXCEPTION)
 
     def _listener_address(self, broker_id: int, listeners: dict[str, str]) -> tuple[str, int] | None:
         address = listeners.get(self.listener_name)

@@ -267,3 +267,23 @@ def _read(sock: socket.socket, n: int) -> bytes:
 def test_the_kafka_listener_is_in_the_cluster_state_file(cluster: LocalClusterState) -> None:
     saved = json.loads((Path(cluster.dir) / "cluster.json").read_text())
     assert [b["kafka_port"] for b in saved["brokers"]] == [b.kafka_port for b in cluster.brokers]
+
+
+def test_a_producer_to_a_topic_that_does_not_exist_creates_it_as_kafka_does(cluster: LocalClusterState) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all"})
+    reports: list[object] = []
+    producer.produce("made-on-demand", value=b"first", on_delivery=lambda err, msg: reports.append(err))
+    assert producer.flush(30) == 0
+    assert reports == [None]
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    topic = admin.list_topics(timeout=10).topics["made-on-demand"]
+    assert topic.error is None and topic.partitions  # created with the controller's num.partitions
+    # A consumer's metadata request does not create (librdkafka's allow.auto.create.topics=false).
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "x"})
+    try:
+        assert "never-made" not in consumer.list_topics("never-made", timeout=10).topics or (
+            consumer.list_topics("never-made", timeout=10).topics["never-made"].error is not None
+        )
+    finally:
+        consumer.close()
+    assert "never-made" not in admin.list_topics(timeout=10).topics
