@@ -19,6 +19,7 @@ from client.console import (
 from client.consumer import consume_command, fetch_config
 from client.producer import produce_command
 from cluster.cli.common import CliError, Subcommands, add_client_options, emit, run_async
+from cluster.cli.group import consume_group
 from cluster.exit_codes import EXIT_CHECK_FAILED, EXIT_CLUSTER_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 
@@ -67,6 +68,8 @@ def _consumer_fetch_config(items: list[str] | None) -> dict[str, int]:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
+    if args.group and args.partition is not None:
+        raise CliError("give --group or --partition, not both: a group assigns the partitions", EXIT_USAGE)
     props = _properties(args.property, CONSUMER_PROPERTIES)
     args.fetch_config = _consumer_fetch_config(args.consumer_property)
     start = _start_offset(args)
@@ -95,6 +98,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
         try:
+            if args.group:
+                return await asyncio.to_thread(consume_group, args, counted, start)
             return dict(await consume_command(args, counted, start))
         except asyncio.CancelledError:
             if stopped:
@@ -197,6 +202,11 @@ def register(sub: Subcommands) -> None:
         "--offset", help="where to start in each partition: earliest, latest (default), N, or -N (N before the end)"
     )
     p.add_argument("--partition", type=int)
+    p.add_argument(
+        "--group",
+        help="consume as a member of this consumer group (through the Kafka listeners): the group assigns the "
+        "partitions and what is printed is committed; a new group starts at --offset earliest|latest",
+    )
     p.add_argument("--max-messages", type=int, help="exit after this many records (default, or -1: no limit)")
     p.add_argument(
         "--timeout-ms",

@@ -6,6 +6,7 @@ with the leadership of its __consumer_offsets partition and no committed offset 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -237,3 +238,35 @@ def test_kcat_and_kafka_python_consume_as_groups(cluster: LocalClusterState) -> 
     )
     assert done.returncode == 0, done.stderr.decode()
     assert sorted(done.stdout.split()) == sorted(sent)
+
+
+def test_minibroker_consume_group_and_the_group_commands_use_the_same_coordinators(cluster: LocalClusterState) -> None:
+    def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "cluster", *args, "--bootstrap-server", cluster.bootstrap],
+            input=stdin,
+            capture_output=True,
+            cwd=ROOT,
+            timeout=90,
+        )
+
+    create_topic(cluster, "lines", 1)
+    assert cli("produce", "lines", stdin=b"".join(b"line %d\n" % i for i in range(30))).returncode == 0
+    first = cli(
+        "consume", "lines", "--group", "cli", "--from-beginning", "--max-messages", "20", "--timeout-ms", "15000"
+    )
+    assert first.returncode == 0, first.stderr.decode()
+    assert first.stdout.decode().splitlines() == [f"line {i}" for i in range(20)]
+    # A second member of the same group goes on from what the first committed.
+    rest = cli("consume", "lines", "--group", "cli", "--max-messages", "20", "--timeout-ms", "5000")
+    assert rest.stdout.decode().splitlines() == [f"line {i}" for i in range(20, 30)]
+
+    listed = cli("group", "list", "--json")
+    assert {"group": "cli", "protocol_type": "consumer"} in json.loads(listed.stdout)
+    described = json.loads(cli("group", "describe", "cli", "--json").stdout)
+    assert described["state"] == "Empty"
+    assert [(r["partition"], r["current_offset"], r["log_end_offset"], r["lag"]) for r in described["partitions"]] == [
+        (0, 30, 30, 0)
+    ]
+    missing = cli("group", "describe", "no-such-group")
+    assert missing.returncode == 4 and b"does not exist" in missing.stderr
