@@ -206,6 +206,12 @@ BROKER_CONFIG = ConfigDef(
             "a METADATA on a Kafka listener for a topic that does not exist creates it (num.partitions, "
             "default.replication.factor), as Kafka does",
         ),
+        ConfigKey(
+            "producer.id.expiration.ms",
+            int,
+            86400000,
+            "an idempotent producer's state is dropped once it has written nothing for this long (KIP-854)",
+        ),
         ConfigKey("offsets.topic.num.partitions", int, 50, "partitions of __consumer_offsets (group coordinators)"),
         ConfigKey("offsets.topic.replication.factor", int, 3, "replication factor of __consumer_offsets"),
         ConfigKey("offsets.retention.minutes", int, 10080, "how long a group's committed offsets are kept"),

@@ -118,7 +118,10 @@ class LogManager:
         self.write_high_watermarks(self.high_watermarks())
 
     def cleanup_logs(self) -> int:
-        """Retention (log.retention.ms / log.retention.bytes): whole old segments are deleted."""
+        """Retention (log.retention.ms / log.retention.bytes): whole old segments are deleted. Idle
+        producers' state past producer.id.expiration.ms goes too."""
+        for lg in self.logs.values():
+            lg.remove_expired_producers()
         return sum(lg.delete_old_segments() for lg in self.logs.values())
 
     def flush_all(self) -> None:

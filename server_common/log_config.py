@@ -26,6 +26,9 @@ class LogConfig:
     # reserved blocks instead of allocating them; the file is cut back to its data when the segment rolls
     # or closes.
     preallocate: bool = False
+    # producer.id.expiration.ms (KIP-854): an idempotent producer's state is dropped once its newest batch
+    # is older than this; checked with the retention check.
+    producer_id_expiration_ms: int = _DAY_MS
 
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= _MAX_SEGMENT_BYTES:
@@ -75,6 +78,7 @@ class LogConfig:
         flush_messages = first("flush.messages", "log.flush.interval.messages")
         max_message = first("max.message.bytes", "message.max.bytes")
         preallocate = flag("preallocate", "log.preallocate")
+        producer_expiration = first("producer.id.expiration.ms")
         return cls(
             segment_bytes=defaults.segment_bytes if segment_bytes is None else segment_bytes,
             segment_ms=defaults.segment_ms if segment_ms is None else segment_ms,
@@ -86,6 +90,9 @@ class LogConfig:
             flush_interval_ms=first("flush.ms", "log.flush.interval.ms"),
             max_message_bytes=defaults.max_message_bytes if max_message is None else max_message,
             preallocate=defaults.preallocate if preallocate is None else preallocate,
+            producer_id_expiration_ms=(
+                defaults.producer_id_expiration_ms if producer_expiration is None else producer_expiration
+            ),
         )
 
 

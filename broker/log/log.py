@@ -728,6 +728,10 @@ class Log:
         self.maybe_increment_log_start_offset(offset)
         return self._log_start_offset
 
+    def remove_expired_producers(self) -> int:
+        """producer.id.expiration.ms: forget idempotent producers idle for longer (producer_state.py)."""
+        return self.producer_state.remove_expired(self._time.milliseconds(), self.config.producer_id_expiration_ms)
+
     def delete_old_segments(self) -> int:
         """Apply retention.ms (by each segment's largest timestamp), retention.bytes (by total size) and
         the log start offset. Only segments wholly below the high watermark go; the active segment stays.

@@ -23,8 +23,14 @@ every truncation it is rebuilt from the newest snapshot at or below the log end 
 after it. A snapshot (`<offset>.snapshot`, the state of every batch below `offset`) is written when a
 segment rolls, as Kafka does, so a rebuild reads at most the headers of the segments after it.
 
-Not modelled: producer id expiration (`transactional.id.expiration.ms` / `producer.id.expiration.ms`):
-an idle producer's entry stays as long as the partition does. Transactions are not supported.
+Bounded, so invented producer ids cannot grow a broker without limit (each entry costs about 1 KB):
+* `producer.id.expiration.ms` (KIP-854, a day by default): an entry whose newest batch is older than that
+  is dropped at the next retention check (`remove_expired`), as Kafka's removeExpiredProducers does; a
+  producer that comes back after that starts again at sequence 0 or gets UNKNOWN_PRODUCER_ID;
+* at most `MAX_PRODUCERS_PER_PARTITION` entries: a new producer past that evicts the one that wrote least
+  recently. Eviction follows the order batches are applied, which is the log's order, so followers and a
+  rebuild evict exactly what the leader did and every replica deduplicates the same way.
+Transactions are not supported.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from protocol.record_batch import next_sequence
 logger = logging.getLogger(__name__)
 
 BATCHES_PER_PRODUCER = 5
+MAX_PRODUCERS_PER_PARTITION = 10_000
 SNAPSHOT_SUFFIX = ".snapshot"
 _SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 _SNAPSHOT_VERSION = 1
@@ -100,9 +107,13 @@ class ProducerStateEntry:
 class ProducerStateManager:
     """The producer entries of one partition's log, and its snapshots in the log directory."""
 
-    def __init__(self, dir: Path, storage: Storage = OS_STORAGE) -> None:
+    def __init__(
+        self, dir: Path, storage: Storage = OS_STORAGE, max_producers: int = MAX_PRODUCERS_PER_PARTITION
+    ) -> None:
         self._dir = dir
         self._storage = storage
+        self.max_producers = max_producers
+        self.evicted = 0  # entries dropped to stay within max_producers
         self.producers: dict[int, ProducerStateEntry] = {}
 
     # -- the leader's check ------------------------------------------------------------------------
@@ -148,15 +159,27 @@ class ProducerStateManager:
     # -- updates (leader after its check, followers and recovery as they are) ----------------------
 
     def update(self, batch: ProducerBatch) -> None:
-        entry = self.producers.get(batch.producer_id)
+        entry = self.producers.pop(batch.producer_id, None)  # re-inserted last: the dict is in LRU order
         if entry is None:
-            entry = self.producers[batch.producer_id] = ProducerStateEntry(batch.producer_id, batch.producer_epoch)
+            entry = ProducerStateEntry(batch.producer_id, batch.producer_epoch)
+            if len(self.producers) >= self.max_producers:
+                evicted = next(iter(self.producers))
+                del self.producers[evicted]
+                self.evicted += 1
+        self.producers[batch.producer_id] = entry
         last_seq = next_sequence(batch.base_sequence, batch.last_offset - batch.base_offset)
         meta = BatchMetadata(batch.base_sequence, last_seq, batch.base_offset, batch.last_offset)
         entry.add(batch.producer_epoch, meta, batch.max_timestamp)
 
     def clear(self) -> None:
         self.producers.clear()
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Drop the producers whose newest batch is older than `expiration_ms`; how many were dropped."""
+        expired = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp > expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
 
     # -- snapshots ---------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from broker.log.log import Log
-from broker.log.producer_state import BATCHES_PER_PRODUCER
+from broker.log.producer_state import BATCHES_PER_PRODUCER, MAX_PRODUCERS_PER_PARTITION
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import build_batch
 from tests.broker.log.helpers import START_MS, values_by_offset
@@ -140,3 +140,41 @@ def test_a_log_without_idempotent_producers_snapshots_too_so_opening_it_reads_no
     assert reopened.producer_state.producers == {}
     reopened.truncate_to(5)
     assert max(reopened.producer_state.snapshot_offsets()) <= 5
+
+
+def test_producer_ids_past_the_limit_evict_the_least_recent_writer_the_same_way_on_every_replica(
+    open_log: OpenLog,
+) -> None:
+    leader = open_log()
+    leader.producer_state.max_producers = 3
+    for pid in (1, 2, 3):
+        leader.append_as_leader(pbatch(0, pid=pid), 0)
+    leader.append_as_leader(pbatch(1, pid=1), 0)  # producer 1 wrote last: producer 2 is now the oldest
+    leader.append_as_leader(pbatch(0, pid=4), 0)
+    assert list(leader.producer_state.producers) == [3, 1, 4]
+    assert leader.producer_state.evicted == 1
+    # an evicted producer that goes on is refused as Kafka refuses one whose state is gone
+    assert refused(leader, pbatch(1, pid=2)) == ErrorCode.UNKNOWN_PRODUCER_ID
+    # a follower applying the same batches evicts the same producer, so it deduplicates the same way
+    follower = Log.open(leader.dir.with_name("orders-1"), leader.config, leader._time)  # noqa: SLF001
+    follower.producer_state.max_producers = 3
+    follower.append_as_follower(leader.read(0, 1 << 20))
+    assert list(follower.producer_state.producers) == [3, 1, 4]
+
+
+def test_a_flood_of_invented_producer_ids_stays_within_the_limit(open_log: OpenLog) -> None:
+    log = open_log()
+    for pid in range(MAX_PRODUCERS_PER_PARTITION + 500):
+        log.append_as_leader(pbatch(0, pid=10_000 + pid), 0)
+    assert len(log.producer_state.producers) == MAX_PRODUCERS_PER_PARTITION
+
+
+def test_producers_idle_past_producer_id_expiration_ms_are_forgotten(open_log: OpenLog) -> None:
+    log = open_log(producer_id_expiration_ms=60_000)
+    log.append_as_leader(pbatch(0, pid=1), 0)
+    log._time.advance(50_000)  # noqa: SLF001
+    log.append_as_leader(build_batch([b"v"], timestamp_ms=log._time.milliseconds(), producer_id=2,  # noqa: SLF001
+                                     producer_epoch=0, base_sequence=0), 0)  # fmt: skip
+    log._time.advance(20_000)  # noqa: SLF001
+    assert log.remove_expired_producers() == 1
+    assert list(log.producer_state.producers) == [2]
