@@ -121,6 +121,26 @@ def fuzz_payloads(rng: random.Random, frames: list[bytes]) -> Iterator[bytes]:
             yield struct.pack(">I", len(body)) + body  # valid, mixed in so state actually changes
 
 
+def send_fuzz(port: int, rng: random.Random, payloads: Iterator[bytes], seconds: float) -> int:
+    """Send payloads for `seconds`, a few per connection, reading whatever comes back; how many were sent."""
+    deadline = time.monotonic() + seconds
+    sent = 0
+    while time.monotonic() < deadline:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.settimeout(0.05)
+            for _ in range(rng.randrange(1, 8)):
+                try:
+                    s.sendall(next(payloads))
+                    sent += 1
+                except OSError:
+                    break  # the broker closed this connection: expected for broken frames
+            try:
+                s.recv(65536)
+            except OSError:
+                pass
+    return sent
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     (port,) = free_ports(1)
@@ -152,22 +172,7 @@ def test_random_and_mutated_frames_leave_the_broker_serving_with_its_data_intact
     before_rss = rss_mb(broker.proc.pid)
 
     rng = random.Random(SEED)
-    payloads = fuzz_payloads(rng, valid_frames())
-    deadline = time.monotonic() + FUZZ_SECONDS
-    sent = 0
-    while time.monotonic() < deadline:
-        with socket.create_connection(("127.0.0.1", broker.port), timeout=2) as s:
-            s.settimeout(0.05)
-            for _ in range(rng.randrange(1, 8)):
-                try:
-                    s.sendall(next(payloads))
-                    sent += 1
-                except OSError:
-                    break  # the broker closed this connection: expected for broken frames
-            try:
-                s.recv(65536)
-            except OSError:
-                pass
+    sent = send_fuzz(broker.port, rng, fuzz_payloads(rng, valid_frames()), FUZZ_SECONDS)
     assert sent > 500
 
     # then the broker is up, answers, its memory stayed bounded, and what it acknowledged is unchanged

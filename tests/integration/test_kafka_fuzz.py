@@ -8,7 +8,6 @@ import asyncio
 import random
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from cluster.local_cluster import free_ports
 from network.connection import BrokerConnection
 from protocol.messages import ApiVersionsRequest, FetchPartition, FetchRequest
 from tests.integration.processes import BrokerProcess, assign, standalone_broker
-from tests.integration.test_fuzz import mutate, rss_mb
+from tests.integration.test_fuzz import mutate, rss_mb, send_fuzz
 
 kafka = pytest.importorskip("kafka")
 from kafka.protocol.consumer.fetch import FetchRequest as KFetch  # noqa: E402
@@ -188,22 +187,7 @@ def test_random_and_mutated_kafka_frames_leave_the_broker_serving_with_its_data_
     before_rss = rss_mb(b.proc.pid)
 
     rng = random.Random(SEED)
-    payloads = fuzz_payloads(rng, valid_frames())
-    deadline = time.monotonic() + FUZZ_SECONDS
-    sent = 0
-    while time.monotonic() < deadline:
-        with socket.create_connection(("127.0.0.1", kafka_port), timeout=2) as s:
-            s.settimeout(0.05)
-            for _ in range(rng.randrange(1, 8)):
-                try:
-                    s.sendall(next(payloads))
-                    sent += 1
-                except OSError:
-                    break  # the broker closed this connection: expected for broken frames
-            try:
-                s.recv(65536)
-            except OSError:
-                pass
+    sent = send_fuzz(kafka_port, rng, fuzz_payloads(rng, valid_frames()), FUZZ_SECONDS)
     assert sent > 500
 
     assert b.alive, b.log_text()[-3000:]
