@@ -297,14 +297,16 @@ async def sample_window(producer: Producer, client: ClusterClient, out: list[tup
         out.append((producer.batches_in_flight, client.sender.requests_in_flight, producer.blocked_on_buffer))
 
 
-async def producer_child(args: argparse.Namespace) -> dict[str, Any]:
-    pool = ValuePool()
+def bench_producer(
+    bootstrap: str, batches_per_partition: int = 1, enable_idempotence: bool = True
+) -> tuple[ClusterClient, Producer]:
+    """A client and an acks=all producer with Kafka's defaults (`PRODUCER_CONFIG`)."""
     client = ClusterClient(
-        args.bootstrap,
+        bootstrap,
         client_id="bench-producer",
         max_in_flight=PRODUCER_CONFIG["max.in.flight.requests.per.connection"],
         max_request_bytes=PRODUCER_CONFIG["max.request.size"],
-        batches_per_partition=args.batches_per_partition,
+        batches_per_partition=batches_per_partition,
     )
     producer = Producer(
         client,
@@ -312,8 +314,14 @@ async def producer_child(args: argparse.Namespace) -> dict[str, Any]:
         batch_size=PRODUCER_CONFIG["batch.size"],
         linger_ms=PRODUCER_CONFIG["linger.ms"],
         buffer_memory=PRODUCER_CONFIG["buffer.memory"],
-        enable_idempotence=not args.no_idempotence,
+        enable_idempotence=enable_idempotence,
     )
+    return client, producer
+
+
+async def producer_child(args: argparse.Namespace) -> dict[str, Any]:
+    pool = ValuePool()
+    client, producer = bench_producer(args.bootstrap, args.batches_per_partition, not args.no_idempotence)
     try:
         await client.refresh_metadata([TOPIC])
         tps = client.partitions_of(TOPIC)
@@ -538,17 +546,18 @@ async def raw_baseline(reaper: ProcessReaper, work: Path, bytes_per_reader: int)
         stop_peer(source)
 
 
-async def create_topic(state: LocalClusterState, partitions: int) -> None:
+async def create_topic(state: LocalClusterState, partitions: int, topic: str = TOPIC) -> None:
+    """Create `topic` (RF 3, min.insync.replicas=2) and wait until every partition's ISR is full."""
     async with ClusterClient(state.bootstrap, client_id="bench-admin") as admin:
-        resp = await admin.create_topic(TOPIC, partitions, REPLICATION_FACTOR, {"min.insync.replicas": "2"})
+        resp = await admin.create_topic(topic, partitions, REPLICATION_FACTOR, {"min.insync.replicas": "2"})
         code = resp.topics[0].error_code if resp.topics else resp.error_code
         if code != ErrorCode.NONE:
-            raise RuntimeError(f"cannot create {TOPIC}: {ErrorCode(code).name}")
-        await admin.wait_for_leaders(TOPIC)
+            raise RuntimeError(f"cannot create {topic}: {ErrorCode(code).name}")
+        await admin.wait_for_leaders(topic)
         deadline = time.monotonic() + 30.0
         while time.monotonic() < deadline:
-            await admin.refresh_metadata([TOPIC])
-            if all(len(admin.partitions[tp].isr) == REPLICATION_FACTOR for tp in admin.partitions_of(TOPIC)):
+            await admin.refresh_metadata([topic])
+            if all(len(admin.partitions[tp].isr) == REPLICATION_FACTOR for tp in admin.partitions_of(topic)):
                 return
             await asyncio.sleep(0.1)
         raise RuntimeError("ISRs did not fill within 30 s")
