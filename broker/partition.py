@@ -239,8 +239,9 @@ class Partition:
                         f"{self.topic_partition}: a batch of {header.size_in_bytes} bytes is larger than "
                         f"max.message.bytes={max_bytes}"
                     )
-        validate_records(records)  # Kafka's LogValidator: poison with a valid CRC never reaches the log
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        # Kafka's LogValidator: poison with a valid CRC never reaches the log; max timestamps are recomputed.
+        checked = validate_records(records)
+        info = self.log.append_as_leader(checked, self.leader_epoch)
         self.counters.bytes_in += info.size_bytes
         self.counters.messages_in += info.num_records
         self.maybe_increment_leader_hw(now_ms)
