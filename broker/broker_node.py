@@ -43,7 +43,7 @@ from fetcher.remote_leader_end_point import RemoteLeaderEndPoint, ibp_tuple
 from fetcher.replica_fetcher import FetcherConfig
 from fetcher.replica_fetcher_manager import ReplicaFetcherManager
 from protocol.codec import Message
-from protocol.messages import RequestHeader, TopicPartition
+from protocol.messages import RequestHeader
 from protocol.time import Time
 from protocol.transport import Transport
 
@@ -214,7 +214,7 @@ class BrokerNode:
                 self.controller_id,
                 lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
                 self.replica_manager.on_isr_committed,
-                self._on_isr_rejected,
+                self.replica_manager.on_isr_rejected,
                 self.time,
             )
             self.replica_manager.isr_sink = self.alter_partition
@@ -248,11 +248,6 @@ class BrokerNode:
             if failing:
                 log.info("high watermark checkpoint works again")
                 failing = False
-
-    def _on_isr_rejected(self, tp: TopicPartition) -> None:
-        partition = self.replica_manager.partitions.get(tp)
-        if partition is not None:
-            partition.clear_pending_isr()
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move our leaderships away before stopping (controlled.shutdown.enable)."""
