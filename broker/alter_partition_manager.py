@@ -7,7 +7,10 @@ proposal waits in a queue; one sender task batches everything queued into one AL
 The controller answers per partition with the committed ISR, leader epoch and partition epoch, which the
 partition applies (`on_committed`). A rejected proposal (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION,
 NOT_LEADER_OR_FOLLOWER, ...) clears the pending state: the controller's next LEADER_AND_ISR tells the
-partition what is true. A network failure keeps the proposals and retries after a short backoff.
+partition what is true. The partition is told the error: after INELIGIBLE_REPLICA it does not propose the
+refused follower again until that follower's state changes (Partition.isr_change_rejected), so a broker
+whose replica is offline but which keeps fetching costs one refusal, not one per fetch. A network failure
+keeps the proposals and retries after a short backoff.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class AlterPartitionManager:
         controller_id: int,
         broker_epoch: Callable[[], int],
         on_committed: Callable[[TopicPartition, int, list[int], int], None],
-        on_rejected: Callable[[TopicPartition], None],
+        on_rejected: Callable[[TopicPartition, int], None],
         time: Time,
     ) -> None:
         self.broker_id = broker_id
@@ -85,7 +88,7 @@ class AlterPartitionManager:
             if response.error_code != ErrorCode.NONE:
                 log.warning("ALTER_PARTITION refused: %s", response.error_message)
                 for tp in batch:
-                    self.on_rejected(tp)
+                    self.on_rejected(tp, response.error_code)
                 continue
             for answer in response.partitions:
                 tp = TopicPartition(answer.topic, answer.partition)
@@ -93,4 +96,4 @@ class AlterPartitionManager:
                     self.on_committed(tp, answer.leader_epoch, answer.isr, answer.partition_epoch)
                 else:
                     log.info("%s: ISR change rejected: %s", tp, answer.error_message)
-                    self.on_rejected(tp)
+                    self.on_rejected(tp, answer.error_code)

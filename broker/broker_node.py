@@ -269,7 +269,7 @@ class BrokerNode:
                 self.controller_id,
                 lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
                 self.replica_manager.on_isr_committed,
-                self._on_isr_rejected,
+                self.replica_manager.on_isr_rejected,
                 self.time,
             )
             self.replica_manager.isr_sink = self.alter_partition
@@ -303,11 +303,6 @@ class BrokerNode:
             if failing:
                 log.info("high watermark checkpoint works again")
                 failing = False
-
-    def _on_isr_rejected(self, tp: TopicPartition) -> None:
-        partition = self.replica_manager.partitions.get(tp)
-        if partition is not None:
-            partition.clear_pending_isr()
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move our leaderships away before stopping (controlled.shutdown.enable)."""

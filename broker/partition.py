@@ -114,6 +114,10 @@ class Partition:
     # KIP-841: a fenced or shutting-down broker may not join the ISR, and a dead follower that was caught
     # up a moment ago must not hold the HW back for replica.lag.time.max.ms. True for all in standalone mode.
     is_broker_eligible: Callable[[int], bool] = field(default=lambda broker_id: True)
+    # Followers the controller refused as INELIGIBLE_REPLICA, with the broker epoch they fetched with then:
+    # not proposed again until that changes (Kafka's Partition.maybeExpandIsr proposes a replica only when
+    # its state says it can join). Cleared by any new partition state from the controller.
+    refused_replicas: dict[int, int] = field(default_factory=dict)
 
     # -- identity and role --------------------------------------------------------------------------
 
@@ -195,6 +199,8 @@ class Partition:
                 self.remote_replicas[broker_id] = replica
 
     def _apply_assignment(self, state: LeaderAndIsrPartition) -> None:
+        if state.leader_epoch != self.leader_epoch or state.partition_epoch != self.partition_epoch:
+            self.refused_replicas.clear()
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
         self.partition_epoch = state.partition_epoch
@@ -239,8 +245,9 @@ class Partition:
                         f"{self.topic_partition}: a batch of {header.size_in_bytes} bytes is larger than "
                         f"max.message.bytes={max_bytes}"
                     )
-        validate_records(records)  # Kafka's LogValidator: poison with a valid CRC never reaches the log
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        # Kafka's LogValidator: poison with a valid CRC never reaches the log; max timestamps are recomputed.
+        checked = validate_records(records)
+        info = self.log.append_as_leader(checked, self.leader_epoch)
         self.counters.bytes_in += info.size_bytes
         self.counters.messages_in += info.num_records
         self.maybe_increment_leader_hw(now_ms)
@@ -377,7 +384,14 @@ class Partition:
         if self.pending_isr is not None or replica.broker_id in self.isr:
             return
         if not self.is_broker_eligible(replica.broker_id):
+            # Fenced or shutting down: when the metadata lists it again, that is a change worth a proposal.
+            self.refused_replicas.pop(replica.broker_id, None)
             return
+        refused_at = self.refused_replicas.get(replica.broker_id)
+        if refused_at is not None:
+            if refused_at == replica.broker_epoch:
+                return
+            del self.refused_replicas[replica.broker_id]  # a new incarnation: its replica may be whole again
         if replica.log_end_offset >= self.high_watermark and replica.log_end_offset >= self.leader_epoch_start_offset:
             self._propose_isr(self.isr | {replica.broker_id}, "expand", replica.broker_id)
 
@@ -426,8 +440,25 @@ class Partition:
         self.partition_epoch = partition_epoch
         self.pending_isr = None
 
-    def clear_pending_isr(self) -> None:
-        self.pending_isr = None
+    def isr_change_rejected(self, error_code: int) -> None:
+        """The controller refused our proposal: back to the committed ISR. After INELIGIBLE_REPLICA the
+        followers it would have added are not proposed again until their broker epoch changes, the
+        metadata stops (then starts again) listing their broker, or a new partition state arrives; the
+        refusal is logged once, here, instead of on every fetch."""
+        pending, self.pending_isr = self.pending_isr, None
+        if error_code != ErrorCode.INELIGIBLE_REPLICA or pending is None:
+            return
+        for broker_id in sorted(pending.proposed - self.isr):
+            replica = self.remote_replicas.get(broker_id)
+            epoch = replica.broker_epoch if replica is not None else -1
+            self.refused_replicas[broker_id] = epoch
+            log.info(
+                "%s: the controller refused broker %d (broker epoch %d) for the ISR; not proposing it again "
+                "until its broker epoch or the partition's state changes",
+                self.topic_partition,
+                broker_id,
+                epoch,
+            )
 
     # -- high watermark (L6) -------------------------------------------------------------------------
 

@@ -529,6 +529,11 @@ class ReplicaManager:
         if partition.maybe_increment_leader_hw(self._now()):
             self._on_high_watermark_change(tp)
 
+    def on_isr_rejected(self, tp: TopicPartition, error_code: int) -> None:
+        partition = self.partitions.get(tp)
+        if partition is not None:
+            partition.isr_change_rejected(error_code)
+
     def checkpoint_high_watermarks(self) -> None:
         self.log_manager.checkpoint_high_watermarks()
 

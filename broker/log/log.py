@@ -20,7 +20,10 @@ append the active segment rolls when it would pass segment.bytes, is older than 
 is full (Kafka's maybeRoll). Reads return whole batches, possibly from several segments.
 
 Opening a log recovers what a crash may have torn: without the clean-shutdown marker every segment is
-re-validated batch by batch (header and CRC); with it only the active segment is. Recovery cuts the log
+re-validated batch by batch (header and CRC); with it only the active segment is. Either way the base
+offsets of every closed segment's batches are then checked against each other from the headers alone
+(they are outside the CRC): a segment whose offsets do not run on takes the replica offline at open,
+as a corrupt batch found by a read does, instead of at the first read of that range. Recovery cuts the log
 at the first bad batch, drops any later segments, rebuilds the epoch cache from batch headers when its
 checkpoint is missing, and trims the cache to the recovered log. The idempotent producers' state
 (producer_state.py) is rebuilt on opening and after each truncation from the newest snapshot at or below
@@ -204,6 +207,15 @@ class Log:
                     f"starts at {after.base_offset}"
                 )
                 break
+        if log.offline_reason is None:
+            # Inside each closed segment too, before anything is read: a base offset changed on disk would
+            # otherwise be found only by the first read of its range, while the replica stayed in the ISR.
+            for segment in log._segments[:-1]:
+                try:
+                    segment.check_offsets()
+                except CorruptRecordError as exc:
+                    log.mark_offline(str(exc))
+                    break
         if config.preallocate and log.offline_reason is None:
             # The active segment was cut back to its data when the log closed (or by recovery): appends
             # after a restart fill reserved space too.

@@ -9,8 +9,15 @@ decode them, so one such batch accepted by a leader breaks every reader of the p
 before the append the leader checks each batch as Kafka's LogValidator does for uncompressed v2 batches,
 and refuses the whole partition's records with INVALID_RECORD (87), naming the batch and the rule:
 
+* magic is 2: a batch of magic 0 or 1 (the legacy formats, which a produce request of version 3 or later
+  may not carry in Kafka either: ProduceRequest.validateRecords) is INVALID_RECORD; a magic no Kafka
+  format has stays CORRUPT_MESSAGE, as Kafka's "Invalid magic found in record";
 * attributes are 0: no compression codec, no transactional or control bit (minibroker writes neither,
   so a set bit means a producer this broker cannot serve);
+* the producer fields agree with each other, as Kafka's record batch and ProducerStateManager read them:
+  `producer_id` is -1 (no producer) or a real id (>= 0); without a producer id `producer_epoch` and
+  `base_sequence` are -1 too; `producer_epoch` is never below -1; with a producer id `base_sequence` is
+  >= 0 (LogValidator.validateBatch: "Invalid sequence number");
 * `record_count == last_offset_delta + 1`;
 * the payload is one msgpack array of exactly `record_count` records, nothing after it;
 * each record is `[offset_delta, timestamp_delta, key, value]` or the same with `headers`, the offset
@@ -18,31 +25,95 @@ and refuses the whole partition's records with INVALID_RECORD (87), naming the b
   an integer, key and value are bin or nil, headers `[str, bin or nil]` pairs.
 
 Base offsets and partition leader epochs are the leader's to assign, so whatever a producer put there
-is overwritten, not checked. The cost is one msgpack decode of the payload per batch: see
-docs/benchmarks.md for what it adds per 16 KiB batch.
+is overwritten, not checked. So is `max_timestamp`: as Kafka's LogValidator.assignOffsetsNonCompressed
+(`batch.setMaxTimestamp(timestampType, maxBatchTimestamp)`), the leader sets it to the largest record
+timestamp (`first_timestamp` + the largest timestamp delta) rather than refusing a batch whose header
+disagrees; only when it changes is the batch copied and its CRC recomputed, after the CRC the producer
+sent was checked (a rewrite must not make a corrupt batch look whole). The cost is one msgpack decode of
+the payload per batch: see docs/benchmarks.md for what it adds per 16 KiB batch.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import msgpack
+from crc32c import crc32c
 
-from protocol.errors import InvalidRecordError
-from protocol.record_batch import HEADER_SIZE, BatchHeader, iter_headers
+from protocol.errors import CorruptRecordError, InvalidRecordError
+from protocol.record_batch import (
+    CRC_START,
+    HEADER_SIZE,
+    MAGIC,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    BatchHeader,
+    read_header,
+)
+
+_MAGIC_POSITION = 16  # the same byte in Kafka's legacy (v0, v1) formats and in v2
+_MAX_TIMESTAMP_POSITION = 35
+_CRC_POSITION = 17
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
 
 __all__ = ["InvalidRecordError", "validate_records"]
 
 
-def validate_records(records: bytes | bytearray | memoryview) -> None:
-    """Raise InvalidRecordError (or CorruptRecordError for broken framing) for the first bad batch."""
+Records = bytes | bytearray | memoryview
+
+
+def validate_records(records: Records) -> Records:
+    """The records to append: `records` itself, or a copy with max timestamps (and CRCs) recomputed. Raise
+    InvalidRecordError (or CorruptRecordError for broken framing) for the first bad batch."""
     view = memoryview(records)
-    for header in iter_headers(records):
-        _validate_batch(view[header.position + HEADER_SIZE : header.position + header.size_in_bytes], header)
+    end = len(view)
+    position = 0
+    fixes: list[tuple[BatchHeader, int]] = []
+    while position < end:
+        if end - position > _MAGIC_POSITION and view[position + _MAGIC_POSITION] in _LEGACY_MAGICS:
+            magic = view[position + _MAGIC_POSITION]
+            raise InvalidRecordError(f"batch at byte {position}: magic {magic} is not accepted, only magic {MAGIC}")
+        header = read_header(view, position)
+        max_timestamp = _validate_batch(view[position + HEADER_SIZE : position + header.size_in_bytes], header)
+        if max_timestamp != header.max_timestamp:
+            fixes.append((header, max_timestamp))
+        position += header.size_in_bytes
+    if not fixes:
+        return records
+    fixed = bytearray(records)
+    for header, max_timestamp in fixes:
+        stop = header.position + header.size_in_bytes
+        if crc32c(fixed[header.position + CRC_START : stop]) != header.crc:
+            raise CorruptRecordError(f"CRC mismatch in batch at byte {header.position}")
+        struct.pack_into(">q", fixed, header.position + _MAX_TIMESTAMP_POSITION, max_timestamp)
+        struct.pack_into(
+            ">I", fixed, header.position + _CRC_POSITION, crc32c(fixed[header.position + CRC_START : stop])
+        )
+    return fixed
 
 
-def _validate_batch(payload: memoryview, header: BatchHeader) -> None:
+def _validate_producer_fields(header: BatchHeader, where: str) -> None:
+    pid, epoch, sequence = header.producer_id, header.producer_epoch, header.base_sequence
+    if pid < NO_PRODUCER_ID:
+        raise InvalidRecordError(f"{where}: producer_id {pid} is invalid (-1 for none, or an id >= 0)")
+    if epoch < NO_PRODUCER_EPOCH:
+        raise InvalidRecordError(f"{where}: producer_epoch {epoch} is invalid (-1 for none, or an epoch >= 0)")
+    if pid == NO_PRODUCER_ID:
+        if epoch != NO_PRODUCER_EPOCH or sequence != NO_SEQUENCE:
+            raise InvalidRecordError(
+                f"{where}: producer_epoch {epoch} and base_sequence {sequence} must be -1 without a producer_id"
+            )
+    elif sequence < 0:
+        raise InvalidRecordError(f"{where}: invalid base_sequence {sequence} in a batch with producer_id {pid}")
+
+
+def _validate_batch(payload: memoryview, header: BatchHeader) -> int:
+    """Check one batch; answer its max timestamp as computed from its records."""
     where = f"batch at byte {header.position}"
+    _validate_producer_fields(header, where)
     if header.attributes != 0:
         raise InvalidRecordError(
             f"{where}: attributes {header.attributes:#x} are not supported (no compression or transaction bits)"
@@ -80,8 +151,13 @@ def _validate_batch(payload: memoryview, header: BatchHeader) -> None:
         raise InvalidRecordError(f"{where}: a record has a timestamp delta that is not an integer")
     if not set(map(type, keys)) <= _BIN_OR_NIL or not set(map(type, values)) <= _BIN_OR_NIL:
         raise InvalidRecordError(f"{where}: a record has a key or value that is not bin or nil")
+    max_timestamp: int = header.first_timestamp + max(ts_deltas)
+    if not _INT64_MIN <= max_timestamp <= _INT64_MAX:
+        raise InvalidRecordError(f"{where}: a record's timestamp is outside the int64 range")
+    return max_timestamp
 
 
+_LEGACY_MAGICS = (0, 1)
 _TUPLE = {tuple}
 _RECORD_LENGTHS = {4, 5}
 _FOUR = {4}

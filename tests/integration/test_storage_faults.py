@@ -94,7 +94,7 @@ async def debug_read(state: LocalClusterState, broker_id: int) -> int:
             offset = list(iter_headers(p.records))[-1].next_offset
 
 
-async def test_a_replica_damaged_while_stopped_goes_offline_when_read_and_is_never_elected(
+async def test_a_replica_damaged_while_stopped_goes_offline_at_open_and_is_never_elected(
     cluster: LocalClusterState,
 ) -> None:
     client = ClusterClient(cluster.bootstrap)
@@ -114,25 +114,23 @@ async def test_a_replica_damaged_while_stopped_goes_offline_when_read_and_is_nev
         assert len(segments) >= 3
         raw = bytearray(segments[1].read_bytes())
         second = list(iter_headers(bytes(raw)))[1]
-        raw[second.position + 7] ^= 0x40  # outside the CRC: the batch now claims offsets 64 ahead
+        raw[second.position + 7] ^= 0x40  # outside the CRC: the batch now claims offsets 64 away
         segments[1].write_bytes(raw)
         await restart_broker(cluster, damaged_id)
 
-        async def back_in_isr() -> bool:
+        # then opening the log finds it, before anything reads that range: the replica is offline at once
+        broker_log = Path(damaged.dir) / "broker.log"
+
+        async def offline_at_open() -> bool:
+            return f"{TOPIC}-0 is offline: batch at byte {second.position} of" in broker_log.read_text()
+
+        await wait_until(offline_at_open, what="the damaged replica offline at open")
+        # and it never rejoins the ISR, while a read of it refuses with KAFKA_STORAGE_ERROR instead of a hole
+        for _ in range(10):
             isr, _ = await isr_and_leader(client)
-            return damaged_id in isr
-
-        await wait_until(back_in_isr, what="the restarted follower back in the ISR")
-
-        # when that replica is read, it refuses with KAFKA_STORAGE_ERROR instead of serving a hole
+            assert damaged_id not in isr
+            await asyncio.sleep(0.3)
         assert await debug_read(cluster, damaged_id) == ErrorCode.KAFKA_STORAGE_ERROR
-
-        # then it reports the replica offline and the controller takes it out of the ISR
-        async def out_of_isr() -> bool:
-            isr, _ = await isr_and_leader(client)
-            return damaged_id not in isr
-
-        await wait_until(out_of_isr, what="the damaged replica out of the ISR")
 
         # and when the leader dies, the healthy replica leads, and every acknowledged record reads back in order
         os.kill(cluster.broker(leader).pid, signal.SIGKILL)

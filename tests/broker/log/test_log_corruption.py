@@ -1,5 +1,6 @@
-"""Corruption a clean restart does not look for: bytes changed on disk in closed segments are found the
-first time they would be served, and the replica goes offline instead of serving a hole or garbage."""
+"""Corruption in closed segments after a clean restart: a base offset changed on disk (outside the CRC) is
+found at open by a walk over the batch headers; a payload byte changed is found the first time it would
+be served. Either way the replica goes offline instead of serving a hole or garbage."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from broker.log.log import Log
+from broker.log.segment import LogSegment
 from protocol.errors import KafkaStorageError
 from protocol.record_batch import iter_headers
 from tests.broker.log.helpers import batch
@@ -40,20 +42,43 @@ def flip_payload_byte(raw: bytearray) -> None:
     raw[-3] ^= 0xFF
 
 
-def test_a_changed_base_offset_is_never_served_as_a_hole(open_log: OpenLog) -> None:
+def test_a_changed_base_offset_in_a_closed_segment_takes_the_log_offline_at_open(
+    open_log: OpenLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given no read of the log can happen (a read would find the jump too, later)
+    def no_read(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the log was read before its offsets were checked")
+
+    monkeypatch.setattr(LogSegment, "read_span", no_read)
+    monkeypatch.setattr(LogSegment, "span", no_read)
+    # when a clean restart finds a batch of a closed segment 64 offsets ahead of where its predecessor ends
     log = closed_log_with_a_damaged_middle_segment(open_log, flip_base_offset_of_second_batch)
-    second_segment = log.segments[1]
-    # the first segment still reads fine
-    assert [h.base_offset for h in iter_headers(log.read(0, 1 << 20, upper_bound=second_segment.base_offset))]
-    # but a read that reaches the damaged batch raises instead of skipping 64 offsets
-    with pytest.raises(KafkaStorageError, match="offsets jump"):
-        log.read(second_segment.base_offset, 1 << 20)
-    # and the replica is offline from then on: no reads, no appends
-    assert log.offline_reason is not None
+    # then the replica is offline before anything was served from it: no reads, no appends
+    assert log.offline_reason is not None and "expected" in log.offline_reason, log.offline_reason
+    assert f"{log.segments[1].base_offset:020d}.log" in log.offline_reason
+    monkeypatch.undo()
     with pytest.raises(KafkaStorageError):
         log.read(0, 100)
     with pytest.raises(KafkaStorageError):
         log.append_as_leader(batch(b"x"), 0)
+
+
+def test_a_base_offset_that_goes_back_in_a_closed_segment_takes_the_log_offline_at_open(open_log: OpenLog) -> None:
+    def second_batch_repeats_the_first(raw: bytearray) -> None:
+        [first, second, *_] = iter_headers(bytes(raw))
+        raw[second.position : second.position + 8] = raw[first.position : first.position + 8]
+
+    log = closed_log_with_a_damaged_middle_segment(open_log, second_batch_repeats_the_first)
+    assert log.offline_reason is not None and "expected" in log.offline_reason, log.offline_reason
+
+
+def test_a_first_batch_before_its_segment_base_offset_takes_the_log_offline_at_open(open_log: OpenLog) -> None:
+    def first_batch_one_back(raw: bytearray) -> None:
+        [first, *_] = iter_headers(bytes(raw))
+        raw[first.position : first.position + 8] = (first.base_offset - 1).to_bytes(8, "big")
+
+    log = closed_log_with_a_damaged_middle_segment(open_log, first_batch_one_back)
+    assert log.offline_reason is not None and "expected" in log.offline_reason, log.offline_reason
 
 
 def test_a_flipped_payload_byte_in_a_closed_segment_is_never_served(open_log: OpenLog) -> None:

@@ -74,3 +74,71 @@ def test_good_batches_pass_whatever_they_carry() -> None:
 def test_broken_framing_stays_a_corrupt_message() -> None:
     with pytest.raises(CorruptRecordError):
         validate_records(build_batch([b"v"])[:-1])
+
+
+def batch_with_header(**fields: int) -> bytes:
+    """A one-record batch with a correct CRC whose header fields are set to `fields` (magic outside the CRC)."""
+    import struct
+
+    from crc32c import crc32c
+
+    from protocol.record_batch import _HEADER, CRC_START
+
+    raw = bytearray(build_batch([b"v"], timestamp_ms=1_000))
+    names = [
+        "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes", "last_offset_delta",
+        "first_timestamp", "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "record_count",
+    ]  # fmt: skip
+    values = dict(zip(names, _HEADER.unpack_from(raw), strict=True))
+    values.update(fields)
+    struct.pack_into(_HEADER.format, raw, 0, *values.values())
+    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[CRC_START:])))
+    return bytes(raw)
+
+
+HEADER_POISON = {
+    # Kafka's ProduceRequest.validateRecords: produce v3+ carries magic 2 only, InvalidRecordException (87).
+    "magic 1": batch_with_header(magic=1),
+    "magic 0": batch_with_header(magic=0),
+    # Kafka: a producer id below -1 does not exist; -1 means no producer, so no epoch and no sequence either.
+    "producer id -2": batch_with_header(producer_id=-2),
+    "producer epoch -5": batch_with_header(producer_id=7, producer_epoch=-5, base_sequence=0),
+    "no producer id but an epoch": batch_with_header(producer_id=-1, producer_epoch=0),
+    "no producer id but a sequence": batch_with_header(producer_id=-1, base_sequence=0),
+    # Kafka's LogValidator.validateBatch: "Invalid sequence number ... in record batch with producerId".
+    "producer id without a sequence": batch_with_header(producer_id=7, producer_epoch=0, base_sequence=-1),
+}
+POISON.update(HEADER_POISON)
+
+
+@pytest.mark.parametrize("name", sorted(HEADER_POISON))
+def test_header_fields_that_contradict_each_other_are_refused_as_invalid_record(name: str) -> None:
+    with pytest.raises(InvalidRecordError, match="batch at byte 0"):
+        validate_records(HEADER_POISON[name])
+
+
+def test_a_magic_kafka_does_not_know_stays_a_corrupt_message() -> None:
+    # Kafka's ByteBufferLogInputStream: "Invalid magic found in record" (CorruptRecordException) for magic > 2.
+    with pytest.raises(CorruptRecordError):
+        validate_records(batch_with_header(magic=3))
+
+
+def test_max_timestamp_is_recomputed_from_the_records_as_kafka_does() -> None:
+    from protocol.record_batch import is_crc_valid, read_header
+
+    # given a batch whose max_timestamp (5) lies below its first_timestamp (1000), with a correct CRC
+    bad = batch_with_header(max_timestamp=5)
+    fixed = validate_records(bad)
+    header = read_header(fixed)
+    # the leader stores the largest record timestamp instead, with the CRC recomputed over the new value
+    assert header.max_timestamp == 1_000 and is_crc_valid(fixed, header)
+    assert bytes(fixed)[:35] == bad[:17] + bytes(fixed)[17:21] + bad[21:35]
+    good = build_batch([b"v"], timestamp_ms=1_000)
+    assert validate_records(good) is good, "a consistent batch is passed on as is, not copied"
+
+
+def test_a_wrong_max_timestamp_does_not_launder_a_bad_crc() -> None:
+    bad = bytearray(batch_with_header(max_timestamp=5))
+    bad[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        validate_records(bytes(bad))

@@ -1,0 +1,99 @@
+"""A leader whose proposal to add a follower to the ISR the controller refuses as INELIGIBLE_REPLICA does not
+propose it again on every fetch, only once the follower's state changed (Kafka's AlterPartitionManager and
+Partition.maybeExpandIsr): a broker whose replica is offline keeps fetching for as long as it runs, and
+each of its fetches used to cost an ALTER_PARTITION round trip and a log line, 2.5 a second."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.alter_partition_manager import AlterPartitionManager
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    AlterPartitionItem,
+    AlterPartitionItemResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+)
+from tests.broker.leader_fixtures import FOLLOWER_ID, LOCAL_ID, TP0, LeaderBroker
+
+FETCH_INTERVAL_MS = 400  # a follower with nothing new to fetch, as a live cluster showed: 2.5 fetches a second
+
+
+class RefusingController:
+    """ALTER_PARTITION's other end: refuses every new ISR member, as the controller does for a broker that
+    reported the replica offline."""
+
+    def __init__(self) -> None:
+        self.items: list[AlterPartitionItem] = []
+
+    async def send(self, broker_id: int, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        self.items.extend(request.partitions)
+        return AlterPartitionResponse(
+            [
+                AlterPartitionItemResponse(
+                    item.topic,
+                    item.partition,
+                    ErrorCode.INELIGIBLE_REPLICA,
+                    f"brokers [{FOLLOWER_ID}] reported this replica offline",
+                )
+                for item in request.partitions
+            ]
+        )
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[LeaderBroker]:
+    b = LeaderBroker(tmp_path / "broker-0")
+    yield b
+    b.close()
+
+
+async def test_an_ineligible_follower_is_proposed_once_until_its_broker_epoch_changes(broker: LeaderBroker) -> None:
+    controller = RefusingController()
+    manager = AlterPartitionManager(
+        LOCAL_ID,
+        controller,  # type: ignore[arg-type]
+        3000,
+        lambda: 1,
+        broker.replica_manager.on_isr_committed,
+        broker.replica_manager.on_isr_rejected,
+        broker.time,
+    )
+    broker.replica_manager.isr_sink = manager
+    partition = broker.make_leader(isr=[LOCAL_ID])
+    partition.isr_sink = manager
+    await broker.produce(TP0, b"a")
+    sender = asyncio.ensure_future(manager.run())
+    try:
+
+        async def fetch_for(ms: int, broker_epoch: int) -> None:
+            for _ in range(ms // FETCH_INTERVAL_MS):
+                await broker.fetch(FOLLOWER_ID, {TP0: partition.log_end_offset}, replica_epoch=broker_epoch)
+                for _ in range(5):  # let the sender ask the controller and apply its answer
+                    await asyncio.sleep(0)
+                broker.advance(FETCH_INTERVAL_MS)
+
+        # when the caught-up follower (broker epoch 7) fetches for 30 s of virtual time, refused each time
+        await fetch_for(30_000, broker_epoch=7)
+        # then the leader proposed it once, not once per fetch
+        assert len(controller.items) == 1, f"{len(controller.items)} proposals in 30 s"
+        assert partition.isr == {LOCAL_ID} and partition.pending_isr is None
+
+        # when the follower restarts (a new broker epoch: its replica is no longer the offline one)
+        await fetch_for(2_000, broker_epoch=8)
+        # then it is proposed again, once
+        assert len(controller.items) == 2
+        assert [m.broker_epoch for m in controller.items[-1].new_isr_with_epochs if m.broker_id == FOLLOWER_ID] == [8]
+
+        # when a new leadership starts (LEADER_AND_ISR: the controller's view changed), the slate is clean too
+        broker.make_leader(isr=[LOCAL_ID], leader_epoch=2)
+        await fetch_for(2_000, broker_epoch=8)
+        assert len(controller.items) == 3
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
