@@ -15,9 +15,9 @@ and refuses the whole partition's records with INVALID_RECORD (87), naming the b
 * attributes are 0: no compression codec, no transactional or control bit (minibroker writes neither,
   so a set bit means a producer this broker cannot serve);
 * the producer fields agree with each other, as Kafka's record batch and ProducerStateManager read them:
-  `producer_id` is -1 (no producer) or a real id (>= 0); without a producer id `producer_epoch` and
-  `base_sequence` are -1 too; `producer_epoch` is never below -1; with a producer id `base_sequence` is
-  >= 0 (LogValidator.validateBatch: "Invalid sequence number");
+  `producer_id` is -1 (no producer) or a real id (>= 0); `producer_epoch` is never below -1; with a
+  producer id `base_sequence` is >= 0 (LogValidator.validateBatch: "Invalid sequence number"); without
+  one the epoch and sequence are not read, as in Kafka (aiokafka writes sequence 0 there);
 * `record_count == last_offset_delta + 1`;
 * the payload is one msgpack array of exactly `record_count` records, nothing after it;
 * each record is `[offset_delta, timestamp_delta, key, value]` or the same with `headers`, the offset
@@ -101,12 +101,9 @@ def _validate_producer_fields(header: BatchHeader, where: str) -> None:
         raise InvalidRecordError(f"{where}: producer_id {pid} is invalid (-1 for none, or an id >= 0)")
     if epoch < NO_PRODUCER_EPOCH:
         raise InvalidRecordError(f"{where}: producer_epoch {epoch} is invalid (-1 for none, or an epoch >= 0)")
-    if pid == NO_PRODUCER_ID:
-        if epoch != NO_PRODUCER_EPOCH or sequence != NO_SEQUENCE:
-            raise InvalidRecordError(
-                f"{where}: producer_epoch {epoch} and base_sequence {sequence} must be -1 without a producer_id"
-            )
-    elif sequence < 0:
+    # Without a producer id Kafka reads neither the epoch nor the sequence (RecordBatch.hasProducerId), and
+    # real clients rely on it: aiokafka writes base_sequence 0 into its non-idempotent batches.
+    if pid != NO_PRODUCER_ID and sequence < 0:
         raise InvalidRecordError(f"{where}: invalid base_sequence {sequence} in a batch with producer_id {pid}")
 
 
