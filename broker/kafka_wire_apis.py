@@ -245,7 +245,9 @@ class KafkaWireApis:
             throttle_time_ms=0,
             brokers=brokers,
             cluster_id=self.cluster_id,
-            controller_id=ours.controller_id,
+            # Kafka clients send CreateTopics and DeleteTopics to the controller this names, and must reach it
+            # on this listener: as a KRaft broker does, name a broker (this one), which forwards them.
+            controller_id=self.apis.broker_id if brokers else -1,
             topics=[
                 T(
                     error_code=t.error_code,
@@ -690,13 +692,19 @@ class KafkaWireApis:
             for topic in request.topics
             for p in topic.partitions
         }
-        errors = await self._group_coordinator().commit_offsets(
-            request.group_id,
-            request.generation_id_or_member_epoch,
-            request.member_id,
-            request.group_instance_id if version >= 7 else None,
-            offsets,
-        )
+        # Kafka answers UNKNOWN_TOPIC_OR_PARTITION for a partition its metadata does not have, and commits
+        # the others.
+        known = self._known_partitions({topic for topic, _ in offsets})
+        unknown = {tp: int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for tp in offsets if tp not in known}
+        errors = dict(unknown)
+        if len(unknown) < len(offsets):
+            errors |= await self._group_coordinator().commit_offsets(
+                request.group_id,
+                request.generation_id_or_member_epoch,
+                request.member_id,
+                request.group_instance_id if version >= 7 else None,
+                {tp: value for tp, value in offsets.items() if tp not in unknown},
+            )
         K = KOffsetCommitResponse
         T = K.OffsetCommitResponseTopic
         return K[version](
@@ -712,6 +720,10 @@ class KafkaWireApis:
                 for topic, keys in _by_topic(offsets, lambda key: key[0]).items()
             ],
         )
+
+    def _known_partitions(self, topics: set[str]) -> set[tuple[str, int]]:
+        ours = self.apis.metadata_cache.metadata_response(sorted(topics))
+        return {(t.topic, p.partition) for t in ours.topics for p in t.partitions}
 
     async def offset_fetch(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
         version = request.API_VERSION

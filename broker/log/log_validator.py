@@ -48,7 +48,6 @@ from protocol.record_batch import (
     MAGIC,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
-    NO_SEQUENCE,
     BatchHeader,
     read_header,
 )

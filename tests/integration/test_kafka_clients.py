@@ -39,7 +39,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClusterSt
             controller_port=ports[3],
             broker_ports=ports[:3],
             kafka_ports=ports[4:],
-            overrides={"broker.heartbeat.interval.ms": "250", "broker.session.timeout.ms": "1500"},
+            overrides={
+                "broker.heartbeat.interval.ms": "250",
+                "broker.session.timeout.ms": "1500",
+                "offsets.topic.num.partitions": "3",
+            },
         )
     )
     try:
@@ -287,3 +291,31 @@ def test_a_producer_to_a_topic_that_does_not_exist_creates_it_as_kafka_does(clus
     finally:
         consumer.close()
     assert "never-made" not in admin.list_topics(timeout=10).topics
+
+
+def test_an_admin_client_creates_topics_through_the_controller_the_metadata_names(cluster: LocalClusterState) -> None:
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert md.controller_id in md.brokers  # a broker the client can reach, which forwards to the controller
+    futures = admin.create_topics([confluent_admin.NewTopic("via-admin", num_partitions=2, replication_factor=3)])
+    futures["via-admin"].result(timeout=30)
+    assert sorted(admin.list_topics(timeout=10).topics["via-admin"].partitions) == [0, 1]
+
+
+def test_a_commit_for_a_partition_that_does_not_exist_fails_only_for_it(cluster: LocalClusterState) -> None:
+    create_topic(cluster, "committed", partitions=1)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "committer"})
+    try:
+        asked = [confluent_kafka.TopicPartition("committed", 0, 5), confluent_kafka.TopicPartition("nowhere", 0, 5)]
+        try:
+            answered = consumer.commit(offsets=asked, asynchronous=False)
+        except confluent_kafka.KafkaException as exc:  # librdkafka raises when any partition failed
+            answered = exc.args[0].partitions if hasattr(exc.args[0], "partitions") else None
+        committed = consumer.committed([confluent_kafka.TopicPartition("committed", 0)], timeout=20)
+        assert committed[0].offset == 5
+        if answered is not None:
+            errors = {tp.topic: tp.error for tp in answered}
+            assert errors["committed"] is None
+            assert errors["nowhere"].code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+    finally:
+        consumer.close()
