@@ -33,6 +33,8 @@ from kafka.protocol.admin.configs import (
 from kafka.protocol.admin.configs import (
     DescribeConfigsResponse as KDescribeConfigsResponse,
 )
+from kafka.protocol.admin.configs import IncrementalAlterConfigsRequest as KIncrementalAlterConfigsRequest
+from kafka.protocol.admin.configs import IncrementalAlterConfigsResponse as KIncrementalAlterConfigsResponse
 from kafka.protocol.admin.groups import DescribeGroupsRequest as KDescribeGroupsRequest
 from kafka.protocol.admin.groups import DescribeGroupsResponse as KDescribeGroupsResponse
 from kafka.protocol.admin.groups import ListGroupsRequest as KListGroupsRequest
@@ -95,6 +97,8 @@ from protocol.messages import (
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    AlterableConfig,
+    AlterConfigsResource,
     CreatableTopic,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -113,6 +117,8 @@ from protocol.messages import (
     FetchRequest,
     FetchResponse,
     ForgottenPartition,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ListOffsetsPartition,
@@ -179,6 +185,7 @@ class KafkaWireApis:
             KDeleteTopicsRequest: self.delete_topics,
             KCreatePartitionsRequest: self.create_partitions,
             KDescribeConfigsRequest: self.describe_configs,
+            KIncrementalAlterConfigsRequest: self.incremental_alter_configs,
             KJoinGroupRequest: self.join_group,
             KSyncGroupRequest: self.sync_group,
             KHeartbeatRequest: self.heartbeat,
@@ -871,6 +878,37 @@ class KafkaWireApis:
                     error_message=results[t.name].error_message if t.name in results else None,
                 )
                 for t in asked
+            ],
+        )
+
+    async def incremental_alter_configs(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        resources = [
+            AlterConfigsResource(
+                r.resource_type,
+                r.resource_name,
+                [AlterableConfig(c.name, c.config_operation, c.value) for c in r.configs],
+            )
+            for r in request.resources
+        ]
+        ours = await self.apis.handle_incremental_alter_configs(
+            ctx, IncrementalAlterConfigsRequest(resources, validate_only=request.validate_only)
+        )
+        K = KIncrementalAlterConfigsResponse
+        answers = {}
+        if isinstance(ours, IncrementalAlterConfigsResponse):
+            answers = {(r.resource_type, r.resource_name): r for r in ours.responses}
+        error = ours.error_code if isinstance(ours, ErrorResponse) else int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        message = ours.error_message if isinstance(ours, ErrorResponse) else None
+        return K[request.API_VERSION](
+            throttle_time_ms=0,
+            responses=[
+                K.AlterConfigsResourceResponse(
+                    error_code=a.error_code if (a := answers.get((r.resource_type, r.resource_name))) else error,
+                    error_message=a.error_message if a else message,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                )
+                for r in resources
             ],
         )
 

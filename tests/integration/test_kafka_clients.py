@@ -319,3 +319,25 @@ def test_a_commit_for_a_partition_that_does_not_exist_fails_only_for_it(cluster:
             assert errors["nowhere"].code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
     finally:
         consumer.close()
+
+
+def test_an_admin_client_changes_and_reads_a_topics_configs(cluster: LocalClusterState) -> None:
+    create_topic(cluster, "configured", partitions=1)
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    resource = confluent_admin.ConfigResource(
+        confluent_admin.ResourceType.TOPIC,
+        "configured",
+        incremental_configs=[
+            confluent_admin.ConfigEntry(
+                "retention.ms", "3600000", incremental_operation=confluent_admin.AlterConfigOpType.SET
+            )
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+    described = admin.describe_configs(
+        [confluent_admin.ConfigResource(confluent_admin.ResourceType.TOPIC, "configured")]
+    )
+    configs = next(iter(described.values())).result(timeout=30)
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["retention.ms"].source == confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
