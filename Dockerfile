@@ -21,6 +21,7 @@ COPY network ./network
 COPY client ./client
 COPY broker ./broker
 COPY fetcher ./fetcher
+COPY group_coordinator ./group_coordinator
 COPY controller ./controller
 COPY cluster ./cluster
 COPY metrics ./metrics

@@ -515,3 +515,12 @@ def test_broker_metrics_reach_the_shared_volume_and_the_sink_through_mosquitto(c
     wait_for(lambda: broker_ids(broker_files) == {1, 2, 3}, "every broker's metric files", timeout_s=30)
     wait_for(lambda: broker_ids(sink_files) == {1, 2, 3}, "every broker's metrics via the sink", timeout_s=30)
     assert cluster.processes["metrics-sink"].proc.poll() is None, cluster.processes["metrics-sink"].log_text()
+
+
+def test_the_image_copies_every_package_the_project_installs() -> None:
+    import tomllib
+
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    top_level = {name.split(".")[0] for name in packages}
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", (ROOT / "Dockerfile").read_text(), re.M))
+    assert top_level <= copied, f"the Dockerfile does not copy {sorted(top_level - copied)}: pip install . fails"
