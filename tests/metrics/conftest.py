@@ -21,6 +21,9 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # The session serves every Spark test of the run, some 2,600 stages: with the default 1 GiB the
+        # hash aggregations of the last ones could not get memory (aggregateOutOfMemoryError).
+        .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
