@@ -150,11 +150,17 @@ def test_two_consumers_share_the_partitions_and_a_leader_kill_loses_no_committed
     cluster: LocalClusterState,
 ) -> None:
     create_topic(cluster, "orders", 4)
-    first = produce(cluster, "orders", [b"first-%d" % i for i in range(400)])
     consumers = [group_consumer(cluster, "billing") for _ in range(2)]
     for consumer in consumers:
         consumer.subscribe(["orders"])  # type: ignore[attr-defined]
     try:
+        # Both members in the group before anything is written, so neither reads it all alone first.
+        deadline = time.monotonic() + 60
+        while not all(c.assignment() for c in consumers):  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline, "the group never gave both members partitions"
+            for consumer in consumers:
+                consumer.poll(0.1)  # type: ignore[attr-defined]
+        first = produce(cluster, "orders", [b"first-%d" % i for i in range(400)])
         got = read_all(consumers, len(first))
         # Each record is read once by the group, and the group split the partitions between its members.
         values = [m.value() for part in got for m in part]
