@@ -90,6 +90,7 @@ from kafka.protocol.producer.transaction import InitProducerIdResponse as KInitP
 from broker.kafka_apis import KafkaApis
 from group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from network.kafka_wire import UnsupportedApiVersions, served_versions
+from network.listeners import split_host_port
 from network.request_context import ConnectionContext
 from protocol.errors import ErrorCode, KafkaError
 from protocol.kafka_records import kafka_to_native, native_to_kafka
@@ -145,6 +146,14 @@ INTERNAL_CONTEXT = ConnectionContext(-1, "kafka-listener", authenticated=True)
 
 _NO_VALIDATE_ONLY = "validate_only is not supported by minibroker: the controller validates as it creates"
 _LOWEST_PRODUCE_VERSION = 3  # record batch v2; Kafka 4 refuses v0-2 too (KIP-896)
+
+
+def _request_error(ours: object) -> tuple[int, str | None]:
+    """The error every entry of an answer gets when the broker's handler refused the request whole
+    (an ErrorResponse), or answered something this translation did not expect."""
+    if isinstance(ours, ErrorResponse):
+        return ours.error_code, ours.error_message
+    return int(ErrorCode.UNKNOWN_SERVER_ERROR), None
 
 
 def _by_topic(items: Iterable[Any], topic: Callable[[Any], str]) -> dict[str, list[Any]]:
@@ -243,7 +252,7 @@ class KafkaWireApis:
         P = T.MetadataResponsePartition
         brokers = []
         for b in ours.brokers:
-            address = self._listener_address(b.broker_id, b.listeners)
+            address = self._listener_address(b.listeners)
             if address is not None:
                 brokers.append(
                     K.MetadataResponseBroker(node_id=b.broker_id, host=address[0], port=address[1], rack=b.rack)
@@ -297,12 +306,9 @@ class KafkaWireApis:
             elif result is not None and result.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION:
                 t.error_code = int(ErrorCode.INVALID_TOPIC_EXCEPTION)
 
-    def _listener_address(self, broker_id: int, listeners: dict[str, str]) -> tuple[str, int] | None:
+    def _listener_address(self, listeners: dict[str, str]) -> tuple[str, int] | None:
         address = listeners.get(self.listener_name)
-        if address is None:
-            return None
-        host, _, port = address.rpartition(":")
-        return host, int(port)
+        return None if address is None else split_host_port(address, f"listener {self.listener_name}")
 
     # -- Produce (0) -----------------------------------------------------------------------------------
 
@@ -510,7 +516,7 @@ class KafkaWireApis:
         answers: dict[TopicPartition, EpochEndOffset] = {}
         if isinstance(ours, OffsetForLeaderEpochResponse):
             answers = {TopicPartition(r.topic, r.partition): r for r in ours.partitions}
-        error = ours.error_code if isinstance(ours, ErrorResponse) else int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        error, _ = _request_error(ours)
         K = KOffsetForLeaderEpochResponse
         T = K.OffsetForLeaderTopicResult
         P = T.EpochEndOffset
@@ -574,7 +580,7 @@ class KafkaWireApis:
         address = None
         if leader is not None:
             endpoint = self.apis.metadata_cache.endpoint(leader)
-            address = self._listener_address(leader, endpoint.listeners) if endpoint is not None else None
+            address = self._listener_address(endpoint.listeners) if endpoint is not None else None
         if address is None:
             return K(
                 throttle_time_ms=0,
@@ -824,8 +830,7 @@ class KafkaWireApis:
         results = {}
         if isinstance(ours, CreateTopicsResponse):
             results = {r.name: r for r in ours.topics}
-        error = ours.error_code if isinstance(ours, ErrorResponse) else int(ErrorCode.UNKNOWN_SERVER_ERROR)
-        message = ours.error_message if isinstance(ours, ErrorResponse) else None
+        error, message = _request_error(ours)
         return K[version](
             throttle_time_ms=0,
             topics=[
@@ -845,7 +850,7 @@ class KafkaWireApis:
         results = {}
         if isinstance(ours, DeleteTopicsResponse):
             results = {r.name: r.error_code for r in ours.responses}
-        error = ours.error_code if isinstance(ours, ErrorResponse) else int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        error, _ = _request_error(ours)
         return K[request.API_VERSION](
             throttle_time_ms=0,
             responses=[K.DeletableTopicResult(name=n, error_code=results.get(n, error)) for n in names],
@@ -868,7 +873,7 @@ class KafkaWireApis:
         results = {}
         if isinstance(ours, CreatePartitionsResponse):
             results = {r.name: r for r in ours.results}
-        error = ours.error_code if isinstance(ours, ErrorResponse) else int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        error, _ = _request_error(ours)
         return K[request.API_VERSION](
             throttle_time_ms=0,
             results=[
@@ -897,8 +902,7 @@ class KafkaWireApis:
         answers = {}
         if isinstance(ours, IncrementalAlterConfigsResponse):
             answers = {(r.resource_type, r.resource_name): r for r in ours.responses}
-        error = ours.error_code if isinstance(ours, ErrorResponse) else int(ErrorCode.UNKNOWN_SERVER_ERROR)
-        message = ours.error_message if isinstance(ours, ErrorResponse) else None
+        error, message = _request_error(ours)
         return K[request.API_VERSION](
             throttle_time_ms=0,
             responses=[
