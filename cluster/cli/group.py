@@ -192,13 +192,15 @@ def consume_group(
                 break
             batches = consumer.poll(timeout_ms=200, max_records=500)
             for tp, records in batches.items():
-                for r in records:
-                    if args.max_messages is not None and count >= args.max_messages:
-                        break
+                room = len(records) if args.max_messages is None else max(0, args.max_messages - count)
+                for r in records[:room]:
                     record = Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers or ()))
                     sys.stdout.buffer.write(formatter(tp.topic, tp.partition, record))
                     count += 1
-                    consumer.seek(tp, r.offset + 1)
+                if room < len(records):
+                    # poll moved past records this run will not print: back to the first of them, so the
+                    # commit below covers exactly what was printed.
+                    consumer.seek(tp, records[room].offset)
                 last = time.monotonic()
             sys.stdout.flush()
             if batches:

@@ -276,3 +276,15 @@ def test_minibroker_consume_group_and_the_group_commands_use_the_same_coordinato
     ]
     missing = cli("group", "describe", "no-such-group")
     assert missing.returncode == 4 and b"does not exist" in missing.stderr
+
+    # Stopping at --max-messages in the middle of what one poll returned commits only what was printed,
+    # also for the partitions the stop left untouched.
+    create_topic(cluster, "spread", 3)
+    for p in range(3):
+        lines = b"".join(b"p%d-%d\n" % (p, i) for i in range(10))
+        assert cli("produce", "spread", "--partition", str(p), stdin=lines).returncode == 0
+    args = ("consume", "spread", "--group", "spread", "--from-beginning", "--max-messages", "20")
+    head = cli(*args, "--timeout-ms", "15000").stdout.decode().splitlines()
+    tail = cli(*args, "--timeout-ms", "5000").stdout.decode().splitlines()
+    assert len(head) == 20 and len(tail) == 10
+    assert sorted(head + tail) == sorted(f"p{p}-{i}" for p in range(3) for i in range(10))
