@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
 from network.connection import BrokerConnection
 from protocol.messages import (
     BrokerEndpoint,
@@ -158,3 +160,18 @@ def running(*procs: BrokerProcess):  # type: ignore[no-untyped-def]
     finally:
         for p in procs:
             p.stop()
+
+
+@contextlib.contextmanager
+def kafka_cluster(cluster_dir: Path, overrides: dict[str, str]) -> Iterator[LocalClusterState]:
+    """A controller and three brokers, each with a Kafka listener, on free ports; stopped afterwards."""
+    ports = free_ports(7)
+    state = asyncio.run(
+        start_cluster(
+            cluster_dir, 3, controller_port=ports[3], broker_ports=ports[:3], kafka_ports=ports[4:], overrides=overrides
+        )
+    )
+    try:
+        yield state
+    finally:
+        stop_cluster(state, timeout_s=10.0)

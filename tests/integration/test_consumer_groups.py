@@ -5,7 +5,6 @@ with the leadership of its __consumer_offsets partition and no committed offset 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -17,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
-from tests.integration.processes import ROOT
+from cluster.local_cluster import LocalClusterState
+from tests.integration.processes import ROOT, kafka_cluster
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -38,21 +37,8 @@ GROUP_OVERRIDES = {
 
 @pytest.fixture
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClusterState]:
-    ports = free_ports(7)
-    state = asyncio.run(
-        start_cluster(
-            tmp_path_factory.mktemp("groups") / "cluster",
-            3,
-            controller_port=ports[3],
-            broker_ports=ports[:3],
-            kafka_ports=ports[4:],
-            overrides=GROUP_OVERRIDES,
-        )
-    )
-    try:
+    with kafka_cluster(tmp_path_factory.mktemp("groups") / "cluster", GROUP_OVERRIDES) as state:
         yield state
-    finally:
-        stop_cluster(state, timeout_s=10.0)
 
 
 def create_topic(cluster: LocalClusterState, name: str, partitions: int) -> None:

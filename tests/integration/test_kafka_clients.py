@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
-from tests.integration.processes import ROOT
+from cluster.local_cluster import LocalClusterState
+from tests.integration.processes import ROOT, kafka_cluster
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 confluent_admin = pytest.importorskip("confluent_kafka.admin")
@@ -29,27 +29,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 KCAT = shutil.which("kcat")
 
 
+OVERRIDES = {
+    "broker.heartbeat.interval.ms": "250",
+    "broker.session.timeout.ms": "1500",
+    "offsets.topic.num.partitions": "3",
+}
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClusterState]:
-    ports = free_ports(7)
-    state = asyncio.run(
-        start_cluster(
-            tmp_path_factory.mktemp("kafka-clients") / "cluster",
-            3,
-            controller_port=ports[3],
-            broker_ports=ports[:3],
-            kafka_ports=ports[4:],
-            overrides={
-                "broker.heartbeat.interval.ms": "250",
-                "broker.session.timeout.ms": "1500",
-                "offsets.topic.num.partitions": "3",
-            },
-        )
-    )
-    try:
+    with kafka_cluster(tmp_path_factory.mktemp("kafka-clients") / "cluster", OVERRIDES) as state:
         yield state
-    finally:
-        stop_cluster(state, timeout_s=10.0)
 
 
 def minibroker(
