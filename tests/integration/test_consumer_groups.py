@@ -66,8 +66,12 @@ def create_topic(cluster: LocalClusterState, name: str, partitions: int) -> None
     assert done.returncode == 0, done.stderr.decode()
 
 
-def produce(cluster: LocalClusterState, topic: str, values: list[bytes]) -> dict[bytes, tuple[int, int]]:
-    """Idempotent acks=all writes; the delivery reports' (partition, offset) of each value."""
+def produce(
+    cluster: LocalClusterState, topic: str, values: list[bytes], partitions: int | None = None
+) -> dict[bytes, tuple[int, int]]:
+    """Idempotent acks=all writes; the delivery reports' (partition, offset) of each value. With `partitions`,
+    value i goes to partition i % partitions: librdkafka's sticky partitioner may otherwise put a whole
+    burst of keyless records in one or two partitions, leaving the others (and a group member) empty."""
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": cluster.kafka_bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
     )
@@ -77,8 +81,11 @@ def produce(cluster: LocalClusterState, topic: str, values: list[bytes]) -> dict
         assert err is None, err
         delivered[msg.value()] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
 
-    for value in values:
-        producer.produce(topic, value=value, on_delivery=report)
+    for i, value in enumerate(values):
+        if partitions is None:
+            producer.produce(topic, value=value, on_delivery=report)
+        else:
+            producer.produce(topic, value=value, partition=i % partitions, on_delivery=report)
     assert producer.flush(60) == 0
     return delivered
 
@@ -146,7 +153,7 @@ def test_two_consumers_share_the_partitions_and_a_leader_kill_loses_no_committed
             assert time.monotonic() < deadline, "the group never gave both members partitions"
             for consumer in consumers:
                 consumer.poll(0.1)  # type: ignore[attr-defined]
-        first = produce(cluster, "orders", [b"first-%d" % i for i in range(400)])
+        first = produce(cluster, "orders", [b"first-%d" % i for i in range(400)], partitions=4)
         got = read_all(consumers, len(first))
         # Each record is read once by the group, and the group split the partitions between its members.
         values = [m.value() for part in got for m in part]
@@ -178,7 +185,7 @@ def test_two_consumers_share_the_partitions_and_a_leader_kill_loses_no_committed
         assert coordinator_of(cluster, "billing") != victim.node_id
 
         # And the group goes on from them: new records are read once, old ones not again
-        second = produce(cluster, "orders", [b"second-%d" % i for i in range(200)])
+        second = produce(cluster, "orders", [b"second-%d" % i for i in range(200)], partitions=4)
         got = read_all(consumers, len(second))
         assert sorted(m.value() for part in got for m in part) == sorted(second)
     finally:
@@ -188,7 +195,7 @@ def test_two_consumers_share_the_partitions_and_a_leader_kill_loses_no_committed
 
 def test_kcat_and_kafka_python_consume_as_groups(cluster: LocalClusterState) -> None:
     create_topic(cluster, "events", 2)
-    sent = produce(cluster, "events", [b"event-%d" % i for i in range(50)])
+    sent = produce(cluster, "events", [b"event-%d" % i for i in range(50)], partitions=2)
 
     consumer = kafka.KafkaConsumer(
         "events",
