@@ -7,7 +7,7 @@ Kafka listener beside its msgpack one, two topics (`bench-kafka`, `bench-native`
 min.insync.replicas=2, brokers' log dirs under $TMPDIR. Records of 1012-byte values from the same
 `ValuePool` (16 of them fill a 16 KiB batch), a batch's worth to each partition in turn.
 
-Four phases, one after the other, each in its own child process (so the client's CPU is not counted on
+Five phases, one after the other, each in its own child process (so the client's CPU is not counted on
 the brokers, nor the bench process's on the client):
 
 1. `kafka-produce`: confluent-kafka's Producer with acks=all, enable.idempotence=true, linger.ms 5,
@@ -27,6 +27,17 @@ the brokers, nor the bench process's on the client):
 flush; the consume phases run from the consumer's creation to the last record), the same unit for both
 clients, so `ratio_vs_native` = kafka_produce_mb_s / native_produce_mb_s (target >= 0.8, reported,
 not asserted) and `consume_ratio_vs_native` compare like with like.
+
+5. (run between 2 and 3) `kafka-produce` again with enable.idempotence=false (librdkafka then keeps up to 5 requests in
+   flight per connection): `kafka_plain_*` and `plain_ratio_vs_native`. librdkafka's idempotent producer
+   keeps one PRODUCE in flight per partition (its max.in.flight.requests.per.connection=5 is not used
+   for that; an open upstream pull request, confluentinc/librdkafka#4989, changes it) and, while the
+   answer is awaited, its broker threads poll with a zero timeout: `perf record -g` on the producer
+   shows the three rdk:broker threads in clock_gettime, poll and rd_kafka_toppar_producer_serve, 1.2
+   cores at 11 MiB/s where the same producer without idempotence uses 0.3 cores at 41 MiB/s. On two
+   shared cores that client CPU is taken from the brokers, so the idempotent figure measures the client
+   library and the machine as much as the Kafka listener; this phase shows the listener with a request
+   shape like the native client's (one partition per PRODUCE, several in flight).
 
 `*_broker_cpu_us_per_batch`: user + system CPU of the three broker processes (/proc/PID/stat, sampled
 every 50 ms and interpolated at the phase's start and end) divided by the 16 KiB-batch equivalents
@@ -492,6 +503,13 @@ async def run(
             kafka_c = await run_child(reaper, work, "kafka-consume", state.kafka_bootstrap, "--produced", str(produced))
             kafka_cf = phase_figures(kafka_c, cpu)
             progress(f"kafka consume: {kafka_cf['mb_s']:.1f} MiB/s, {kafka_c['acked_lost']} lost")
+            progress(
+                "confluent-kafka producer again, enable.idempotence=false (the request shape without the one-in-flight)"
+            )
+            plain_args = [*args, "--kafka-config=enable.idempotence=false"]
+            plain_p = await run_child(reaper, work, "kafka-produce", state.kafka_bootstrap, *plain_args)
+            plain_pf = phase_figures(plain_p, cpu)
+            progress(f"kafka produce, not idempotent: {plain_pf['mb_s']:.1f} MiB/s")
             native_p = await run_child(reaper, work, "native-produce", state.bootstrap, "--seconds", str(seconds))
             native_pf = phase_figures(native_p, cpu)
             progress(f"native produce: {native_pf['mb_s']:.1f} MiB/s, {native_p['records']} records acked")
@@ -523,6 +541,11 @@ async def run(
             "native_consume_mb_s": rounded(native_cf["mb_s"]),
             "ratio_vs_native": rounded(ratio(kafka_pf["mb_s"], native_pf["mb_s"]), 3),
             "consume_ratio_vs_native": rounded(ratio(kafka_cf["mb_s"], native_cf["mb_s"]), 3),
+            "kafka_plain_produce_mb_s": rounded(plain_pf["mb_s"]),
+            "plain_ratio_vs_native": rounded(ratio(plain_pf["mb_s"], native_pf["mb_s"]), 3),
+            "kafka_plain_broker_cpu_us_per_batch": rounded(plain_pf["broker_cpu_us_per_batch"], 1),
+            "kafka_plain_client_cpu_us_per_batch": rounded(plain_pf["client_cpu_us_per_batch"], 1),
+            "kafka_plain_failed_produces": plain_p["failed"] + plain_p["unflushed"],
             "kafka_broker_cpu_us_per_batch": rounded(kafka_pf["broker_cpu_us_per_batch"], 1),
             "native_broker_cpu_us_per_batch": rounded(native_pf["broker_cpu_us_per_batch"], 1),
             "kafka_consume_broker_cpu_us_per_batch": rounded(kafka_cf["broker_cpu_us_per_batch"], 1),
@@ -534,6 +557,7 @@ async def run(
             "broker_cores_busy": {
                 "kafka_produce": rounded(kafka_pf["broker_cores_busy"]),
                 "kafka_consume": rounded(kafka_cf["broker_cores_busy"]),
+                "kafka_plain_produce": rounded(plain_pf["broker_cores_busy"]),
                 "native_produce": rounded(native_pf["broker_cores_busy"]),
                 "native_consume": rounded(native_cf["broker_cores_busy"]),
             },
