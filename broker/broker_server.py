@@ -29,6 +29,7 @@ from network.listeners import MSGPACK_LISTENER, ListenerError, parse_listeners
 from network.socket_server import SocketServer, wait_for_termination
 from network.tcp_transport import TcpTransport, fixed_address
 from server_common.config import ConfigError, parse_host_port
+from server_common.loop_lag import LoopLagMonitor
 from server_common.time import SYSTEM_TIME, Time
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,7 @@ class BrokerServer:
             )
             for listener in self.listeners[1:]
         }
+        self.loop_lag = LoopLagMonitor()
         metrics_dir = config.get("metrics.dir") or str(self.log_dir.parent / "metrics")
         self.emitter = MetricsEmitter(
             self.broker_id,
@@ -140,6 +142,7 @@ class BrokerServer:
         fetcher_stats = node.fetcher_manager.snapshot()
         records = partition_records(node.replica_manager, self.broker_id, node.started_ms, now_ms, fetcher_stats)
         max_lag = max((r[f.LAG_MESSAGES] or 0 for r in records if r[f.ROLE] == f.ROLE_FOLLOWER), default=0)
+        loop_lag = self.loop_lag.take()
         records.append(
             {
                 f.KIND: f.KIND_BROKER,
@@ -153,6 +156,8 @@ class BrokerServer:
                 f.UNDER_REPLICATED_PARTITIONS: sum(1 for r in records if r.get(f.UNDER_REPLICATED)),
                 f.MAX_LAG: max_lag,
                 f.METRICS_DROPPED: self.emitter.dropped,
+                f.LOOP_LAG_MAX_MS: round(loop_lag.max_ms, 1),
+                f.LOOP_LAG_AVG_MS: round(loop_lag.avg_ms, 2),
             }
         )
         return records
@@ -164,6 +169,7 @@ class BrokerServer:
         return (listener.host, listener.port) if listener is not None else (host, port)
 
     async def start(self) -> None:
+        self.loop_lag.start()
         await self.server.start()
         for server in self.kafka_servers.values():
             await server.start()
@@ -200,6 +206,7 @@ class BrokerServer:
         await self.node.stop_tasks()
         with contextlib.suppress(Exception):
             await self.emitter.stop()
+        self.loop_lag.stop()
         await self.node.close()
         self.stopped.set()
         log.info("broker %d stopped", self.broker_id)

@@ -145,6 +145,8 @@ class HealthSeries:
     under_min_isr: list[int] = field(default_factory=list)
     offline: list[int] = field(default_factory=list)
     leaders: dict[int, list[int]] = field(default_factory=dict)  # broker -> partitions it led
+    # broker -> (bucket starts, the largest LoopLagMaxMs in each): ``broker_health``, buckets of its own.
+    loop_lag_ms: dict[int, tuple[list[int], list[float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -416,6 +418,27 @@ def _collect_health(health: DataFrame, first_ms: int, last_ms: int, step_ms: int
     return series
 
 
+def _collect_loop_lag(
+    broker_health: DataFrame, first_ms: int, last_ms: int, step_ms: int
+) -> dict[int, tuple[list[int], list[float]]]:
+    """``broker_health`` per broker, re-bucketed to at most ``CHART_POINTS_MAX`` points: the largest
+    event-loop wait in each bucket."""
+    bucket_ms = max(step_ms, -(-(last_ms - first_ms) // CHART_POINTS_MAX))
+    ts = F.col(s.TS_MS)
+    rows = (
+        broker_health.groupBy(s.BROKER_ID, (ts - F.pmod(ts, F.lit(bucket_ms))).alias("_b"))
+        .agg(F.max("loop_lag_max_ms").alias("lag"))
+        .collect()
+    )
+    rows.sort(key=lambda r: (r[s.BROKER_ID], r["_b"]))  # brokers × CHART_POINTS_MAX rows at most
+    out: dict[int, tuple[list[int], list[float]]] = {}
+    for r in rows:
+        xs, ys = out.setdefault(r[s.BROKER_ID], ([], []))
+        xs.append(r["_b"])
+        ys.append(r["lag"])
+    return out
+
+
 def _collect_leader_changes(
     leader_timeline: DataFrame, chosen: DataFrame
 ) -> dict[tuple[str, int], list[TimelineEvent]]:
@@ -454,7 +477,7 @@ def collect_dashboard_data(
         # Independent of the summary: start them first so they overlap with it.
         rates_done = pool.submit(_collect_byte_rates, tables[s.TABLE_BYTE_RATES])
         worst_done = pool.submit(_worst_statuses, tables[s.TABLE_FOLLOWER_STATUS])
-        health_done = restarts_done = None
+        health_done = restarts_done = loop_lag_done = None
         if records and first is not None and last is not None:
             if s.TABLE_CLUSTER_HEALTH in tables:
                 health_done = pool.submit(
@@ -462,6 +485,10 @@ def collect_dashboard_data(
                 )
             if s.TABLE_REPLICA_LAG in tables:
                 restarts_done = pool.submit(_collect_restarts, tables[s.TABLE_REPLICA_LAG], runs, last, window_ms)
+            if s.TABLE_BROKER_HEALTH in tables:
+                loop_lag_done = pool.submit(
+                    _collect_loop_lag, tables[s.TABLE_BROKER_HEALTH], first, last, health_bucket_ms
+                )
         summary_rows = _summary_rows(tables)
         top = summary_rows[0] if summary_rows else None
         summary = [
@@ -522,6 +549,8 @@ def collect_dashboard_data(
         data.byte_rates = rates_done.result()
         data.statuses = worst_done.result()
         data.health = health_done.result() if health_done is not None else None
+        if data.health is not None and loop_lag_done is not None:
+            data.health.loop_lag_ms = loop_lag_done.result()
         data.restarts = restarts_done.result() if restarts_done is not None else []
     return data
 
@@ -718,8 +747,15 @@ def _lag_figure(key: tuple[str, int], series: Sequence[FollowerSeries], events: 
 
 def _health_figure(health: HealthSeries) -> go.Figure:
     """The row an SRE expects from Grafana's Kafka dashboards: partition counts and leaders over time."""
-    titles = ("under-replicated partitions", "under min ISR partitions", "offline partitions", "leaders per broker")
-    fig = make_subplots(rows=1, cols=4, shared_xaxes=True, horizontal_spacing=0.05, subplot_titles=titles)
+    titles = [
+        "under-replicated partitions",
+        "under min ISR partitions",
+        "offline partitions",
+        "leaders per broker",
+        "event-loop lag, max (ms)",
+    ]
+    cols = 5 if health.loop_lag_ms else 4
+    fig = make_subplots(rows=1, cols=cols, shared_xaxes=True, horizontal_spacing=0.04, subplot_titles=titles[:cols])
     xs = health.bucket_start_ms
     counts = ((health.under_replicated, "#b58100"), (health.under_min_isr, "#d1242f"), (health.offline, "#57606a"))
     for i, (ys, colour) in enumerate(counts):
@@ -734,14 +770,33 @@ def _health_figure(health: HealthSeries) -> go.Figure:
                 x=xs,
                 y=ys,
                 name=f"broker {broker}",
+                legendgroup=f"broker {broker}",
                 mode="lines",
                 line={"color": _colour(broker), "width": 1.6, "shape": "hv"},
             ),
             row=1,
             col=4,
         )
+    for broker, (lag_xs, lag_ys) in health.loop_lag_ms.items():
+        fig.add_trace(
+            go.Scatter(
+                x=lag_xs,
+                y=lag_ys,
+                name=f"broker {broker}",
+                legendgroup=f"broker {broker}",
+                showlegend=broker not in health.leaders,
+                mode="lines",
+                line={"color": _colour(broker), "width": 1.6, "shape": "hv"},
+            ),
+            row=1,
+            col=5,
+        )
     fig.update_xaxes(type="date", nticks=4)
-    fig.update_yaxes(rangemode="tozero", dtick=1 if max([*health.under_replicated, *health.offline, 1]) < 8 else None)
+    small = max([*health.under_replicated, *health.offline, 1]) < 8
+    for col in range(1, 5):
+        fig.update_yaxes(rangemode="tozero", dtick=1 if small else None, row=1, col=col)
+    if health.loop_lag_ms:
+        fig.update_yaxes(rangemode="tozero", row=1, col=5)
     fig.update_layout(
         height=260,
         margin={"l": 40, "r": 20, "t": 40, "b": 30},
@@ -1017,7 +1072,9 @@ def _render_dashboard(data: DashboardData) -> str:
         parts.append(
             f'<section><h2>Cluster health</h2><div class="health-chart">{figure(_health_figure(data.health))}</div>'
             "<p class=note>Partitions per state over time, from the leaders' samples (the max in each bucket); "
-            "offline: no leader reported the partition.</p></section>"
+            "offline: no leader reported the partition. Event-loop lag: how long ready work (requests, "
+            "fetchers, the heartbeat to the controller) waited for each broker's loop, the largest wait in "
+            "the bucket.</p></section>"
         )
     parts.append(f"<section><h2>Partitions</h2>{_summary_table(data)}</section>")
     if data.lag:

@@ -62,6 +62,11 @@ REQUESTS = "RequestsPerSec"
 UNDER_REPLICATED_PARTITIONS = "UnderReplicatedPartitions"
 MAX_LAG = "MaxLag"
 METRICS_DROPPED = "MetricsDropped"
+# How long a ready callback waited for the event loop over the interval (server_common/loop_lag.py), in
+# ms: the largest wait and the mean of the probes (one every 50 ms). A broker whose loop is held this long
+# answers nothing and sends no heartbeat meanwhile.
+LOOP_LAG_MAX_MS = "LoopLagMaxMs"
+LOOP_LAG_AVG_MS = "LoopLagAvgMs"
 
 # Running totals since broker_start_ms (Kafka meter counts); they restart from 0 with the broker.
 PARTITION_COUNTERS: tuple[str, ...] = (

@@ -82,6 +82,7 @@ TIMED_TABLES: dict[str, str] = {
     s.TABLE_LAG_WINDOWS: lag_job.WINDOW_START_MS,
     s.TABLE_BYTE_RATES: lag_job.WINDOW_START_MS,
     s.TABLE_CLUSTER_HEALTH: "bucket_start_ms",
+    s.TABLE_BROKER_HEALTH: s.TS_MS,
 }
 # Partials merged into the settled state: name → (key, merge spec).
 PARTIALS: dict[str, tuple[tuple[str, ...], dict[str, lag_job.AggSpec]]] = {
@@ -373,6 +374,7 @@ class FollowJob:
                 s.TABLE_CLUSTER_HEALTH: lag_job.cluster_health(
                     parts, config, leaders, since, merged[PARTIAL_FIRST_SEEN]
                 ),
+                s.TABLE_BROKER_HEALTH: lag_job.in_range(lag_job.broker_health(samples), since),
             }
             whole = {
                 s.TABLE_UNDER_REPLICATED: lag_job.under_replicated_of_partials(merged[s.TABLE_UNDER_REPLICATED], isr),

@@ -979,6 +979,18 @@ def broker_runs_partial(records: DataFrame, from_ms: int | None = None, until_ms
     )
 
 
+def broker_health(records: DataFrame) -> DataFrame:
+    """One row per broker record: how long ready work waited for that broker's event loop over the
+    interval (``LoopLagMaxMs``, ``LoopLagAvgMs``); a record from a broker too old to report it is left out."""
+    return records.where((F.col(s.KIND) == s.KIND_BROKER) & F.col(s.LOOP_LAG_MAX_MS).isNotNull()).select(
+        s.BROKER_ID,
+        s.BROKER_START_MS,
+        s.TS_MS,
+        F.col(s.LOOP_LAG_MAX_MS).alias("loop_lag_max_ms"),
+        F.col(s.LOOP_LAG_AVG_MS).alias("loop_lag_avg_ms"),
+    )
+
+
 FIRST_SEEN_KEY: tuple[str, ...] = (s.TOPIC, s.PARTITION)
 FIRST_SEEN_MERGE: dict[str, AggSpec] = {"first_ts_ms": "min"}
 
@@ -1013,6 +1025,7 @@ def tables_of_samples(
         s.TABLE_FOLLOWER_STATUS: follower_status_of_samples(partitions, config, now_ms),
         s.TABLE_LEADER_TIMELINE: leader_timeline(partitions),
         s.TABLE_CLUSTER_HEALTH: cluster_health(partitions, config, leaders),
+        s.TABLE_BROKER_HEALTH: broker_health(samples),
     }
 
 

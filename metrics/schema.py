@@ -11,6 +11,7 @@ from __future__ import annotations
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
+    DoubleType,
     IntegerType,
     LongType,
     StringType,
@@ -37,6 +38,8 @@ from metrics.fields import (
     LEADER_ID,
     LOG_END_OFFSET,
     LOG_START_OFFSET,
+    LOOP_LAG_AVG_MS,
+    LOOP_LAG_MAX_MS,
     MAX_LAG,
     METRICS_DROPPED,
     PARTITION,
@@ -99,6 +102,8 @@ BROKER_ONLY_FIELDS = StructType(
         StructField(UNDER_REPLICATED_PARTITIONS, IntegerType()),
         StructField(MAX_LAG, LongType()),
         StructField(METRICS_DROPPED, LongType()),
+        StructField(LOOP_LAG_MAX_MS, DoubleType()),
+        StructField(LOOP_LAG_AVG_MS, DoubleType()),
     ]
 )
 
@@ -125,6 +130,8 @@ LAG_JOB_SCHEMA = StructType(
         for f in PARTITION_RECORD_SCHEMA.fields
         if f.name not in _LAG_JOB_UNUSED
     ]
+    # The broker gauge the health row draws (``broker_health``).
+    + [BROKER_ONLY_FIELDS[LOOP_LAG_MAX_MS], BROKER_ONLY_FIELDS[LOOP_LAG_AVG_MS]]
 )
 
 # A record's identity: a duplicate (MQTT QoS 1 may deliver a message twice) has the same key.
@@ -142,6 +149,7 @@ TABLE_BYTE_RATES = "byte_rates"
 TABLE_FOLLOWER_STATUS = "follower_status"
 TABLE_LEADER_TIMELINE = "leader_timeline"
 TABLE_CLUSTER_HEALTH = "cluster_health"  # partition counts over time: under-replicated, under min ISR, offline
+TABLE_BROKER_HEALTH = "broker_health"  # each broker's event-loop lag over time
 TABLES: tuple[str, ...] = (
     TABLE_FOLLOWER_LAG,
     TABLE_REPLICA_LAG,
@@ -152,6 +160,7 @@ TABLES: tuple[str, ...] = (
     TABLE_FOLLOWER_STATUS,
     TABLE_LEADER_TIMELINE,
     TABLE_CLUSTER_HEALTH,
+    TABLE_BROKER_HEALTH,
 )
 
 # Burrow-style follower statuses, most severe first (the order the status rule applies them in).

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
+from metrics.file_sink import read_records
 from network.connection import BrokerConnection
 from protocol.codec import MAX_ENTRIES, packb, to_wire
 from protocol.messages import (
@@ -119,3 +120,11 @@ async def test_requests_with_hundreds_of_thousands_of_entries_leave_the_broker_u
     p99 = latencies[int(len(latencies) * 0.99) - 1]
     assert len(latencies) > 50 and p99 < 0.1, f"p99 {p99 * 1000:.0f} ms over {len(latencies)} requests"
     assert "undecodable msgpack" in Path(target.log).read_text()
+    # The broker's own account agrees: no interval in which its loop kept ready work waiting anywhere near
+    # the 1.5 s session timeout (LoopLagMaxMs, one record per second, read from its metrics files).
+    waits = [
+        float(r["LoopLagMaxMs"])  # type: ignore[arg-type]
+        for r in read_records(Path(cluster.metrics_dir))
+        if r.get("kind") == "broker" and r.get("broker_id") == target.node_id
+    ]
+    assert len(waits) >= 3 and max(waits) < 500, waits

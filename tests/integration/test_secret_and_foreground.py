@@ -132,6 +132,8 @@ async def test_metric_records_match_what_the_broker_serves(tmp_path: Path) -> No
 
         brokers = await wait_until(every_broker_reported, what="a broker record from every broker")
         assert all(r["MetricsDropped"] == 0 for r in brokers)
+        # the event-loop lag of the interval, measured: a probe ran, and an idle broker's loop waits little
+        assert all(0.0 <= float(r["LoopLagAvgMs"]) <= float(r["LoopLagMaxMs"]) < 1000.0 for r in brokers)  # type: ignore[arg-type]
     finally:
         await client.close()
         stop_cluster(state)

@@ -107,6 +107,9 @@ def _partition_record(
     return record
 
 
+LOOP_STALL = 12
+
+
 def cluster_records() -> dict[int, list[dict[str, Any]]]:
     """A 3-broker run of 40 s: broker 1 (leader of orders-0) is killed at 20 s and back at 30 s.
 
@@ -240,6 +243,9 @@ def cluster_records() -> dict[int, list[dict[str, Any]]]:
                     "UnderReplicatedPartitions": 0,
                     "MaxLag": 0,
                     "MetricsDropped": 0,
+                    # broker 3's loop is held 1.8 s once, at sample LOOP_STALL
+                    "LoopLagMaxMs": 1800.0 if (broker, i) == (3, LOOP_STALL) else 2.5,
+                    "LoopLagAvgMs": 0.4,
                 }
             )
     return out
@@ -314,6 +320,11 @@ def test_every_table_is_written_as_parquet_with_the_expected_rows(
     assert rates.where("client_in_bytes_per_s < 0 OR replication_in_bytes_per_s < 0").count() == 0
     leader_rate = rates.where("broker_id = 2 AND partition = 1").agg({"client_in_bytes_per_s": "max"}).first()
     assert leader_rate is not None and leader_rate[0] == pytest.approx(10_000.0)
+    health = spark.read.parquet(result.tables[s.TABLE_BROKER_HEALTH])
+    broker_records = sum(1 for records in cluster_records().values() for r in records if r["kind"] == "broker")
+    assert health.count() == broker_records
+    stalls = health.where("loop_lag_max_ms > 1000").select("broker_id", "ts_ms", "loop_lag_max_ms").collect()
+    assert [tuple(r) for r in stalls] == [(3, T0 + LOOP_STALL * 1000, 1800.0)]
 
 
 @pytest.mark.timeout(300)
@@ -426,6 +437,8 @@ def test_the_browser_draws_lag_that_moves_in_every_lag_chart_and_the_health_row(
         assert any(not is_flat(line) for line in lines), f"every line of {partition} is flat"
     health = chart_lines(dom, "health-chart")
     assert any(not is_flat(line) for lines in health.values() for line in lines), "the health row is flat"
+    # the event-loop lag chart is drawn, broker 3's 1.8 s stall on it
+    assert re.search(r'class="annotation-text"[^>]*>event-loop lag, max \(ms\)<', dom), "no event-loop lag chart"
 
 
 @pytest.mark.timeout(300)
@@ -710,3 +723,12 @@ def test_the_series_are_ordered_even_when_spark_returns_their_rows_backwards(spa
     series = dashboard._collect_health(health, T0, T0 + 9000, 1000)
     assert series.bucket_start_ms == [T0 + 1000 * i for i in range(10)]
     assert series.under_replicated == [i % 2 for i in range(10)]
+    # broker_health: newest first too, two brokers; re-bucketed to 2 s, each bucket's largest wait
+    broker_health = spark.createDataFrame(
+        [(b, T0 - 5000, T0 + 1000 * i, float(100 * b + i), 0.5) for i in range(9, -1, -1) for b in (2, 1)],
+        "broker_id int, broker_start_ms long, ts_ms long, loop_lag_max_ms double, loop_lag_avg_ms double",
+    ).coalesce(1)
+    loop_lag = dashboard._collect_loop_lag(broker_health, T0, T0 + 9000, 2000)
+    assert sorted(loop_lag) == [1, 2]
+    assert loop_lag[1] == ([T0 + 2000 * k for k in range(5)], [float(100 + 2 * k + 1) for k in range(5)])
+    assert loop_lag[2][1] == [float(200 + 2 * k + 1) for k in range(5)]

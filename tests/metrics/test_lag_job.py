@@ -537,6 +537,7 @@ def test_every_table_is_computed_from_one_record_set(spark: SparkSession) -> Non
         s.TABLE_FOLLOWER_STATUS: 1,
         s.TABLE_LEADER_TIMELINE: 1,
         s.TABLE_CLUSTER_HEALTH: 3,
+        s.TABLE_BROKER_HEALTH: 0,  # no broker records
     }
 
 
