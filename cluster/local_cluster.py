@@ -298,6 +298,12 @@ def controller_props(
     return props
 
 
+# Kafka's defaults are no limit on connections and 10 minutes of idleness; a laptop's process may open
+# 1,024 files (256 on macOS), which a connection flood would use up before the broker's own segment files.
+# `cluster up` sets these instead (`--override` changes them); a broker started alone keeps Kafka's.
+LAPTOP_CONNECTION_LIMITS: dict[str, int] = {"max.connections": 1000, "connections.max.idle.ms": 300_000}
+
+
 def broker_props(
     cluster_dir: Path,
     broker_id: int,
@@ -322,6 +328,7 @@ def broker_props(
         "broker.session.timeout.ms": 3000,
         "replica.lag.time.max.ms": 10000,
         "replica.fetch.backoff.ms": 200,
+        **LAPTOP_CONNECTION_LIMITS,
     }
     props.update({k: v for k, v in overrides.items() if k in BROKER_CONFIG.keys})
     return props

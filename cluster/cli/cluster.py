@@ -143,7 +143,9 @@ def register(sub: Subcommands) -> None:
     p = csub.add_parser(
         "up",
         help="start a controller and N brokers",
-        description="Start a controller and N brokers as local processes; stays in the foreground unless --detach.",
+        description="Start a controller and N brokers as local processes; stays in the foreground unless --detach. "
+        "Each broker gets max.connections=1000 and connections.max.idle.ms=300000 (a laptop's limits, not "
+        "Kafka's unlimited and 600000); --override changes them.",
     )
     p.add_argument("--brokers", type=int, default=3)
     p.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")

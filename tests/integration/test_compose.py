@@ -524,3 +524,12 @@ def test_the_image_copies_every_package_the_project_installs() -> None:
     top_level = {name.split(".")[0] for name in packages}
     copied = set(re.findall(r"^COPY (\w+) \./\1$", (ROOT / "Dockerfile").read_text(), re.M))
     assert top_level <= copied, f"the Dockerfile does not copy {sorted(top_level - copied)}: pip install . fails"
+
+
+def test_compose_brokers_get_the_connection_limits_cluster_up_sets() -> None:
+    from cluster.local_cluster import LAPTOP_CONNECTION_LIMITS
+
+    env = yaml.safe_load(COMPOSE_FILE.read_text())["x-broker-env"]
+    assert {
+        key: int(env["MINIBROKER_" + key.upper().replace(".", "_")]) for key in LAPTOP_CONNECTION_LIMITS
+    } == LAPTOP_CONNECTION_LIMITS
