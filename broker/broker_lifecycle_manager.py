@@ -59,6 +59,7 @@ class BrokerLifecycleManager:
         self.registered = asyncio.Event()
         self.heartbeats_sent = 0
         self.offline_replicas: Callable[[], list[TopicPartition]] = list  # what each heartbeat reports
+        self.on_next_producer_id: Callable[[int], None] = lambda _next: None  # what each answer says of them
 
     async def register(self) -> int:
         backoff_s = 0.05
@@ -102,7 +103,16 @@ class BrokerLifecycleManager:
             return resp
         if resp.error_code == ErrorCode.NONE:
             self.is_fenced = resp.is_fenced
+            if resp.next_producer_id >= 0:
+                self.on_next_producer_id(resp.next_producer_id)
         return resp
+
+    async def next_producer_id(self) -> int | None:
+        """A heartbeat sent now: the next producer id the controller will hand out (None if unanswered)."""
+        resp = await self.heartbeat()
+        if resp is None or resp.error_code != ErrorCode.NONE or resp.next_producer_id < 0:
+            return None
+        return resp.next_producer_id
 
     async def run(self) -> None:
         while True:

@@ -33,6 +33,7 @@ from broker.log.log import Log, LogConfig
 from broker.log.storage import OS_STORAGE, Storage
 from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
+from broker.producer_id_manager import ProducerIdManager
 from broker.purgatory import DelayedOperationPurgatory
 from broker.replica_manager import ReplicaManager
 from broker.replication_quota import quota_manager_from_kafka_props
@@ -262,6 +263,8 @@ class BrokerNode:
             )
             self.lifecycle.offline_replicas = self.replica_manager.offline_replicas
             lifecycle = self.lifecycle
+            self.apis.producer_ids = ProducerIdManager(lifecycle.next_producer_id)
+            lifecycle.on_next_producer_id = self.apis.producer_ids.note
             self.apis.broker_epoch = lambda: lifecycle.broker_epoch
             self.alter_partition = AlterPartitionManager(
                 self.broker_id,

@@ -23,6 +23,7 @@ from broker.config_helper import describe_broker_configs, describe_topic_configs
 from broker.delayed_operation import DelayedOperation
 from broker.fetch_session import FetchManager
 from broker.metadata_cache import MetadataCache
+from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import FetchParams, ReplicaManager
 from broker.replication_quota import ReplicationQuotaManager, dynamic_throttles
 from network.request_context import ConnectionContext, api_versions_response, authenticate, check_secret
@@ -70,6 +71,7 @@ from protocol.messages import (
     MetadataRequest,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
+    ProducePartition,
     ProducePartitionResponse,
     ProduceRequest,
     ProduceResponse,
@@ -81,6 +83,7 @@ from protocol.messages import (
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
+from protocol.record_batch import iter_headers
 from server_common.time import Time
 
 log = logging.getLogger(__name__)
@@ -131,6 +134,9 @@ class KafkaApis:
         self.cluster_secret = cluster_secret
         self.forward_to_controller = forward_to_controller
         self.on_leader_and_isr = on_leader_and_isr
+        #: What this broker knows of the producer ids the controller handed out (set by BrokerNode when the
+        #: broker has a controller): an idempotent batch with an id never handed out is refused.
+        self.producer_ids: ProducerIdManager | None = None
         #: This process's broker epoch (its registration with the controller; -1 until registered), when the
         #: broker has a controller: controller requests stamped with another epoch are refused (KIP-380).
         self.broker_epoch: Callable[[], int] | None = None
@@ -173,14 +179,45 @@ class KafkaApis:
     # -- data plane ---------------------------------------------------------------------------------
 
     async def handle_produce(self, ctx: ConnectionContext, request: ProduceRequest) -> ProduceResponse | None:
-        partitions: list[ProducePartitionResponse] = await answered(
-            lambda respond: self.replica_manager.append_records(
-                request.timeout_ms, request.acks, request.partitions, respond
+        refused = await self._invented_producer_ids(request.partitions)
+        to_append = [p for p in request.partitions if id(p) not in refused] if refused else request.partitions
+        appended: list[ProducePartitionResponse] = []
+        if to_append:
+            appended = await answered(
+                lambda respond: self.replica_manager.append_records(
+                    request.timeout_ms, request.acks, to_append, respond
+                )
             )
-        )
         if request.acks == 0:
             return None  # Kafka sends no response to acks=0
-        return ProduceResponse(partitions=partitions)
+        if not refused:
+            return ProduceResponse(partitions=appended)
+        answers = iter(appended)  # append_records answers in request order
+        return ProduceResponse(partitions=[refused.get(id(p)) or next(answers) for p in request.partitions])
+
+    async def _invented_producer_ids(self, partitions: list[ProducePartition]) -> dict[int, ProducePartitionResponse]:
+        """The entries (by id()) whose batches carry a producer id the controller never handed out, each with
+        its UNKNOWN_PRODUCER_ID answer. A batch whose header cannot be read is left to the log's validator."""
+        if self.producer_ids is None:
+            return {}
+        refused: dict[int, ProducePartitionResponse] = {}
+        for p in partitions:
+            if not isinstance(p.records, (bytes, bytearray, memoryview)):
+                continue
+            try:
+                producer_ids = {h.producer_id for h in iter_headers(p.records) if h.producer_id >= 0}
+            except (KafkaError, ValueError):
+                continue
+            for producer_id in sorted(producer_ids):
+                if not self.producer_ids.known(producer_id) and not await self.producer_ids.handed_out(producer_id):
+                    refused[id(p)] = ProducePartitionResponse(
+                        p.topic,
+                        p.partition,
+                        error_code=int(ErrorCode.UNKNOWN_PRODUCER_ID),
+                        error_message=f"producer id {producer_id} was never handed out by INIT_PRODUCER_ID",
+                    )
+                    break
+        return refused
 
     async def handle_fetch(self, ctx: ConnectionContext, request: FetchRequest, records_apart: bool = False) -> Message:
         """`records_apart`: a FETCH v1, whose answer sends records beside the message; a consumer's are then
@@ -400,7 +437,10 @@ class KafkaApis:
 
     async def handle_init_producer_id(self, ctx: ConnectionContext, request: InitProducerIdRequest) -> Message:
         # Any producer may ask (PRODUCE needs no secret either); the broker forwards over its own link.
-        return await self._forward(ctx, request, "INIT_PRODUCER_ID", InitProducerIdResponse, admin=False)
+        response = await self._forward(ctx, request, "INIT_PRODUCER_ID", InitProducerIdResponse, admin=False)
+        if self.producer_ids is not None and isinstance(response, InitProducerIdResponse) and not response.error_code:
+            self.producer_ids.note(response.producer_id + 1)  # handed out: this broker's PRODUCEs need not ask
+        return response
 
     async def handle_alter_partition_reassignments(
         self, ctx: ConnectionContext, request: AlterPartitionReassignmentsRequest

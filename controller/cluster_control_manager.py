@@ -106,7 +106,12 @@ class ClusterControlManager:
         elif broker.fenced:
             self._unfence(broker.broker_id, committed)
         after = self._log.image.brokers[broker.broker_id]
-        return BrokerHeartbeatResponse(is_caught_up=True, is_fenced=after.fenced, should_shutdown=should_shutdown)
+        return BrokerHeartbeatResponse(
+            is_caught_up=True,
+            is_fenced=after.fenced,
+            should_shutdown=should_shutdown,
+            next_producer_id=self._log.image.next_producer_id,
+        )
 
     def fence_expired(self, now_ms: int, committed: list[MetadataRecord]) -> list[int]:
         """Fence every broker silent for more than broker.session.timeout.ms; answer their ids."""

@@ -933,6 +933,8 @@ class BrokerHeartbeatResponse(Message):
     should_shutdown: bool = False
     error_code: int = 0
     error_message: str | None = None
+    # Every producer id below this was handed out by INIT_PRODUCER_ID (broker/producer_id_manager.py).
+    next_producer_id: int = -1
 
 
 # -- registry -------------------------------------------------------------------------------------

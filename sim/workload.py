@@ -27,6 +27,7 @@ from protocol.messages import (
     FetchPartition,
     FetchRequest,
     FetchResponse,
+    InitProducerIdRequest,
     MetadataRequest,
     MetadataResponse,
     ProducePartition,
@@ -121,9 +122,11 @@ class Producer:
         self.record_bytes = record_bytes
         self.seq = 0
         self.on_ack = on_ack
-        # An idempotent producer (KIP-98): its node id is its producer id (ids only need to be unique), and
-        # it numbers each partition's records; a write left in doubt is resent as is.
+        # An idempotent producer (KIP-98): it asks for a producer id (INIT_PRODUCER_ID, before its first
+        # write: leaders refuse ids never handed out) and numbers each partition's records; a write left in
+        # doubt is resent as is.
         self.idempotent = idempotent and acks == -1
+        self.producer_id = -1
         self.producer_epoch = 0
         self.sequences: dict[TopicPartition, int] = {}
 
@@ -174,11 +177,16 @@ class Producer:
     async def _produce_idempotent(self, tp: TopicPartition, leader: int, rid: bytes, value: bytes) -> bool:
         """Send until the leader answers NONE (a resend of a batch it has is answered with the original
         offset), or DELIVERY_TIMEOUT_S passes; a batch given up on bumps the epoch, sequences restart at 0."""
+        if self.producer_id < 0 and not await self.init_producer_id(leader):
+            self.history.attempted += 1
+            self.history.failed += 1  # never sent: no producer id to send it with
+            self.trace.event(self.id, "produce-error", tp=str(tp), id=rid.decode(), error="NO_PRODUCER_ID")
+            return False
         sequence = self.sequences.get(tp, 0)
         batch = build_batch(
             [value],
             timestamp_ms=self.time.milliseconds(),
-            producer_id=self.id,
+            producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=sequence,
         )
@@ -221,6 +229,18 @@ class Producer:
         self.producer_epoch += 1
         self.sequences.clear()
         return False
+
+    async def init_producer_id(self, broker: int) -> bool:
+        """INIT_PRODUCER_ID through `broker` (it forwards to the controller); False when it went unanswered."""
+        try:
+            resp = await self.transport.send(broker, InitProducerIdRequest(None, 60000, -1, -1), 6000)
+        except NETWORK_ERRORS:
+            return False
+        if resp.error_code != ErrorCode.NONE:
+            return False
+        self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+        self.trace.event(self.id, "producer-id", producer_id=self.producer_id)
+        return True
 
 
 class Consumer:
