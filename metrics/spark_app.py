@@ -112,6 +112,9 @@ def create_session(
     every small aggregation run 200 tasks); AQE stays on to coalesce what is still too small.
     """
     master = master or "local[*]"
+    # Python workers run this interpreter (its venv, its packages), not whichever python3 is on PATH; a
+    # SparkContext reads this when it starts, so it is set before the first session of the process.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)

@@ -41,6 +41,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="play a scripted KIP sequence",
     )
     p.add_argument("--jobs", type=int, default=1, help="processes for a sweep (default 1)")
+    p.add_argument(
+        "--spark",
+        nargs="?",
+        const="local[*]",
+        metavar="MASTER",
+        help="run the --seeds sweep as a Spark job on MASTER (default local[*]); one row per seed in --out",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="with --spark: where the seeds table (Parquet) goes; a sweep started again skips the seeds in it",
+    )
     w = p.add_argument_group("workload")
     w.add_argument("--brokers", type=int, default=3)
     w.add_argument("--topics", type=int, default=1)
@@ -219,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"minibroker sim: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if (args.spark or args.out) and not (args.seeds and args.spark and args.out):
+        print("minibroker sim: error: --spark and --out go together, with --seeds A..B", file=sys.stderr)
+        return EXIT_USAGE
     started = time.perf_counter()
     if args.scenario:
         from sim.scenarios import run_scenario
@@ -234,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         if last < first:
             print("minibroker sim: error: --seeds A..B needs A <= B", file=sys.stderr)
             return EXIT_USAGE
+        if args.spark:
+            return _spark_sweep(args, first, last, options)
         jobs = [(seed, options) for seed in range(first, last + 1)]
         results: list[RunResult] = []
         if args.jobs > 1:
@@ -263,6 +280,28 @@ def main(argv: list[str] | None = None) -> int:
     seed = 1 if args.seed is None else args.seed
     result = run_seed(seed, options, schedule, keep_trace=bool(args.trace))
     return _finish_single(args, result, options, started, schedule=schedule)
+
+
+def _spark_sweep(args: argparse.Namespace, first: int, last: int, options: SimOptions) -> int:
+    from sim.spark_sweep import run_sweep
+
+    try:
+        summary = run_sweep(first, last, options, Path(args.out), args.spark)
+    except ValueError as exc:
+        print(f"minibroker sim: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(summary.to_json()))
+    else:
+        print(
+            f"{summary.runs} seeds ({summary.ran_now} run now), {summary.violations} with a violation "
+            f"{summary.violations_by_check or ''}; {summary.virtual_s:.0f} virtual s, {summary.seed_wall_s:.0f} s of "
+            f"runs in {summary.wall_s:.1f} wall s; table {summary.table}"
+        )
+        for seed, check, message in summary.failing:
+            print(f"  seed {seed}: {check}: {message}")
+            print(f"    replay: {replay_argv(seed, options, None)}")
+    return EXIT_OK if summary.violations == 0 else EXIT_VIOLATION
 
 
 def _finish_single(
