@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("--shrink", action="store_true", help="on a violation, shrink the fault schedule")
     o.add_argument("--trace", metavar="FILE", help="write the event trace of a single run as JSON lines")
+    o.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write a timeline page of a single run, a scenario or a shrink's smallest run (opens offline)",
+    )
     o.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     o.add_argument("--quiet", action="store_true", help="sweep: print only failing seeds and the total")
     return p
@@ -331,6 +336,9 @@ def _finish_single(
             "replay": replay_argv(result.seed, options, smallest),
         }
         result = best
+        schedule = smallest
+    if args.html:
+        _write_html(args, result, options, schedule, scenario)
     if args.json:
         out = report([result], time.perf_counter() - started)
         out["trace_hash"] = result.trace_hash
@@ -359,6 +367,39 @@ def _finish_single(
                 f"replay the smallest:\n  {shrunk['replay']}"
             )
     return EXIT_OK if result.violation is None else EXIT_VIOLATION
+
+
+def _write_html(
+    args: argparse.Namespace, result: RunResult, options: SimOptions, schedule: list[Fault] | None, scenario: bool
+) -> None:
+    """Run it again with a recorder (the same seed and schedule make the same run: checked by its trace
+    hash) and write its timeline page."""
+    from sim.timeline import Recorder, write_page
+
+    recorder = Recorder()
+    if scenario:
+        from sim.scenarios import run_scenario
+
+        again = run_scenario(
+            args.scenario, args.seed or 0, args.truncation, args.epoch_reply, keep_trace=True, recorder=recorder
+        )
+        title = (
+            f"minibroker sim --scenario {args.scenario} --truncation {args.truncation} --epoch-reply {args.epoch_reply}"
+        )
+    else:
+        again = run_seed(
+            result.seed, options, schedule if schedule is not None else result.schedule, True, None, recorder
+        )
+        title = replay_argv(result.seed, options, schedule)
+    if again.trace_hash != result.trace_hash:
+        print(
+            f"minibroker sim: warning: the recorded run differs from the reported one ({again.trace_hash})",
+            file=sys.stderr,
+        )
+    events = [json.loads(line) for line in again.trace_lines]
+    path = write_page(Path(args.html), again, recorder, title, events)
+    if not args.json:
+        print(f"timeline page: {path}")
 
 
 def _scenario_steps(result: RunResult) -> str:

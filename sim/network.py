@@ -74,6 +74,8 @@ class SimNetwork:
         self._correlation = 0
         self.messages = 0
         self.requests: collections.Counter[str] = collections.Counter()  # by request type, delivered or not
+        # sim/timeline.py's Recorder when a page is wanted: hears every message, changes nothing.
+        self.recorder: Any = None
 
     # -- nodes -------------------------------------------------------------------------------------
 
@@ -166,9 +168,17 @@ class SimNetwork:
             await asyncio.Future()  # lost: the sender's timeout ends this
             raise  # unreachable: the timeout cancels the wait above
 
+    def _record(self, sent_s: float, arrived: bool, src: int, dst: int, message: Message) -> None:
+        if self.recorder is not None:
+            now_ms = asyncio.get_running_loop().time() * 1000.0
+            self.recorder.on_message(sent_s * 1000.0, now_ms if arrived else None, src, dst, message)
+
     async def _deliver(self, src: int, src_incarnation: int, dst: int, request: Message) -> Message | None:
         sender = self.node(src)
-        if not await self._travel(src, dst):
+        sent_s = asyncio.get_running_loop().time()
+        arrived = await self._travel(src, dst)
+        self._record(sent_s, arrived, src, dst, request)
+        if not arrived:
             raise _Lost
         target = self.node(dst)
         await target.resumed.wait()  # a paused node reads nothing
@@ -193,7 +203,10 @@ class SimNetwork:
         await target.resumed.wait()  # a paused node sends nothing either
         if response is None:
             return None
-        if not await self._travel(dst, src):
+        sent_s = asyncio.get_running_loop().time()
+        arrived = await self._travel(dst, src)
+        self._record(sent_s, arrived, dst, src, response)
+        if not arrived:
             raise _Lost
         await sender.resumed.wait()
         if sender.incarnation != src_incarnation:

@@ -27,6 +27,7 @@ from sim.cluster import CONTROLLER_ID, SimCluster, SimOptions
 from sim.faults import Fault, FaultInjector, generate
 from sim.loop import VirtualTimeLoop
 from sim.network import SimTransport
+from sim.timeline import Recorder
 from sim.trace import Trace
 from sim.workload import Consumer, Producer, WriteHistory
 
@@ -126,15 +127,17 @@ def run_seed(
     schedule: list[Fault] | None = None,
     keep_trace: bool = False,
     script: Script | None = None,
+    recorder: Recorder | None = None,
 ) -> RunResult:
-    """Run one seed on a fresh virtual-time loop (in this thread) and return what happened."""
+    """Run one seed on a fresh virtual-time loop (in this thread) and return what happened. A `recorder`
+    (sim/timeline.py) hears every message and samples every replica for a page of the run."""
     started = wall.perf_counter()
     loop = VirtualTimeLoop()
     root = _scratch_dir()
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)  # the nodes' own logs are noise here; the trace says what happened
     try:
-        result = loop.run_until_complete(_run(seed, options, schedule, root, keep_trace, script))
+        result = loop.run_until_complete(_run(seed, options, schedule, root, keep_trace, script, recorder))
         _cancel_leftovers(loop)
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
@@ -158,12 +161,19 @@ def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
 
 
 async def _run(
-    seed: int, options: SimOptions, schedule: list[Fault] | None, root: Path, keep_trace: bool, script: Script | None
+    seed: int,
+    options: SimOptions,
+    schedule: list[Fault] | None,
+    root: Path,
+    keep_trace: bool,
+    script: Script | None,
+    recorder: Recorder | None = None,
 ) -> RunResult:
     rng = random.Random(seed)
     fault_rng = random.Random(f"faults-{seed}")  # its own stream: removing faults leaves the workload alone
     trace = Trace(keep=keep_trace)
     cluster = SimCluster(root, options, random.Random(rng.getrandbits(64)), trace)
+    cluster.network.recorder = recorder
     if schedule is None:
         schedule = generate(fault_rng, options.faults, options.fault_rate, options.duration_s, cluster.broker_ids)
     result = RunResult(seed, "", 0, 0.0, 0.0, schedule)
@@ -257,6 +267,8 @@ async def _run(
         while True:
             await asyncio.sleep(CHECK_INTERVAL_S)
             checker.check()
+            if recorder is not None:
+                recorder.sample(cluster, asyncio.get_running_loop().time() * 1000.0)
 
     def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         # A node's task died of an exception nobody handled: a bug, reported like a broken invariant.
@@ -277,6 +289,8 @@ async def _run(
     guarded(ticker())
     await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
     result.timeline = list(trace.recent[-80:])
+    if recorder is not None:
+        recorder.sample(cluster, asyncio.get_running_loop().time() * 1000.0)
     if failure.done():
         result.violation = failure.result()
         result.replicas = checker.replica_table()

@@ -31,6 +31,7 @@ from sim.cluster import SimOptions
 from sim.loop import LoopTime
 from sim.network import LinkShape
 from sim.runner import RunResult, Script, SimRun, run_seed
+from sim.timeline import Recorder
 from sim.workload import Producer
 
 
@@ -242,7 +243,14 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
 LEGACY = {"kip101-1": {"truncation": "hw"}, "kip101-2": {"truncation": "hw"}, "kip279": {"epoch_reply": "kip101"}}
 
 
-def run_scenario(name: str, seed: int = 0, truncation: str = "fetch", epoch_reply: str = "kip279") -> RunResult:
+def run_scenario(
+    name: str,
+    seed: int = 0,
+    truncation: str = "fetch",
+    epoch_reply: str = "kip279",
+    keep_trace: bool = False,
+    recorder: Recorder | None = None,
+) -> RunResult:
     script, options = SCENARIOS[name]
     options = replace(options, truncation=truncation, epoch_reply=epoch_reply, consumers=0)
-    return run_seed(seed, options, schedule=[], keep_trace=False, script=script)
+    return run_seed(seed, options, schedule=[], keep_trace=keep_trace, script=script, recorder=recorder)
