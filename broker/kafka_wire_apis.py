@@ -27,6 +27,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from kafka.protocol.admin.configs import AlterConfigsRequest as KAlterConfigsRequest
+from kafka.protocol.admin.configs import AlterConfigsResponse as KAlterConfigsResponse
 from kafka.protocol.admin.configs import (
     DescribeConfigsRequest as KDescribeConfigsRequest,
 )
@@ -99,7 +101,9 @@ from protocol.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     AlterableConfig,
+    AlterConfigOp,
     AlterConfigsResource,
+    ConfigSource,
     CreatableTopic,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -195,6 +199,7 @@ class KafkaWireApis:
             KCreatePartitionsRequest: self.create_partitions,
             KDescribeConfigsRequest: self.describe_configs,
             KIncrementalAlterConfigsRequest: self.incremental_alter_configs,
+            KAlterConfigsRequest: self.alter_configs,
             KJoinGroupRequest: self.join_group,
             KSyncGroupRequest: self.sync_group,
             KHeartbeatRequest: self.heartbeat,
@@ -903,6 +908,51 @@ class KafkaWireApis:
         if isinstance(ours, IncrementalAlterConfigsResponse):
             answers = {(r.resource_type, r.resource_name): r for r in ours.responses}
         error, message = _request_error(ours)
+        return K[request.API_VERSION](
+            throttle_time_ms=0,
+            responses=[
+                K.AlterConfigsResourceResponse(
+                    error_code=a.error_code if (a := answers.get((r.resource_type, r.resource_name))) else error,
+                    error_message=a.error_message if a else message,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                )
+                for r in resources
+            ],
+        )
+
+    async def alter_configs(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        """AlterConfigs (33), the admin API before KIP-339: each resource's dynamic configs become exactly the
+        ones listed. Served as IncrementalAlterConfigs: SET for each one listed, DELETE for each one the
+        resource has now (DescribeConfigs) and the request leaves out. The two steps are not one: an
+        IncrementalAlterConfigs from elsewhere in between may be undone."""
+        dynamic = {int(ConfigSource.DYNAMIC_TOPIC_CONFIG), int(ConfigSource.DYNAMIC_BROKER_CONFIG)}
+        described = await self.apis.handle_describe_configs(
+            ctx,
+            DescribeConfigsRequest(
+                [DescribeConfigsResource(r.resource_type, r.resource_name, None) for r in request.resources]
+            ),
+        )
+        current: dict[tuple[int, str], set[str]] = {}
+        if isinstance(described, DescribeConfigsResponse):
+            for result in described.results:
+                names = {c.name for c in result.configs if c.config_source in dynamic}
+                current[(result.resource_type, result.resource_name)] = names
+        resources = []
+        for r in request.resources:
+            listed = {c.name: c.value for c in r.configs}
+            gone = sorted(current.get((r.resource_type, r.resource_name), set()) - set(listed))
+            ops = [AlterableConfig(name, int(AlterConfigOp.SET), value) for name, value in listed.items()]
+            ops += [AlterableConfig(name, int(AlterConfigOp.DELETE), None) for name in gone]
+            resources.append(AlterConfigsResource(r.resource_type, r.resource_name, ops))
+        ours = await self.apis.handle_incremental_alter_configs(
+            ctx, IncrementalAlterConfigsRequest(resources, validate_only=request.validate_only)
+        )
+        answers = {}
+        if isinstance(ours, IncrementalAlterConfigsResponse):
+            answers = {(a.resource_type, a.resource_name): a for a in ours.responses}
+        error, message = _request_error(ours)
+        K = KAlterConfigsResponse
         return K[request.API_VERSION](
             throttle_time_ms=0,
             responses=[

@@ -30,7 +30,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from kafka.protocol.admin.configs import DescribeConfigsRequest, IncrementalAlterConfigsRequest
+from kafka.protocol.admin.configs import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
 from kafka.protocol.admin.groups import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.admin.topics import CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest
 from kafka.protocol.api_message import ApiMessage
@@ -75,6 +75,7 @@ SERVED: dict[int, tuple[type[ApiMessage], int, int]] = {
     22: (InitProducerIdRequest, 0, 1),
     23: (OffsetForLeaderEpochRequest, 2, 3),
     32: (DescribeConfigsRequest, 1, 2),
+    33: (AlterConfigsRequest, 0, 1),
     37: (CreatePartitionsRequest, 0, 1),
     44: (IncrementalAlterConfigsRequest, 0, 0),
 }

@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -331,3 +332,20 @@ def test_an_admin_client_changes_and_reads_a_topics_configs(cluster: LocalCluste
     configs = next(iter(described.values())).result(timeout=30)
     assert configs["retention.ms"].value == "3600000"
     assert configs["retention.ms"].source == confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+    # AlterConfigs (API 33, before KIP-339): the topic's own configs become exactly the ones listed
+    legacy = confluent_admin.ConfigResource(
+        confluent_admin.ResourceType.TOPIC, "configured", set_config={"segment.ms": "600000"}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # confluent-kafka marks alter_configs deprecated
+        futures = admin.alter_configs([legacy])
+    for future in futures.values():
+        future.result(timeout=30)
+    described = admin.describe_configs(
+        [confluent_admin.ConfigResource(confluent_admin.ResourceType.TOPIC, "configured")]
+    )
+    configs = next(iter(described.values())).result(timeout=30)
+    assert configs["segment.ms"].value == "600000"
+    assert configs["segment.ms"].source == confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["retention.ms"].source != confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value  # removed
