@@ -160,6 +160,27 @@ def _request_error(ours: object) -> tuple[int, str | None]:
     return int(ErrorCode.UNKNOWN_SERVER_ERROR), None
 
 
+def _alter_configs_answer(K: Any, version: int, resources: list[AlterConfigsResource], ours: object) -> ApiMessage:
+    """The Kafka answer (AlterConfigs or IncrementalAlterConfigs: the same layout) to the broker's
+    IncrementalAlterConfigs answer `ours`, one entry per resource in the request's order."""
+    answers = {}
+    if isinstance(ours, IncrementalAlterConfigsResponse):
+        answers = {(a.resource_type, a.resource_name): a for a in ours.responses}
+    error, message = _request_error(ours)
+    return K[version](
+        throttle_time_ms=0,
+        responses=[
+            K.AlterConfigsResourceResponse(
+                error_code=a.error_code if (a := answers.get((r.resource_type, r.resource_name))) else error,
+                error_message=a.error_message if a else message,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+            for r in resources
+        ],
+    )
+
+
 def _by_topic(items: Iterable[Any], topic: Callable[[Any], str]) -> dict[str, list[Any]]:
     grouped: dict[str, list[Any]] = defaultdict(list)
     for item in items:
@@ -903,23 +924,7 @@ class KafkaWireApis:
         ours = await self.apis.handle_incremental_alter_configs(
             ctx, IncrementalAlterConfigsRequest(resources, validate_only=request.validate_only)
         )
-        K = KIncrementalAlterConfigsResponse
-        answers = {}
-        if isinstance(ours, IncrementalAlterConfigsResponse):
-            answers = {(r.resource_type, r.resource_name): r for r in ours.responses}
-        error, message = _request_error(ours)
-        return K[request.API_VERSION](
-            throttle_time_ms=0,
-            responses=[
-                K.AlterConfigsResourceResponse(
-                    error_code=a.error_code if (a := answers.get((r.resource_type, r.resource_name))) else error,
-                    error_message=a.error_message if a else message,
-                    resource_type=r.resource_type,
-                    resource_name=r.resource_name,
-                )
-                for r in resources
-            ],
-        )
+        return _alter_configs_answer(KIncrementalAlterConfigsResponse, request.API_VERSION, resources, ours)
 
     async def alter_configs(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
         """AlterConfigs (33), the admin API before KIP-339: each resource's dynamic configs become exactly the
@@ -948,23 +953,7 @@ class KafkaWireApis:
         ours = await self.apis.handle_incremental_alter_configs(
             ctx, IncrementalAlterConfigsRequest(resources, validate_only=request.validate_only)
         )
-        answers = {}
-        if isinstance(ours, IncrementalAlterConfigsResponse):
-            answers = {(a.resource_type, a.resource_name): a for a in ours.responses}
-        error, message = _request_error(ours)
-        K = KAlterConfigsResponse
-        return K[request.API_VERSION](
-            throttle_time_ms=0,
-            responses=[
-                K.AlterConfigsResourceResponse(
-                    error_code=a.error_code if (a := answers.get((r.resource_type, r.resource_name))) else error,
-                    error_message=a.error_message if a else message,
-                    resource_type=r.resource_type,
-                    resource_name=r.resource_name,
-                )
-                for r in resources
-            ],
-        )
+        return _alter_configs_answer(KAlterConfigsResponse, request.API_VERSION, resources, ours)
 
     async def describe_configs(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
         resources = [

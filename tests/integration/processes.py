@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,6 +171,17 @@ def kafka_cluster(cluster_dir: Path, overrides: dict[str, str]) -> Iterator[Loca
             cluster_dir, 3, controller_port=ports[3], broker_ports=ports[:3], kafka_ports=ports[4:], overrides=overrides
         )
     )
+    try:
+        yield state
+    finally:
+        stop_cluster(state, timeout_s=10.0)
+
+
+@contextlib.asynccontextmanager
+async def three_brokers(cluster_dir: Path, overrides: dict[str, str]) -> AsyncIterator[LocalClusterState]:
+    """A controller and three brokers (msgpack listeners only) on free ports, in a running event loop."""
+    ports = free_ports(4)
+    state = await start_cluster(cluster_dir, 3, controller_port=ports[3], broker_ports=ports[:3], overrides=overrides)
     try:
         yield state
     finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
+from cluster.local_cluster import LocalClusterState
 from metrics.file_sink import read_records
 from network.connection import BrokerConnection
 from protocol.codec import MAX_ENTRIES, packb, to_wire
@@ -29,6 +29,7 @@ from protocol.messages import (
     api_key_of,
 )
 from protocol.record_batch import build_batch
+from tests.integration.processes import three_brokers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -37,18 +38,9 @@ ENTRIES = 5 * MAX_ENTRIES  # 500,000: the frames stay under socket.request.max.b
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[LocalClusterState]:
-    ports = free_ports(4)
-    state = await start_cluster(
-        tmp_path / "cluster",
-        3,
-        controller_port=ports[3],
-        broker_ports=ports[:3],
-        overrides={"broker.heartbeat.interval.ms": "250", "broker.session.timeout.ms": "1500"},
-    )
-    try:
+    overrides = {"broker.heartbeat.interval.ms": "250", "broker.session.timeout.ms": "1500"}
+    async with three_brokers(tmp_path / "cluster", overrides) as state:
         yield state
-    finally:
-        stop_cluster(state, timeout_s=10.0)
 
 
 def huge_frames() -> dict[str, bytes]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
+from cluster.local_cluster import LocalClusterState
 from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.messages import (
@@ -22,6 +22,7 @@ from protocol.messages import (
     ProduceRequest,
 )
 from protocol.record_batch import build_batch
+from tests.integration.processes import three_brokers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -30,16 +31,9 @@ TOPIC = "ids"
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[LocalClusterState]:
-    ports = free_ports(4)
     # A heartbeat every 5 s: a leader that learned of a new id only from heartbeats would refuse it.
-    state = await start_cluster(
-        tmp_path / "cluster",
-        3,
-        controller_port=ports[3],
-        broker_ports=ports[:3],
-        overrides={"broker.heartbeat.interval.ms": "5000", "broker.session.timeout.ms": "15000"},
-    )
-    try:
+    overrides = {"broker.heartbeat.interval.ms": "5000", "broker.session.timeout.ms": "15000"}
+    async with three_brokers(tmp_path / "cluster", overrides) as state:
         from client.cluster_client import ClusterClient
 
         client = ClusterClient(state.bootstrap)
@@ -49,8 +43,6 @@ async def cluster(tmp_path: Path) -> AsyncIterator[LocalClusterState]:
         finally:
             await client.close()
         yield state
-    finally:
-        stop_cluster(state, timeout_s=10.0)
 
 
 def produce(producer_id: int, sequence: int = 0, value: bytes = b"v") -> ProduceRequest:
