@@ -64,6 +64,12 @@ class BrokerServer:
         self.log_dir = Path(config["log.dirs"])
         self.stopped = asyncio.Event()
         secret = config.get("cluster.secret")
+        for listener in self.listeners:
+            if listener.security_protocol == "SASL_PLAINTEXT" and not secret:
+                raise ConfigError(
+                    f"listener {listener.name} uses SASL_PLAINTEXT, whose PLAIN password is cluster.secret: "
+                    "set cluster.secret"
+                )
 
         # The link to the controller: a transport that knows one node, the controller, at the address in
         # controller.quorum.voters (Kafka's "id@host:port"; the id may be left out).
@@ -117,6 +123,7 @@ class BrokerServer:
                     self.node.group_coordinator,
                     offsets_topic_replication_factor=config["offsets.topic.replication.factor"],
                     auto_create_topics=config["auto.create.topics.enable"],
+                    sasl_password=secret if listener.security_protocol == "SASL_PLAINTEXT" else None,
                 ).handle,
                 listener.host,
                 listener.port,

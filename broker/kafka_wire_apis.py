@@ -22,6 +22,7 @@ its endpoint on the listener of the same name, as Kafka does, and leaves out bro
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -88,6 +89,10 @@ from kafka.protocol.producer.produce import ProduceRequest as KProduceRequest
 from kafka.protocol.producer.produce import ProduceResponse as KProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest as KInitProducerIdRequest
 from kafka.protocol.producer.transaction import InitProducerIdResponse as KInitProducerIdResponse
+from kafka.protocol.sasl import SaslAuthenticateRequest as KSaslAuthenticateRequest
+from kafka.protocol.sasl import SaslAuthenticateResponse as KSaslAuthenticateResponse
+from kafka.protocol.sasl import SaslHandshakeRequest as KSaslHandshakeRequest
+from kafka.protocol.sasl import SaslHandshakeResponse as KSaslHandshakeResponse
 
 from broker.kafka_apis import KafkaApis
 from group_coordinator import OFFSETS_TOPIC, GroupCoordinator
@@ -160,6 +165,10 @@ def _request_error(ours: object) -> tuple[int, str | None]:
     return int(ErrorCode.UNKNOWN_SERVER_ERROR), None
 
 
+#: What a SASL_PLAINTEXT connection may send before it authenticated.
+SASL_OPEN: frozenset[type] = frozenset({KApiVersionsRequest, KSaslHandshakeRequest, KSaslAuthenticateRequest})
+
+
 def _alter_configs_answer(K: Any, version: int, resources: list[AlterConfigsResource], ours: object) -> ApiMessage:
     """The Kafka answer (AlterConfigs or IncrementalAlterConfigs: the same layout) to the broker's
     IncrementalAlterConfigs answer `ours`, one entry per resource in the request's order."""
@@ -199,8 +208,11 @@ class KafkaWireApis:
         offsets_topic_replication_factor: int = 3,
         cluster_id: str = "minibroker",
         auto_create_topics: bool = False,
+        sasl_password: str | None = None,
     ) -> None:
         self.auto_create_topics = auto_create_topics
+        #: A SASL_PLAINTEXT listener's PLAIN password (cluster.secret); None on a PLAINTEXT listener.
+        self.sasl_password = sasl_password
         self.apis = apis
         self.listener_name = listener_name
         self.coordinator = coordinator
@@ -220,6 +232,8 @@ class KafkaWireApis:
             KCreatePartitionsRequest: self.create_partitions,
             KDescribeConfigsRequest: self.describe_configs,
             KIncrementalAlterConfigsRequest: self.incremental_alter_configs,
+            KSaslHandshakeRequest: self.sasl_handshake,
+            KSaslAuthenticateRequest: self.sasl_authenticate,
             KAlterConfigsRequest: self.alter_configs,
             KJoinGroupRequest: self.join_group,
             KSyncGroupRequest: self.sync_group,
@@ -237,6 +251,9 @@ class KafkaWireApis:
         if isinstance(request, UnsupportedApiVersions):
             return self._api_versions_answer(0, int(ErrorCode.UNSUPPORTED_VERSION))
         ctx.attributes["client_id"] = header.client_id
+        if self.sasl_password is not None and not ctx.authenticated and type(request)[None] not in SASL_OPEN:
+            log.info("closing %s: %s before SASL authentication", ctx.peer, type(request).__name__)
+            return ErrorResponse(int(ErrorCode.ILLEGAL_SASL_STATE), f"{type(request).__name__} before SASL")
         handler = self._handlers.get(type(request)[None])
         if handler is None:  # served in network/kafka_wire.py but not here: a bug, closes the connection
             raise KafkaError(f"no handler for {type(request).__name__}")
@@ -258,6 +275,43 @@ class KafkaWireApis:
             api_keys=[K.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in served_versions()],
             throttle_time_ms=0,
         )
+
+    # -- SaslHandshake (17), SaslAuthenticate (36): SASL/PLAIN on a SASL_PLAINTEXT listener -----------------
+
+    async def sasl_handshake(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        K = KSaslHandshakeResponse
+        if self.sasl_password is None or ctx.attributes.get("sasl") is not None or ctx.authenticated:
+            return K[request.API_VERSION](error_code=int(ErrorCode.ILLEGAL_SASL_STATE), mechanisms=[])
+        if request.API_VERSION == 0:  # raw SASL tokens would follow: clients with v1 use SaslAuthenticate
+            return K[0](error_code=int(ErrorCode.UNSUPPORTED_VERSION), mechanisms=["PLAIN"])
+        if request.mechanism != "PLAIN":
+            return K[request.API_VERSION](error_code=int(ErrorCode.UNSUPPORTED_SASL_MECHANISM), mechanisms=["PLAIN"])
+        ctx.attributes["sasl"] = "PLAIN"
+        return K[request.API_VERSION](error_code=0, mechanisms=["PLAIN"])
+
+    async def sasl_authenticate(self, ctx: ConnectionContext, request: Any) -> ApiMessage | ErrorResponse:
+        """PLAIN (RFC 4616): `authzid NUL user NUL password`; the password must be cluster.secret, and the
+        connection is then authenticated as a CLI's msgpack connection with the secret is (admin requests
+        included). A failure is answered, then the connection is closed, as Kafka does."""
+        K = KSaslAuthenticateResponse
+
+        def answer(code: ErrorCode, message: str | None) -> ApiMessage:
+            fields: dict[str, Any] = {"error_code": int(code), "error_message": message, "auth_bytes": b""}
+            if request.API_VERSION >= 1:
+                fields["session_lifetime_ms"] = 0
+            return K[request.API_VERSION](**fields)
+
+        if self.sasl_password is None or ctx.attributes.get("sasl") != "PLAIN" or ctx.authenticated:
+            return answer(ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate without a PLAIN SaslHandshake first")
+        parts = bytes(request.auth_bytes or b"").split(b"\0")
+        password = parts[2] if len(parts) == 3 else None
+        if password is None or not hmac.compare_digest(password, self.sasl_password.encode()):
+            log.info("SASL/PLAIN authentication failed from %s", ctx.peer)
+            ctx.close_after_response = True
+            return answer(ErrorCode.SASL_AUTHENTICATION_FAILED, "Authentication failed: invalid username or password")
+        ctx.authenticated = True
+        ctx.attributes["principal"] = parts[1].decode("utf-8", "replace")
+        return answer(ErrorCode.NONE, None)
 
     async def api_versions(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
         return self._api_versions_answer(request.API_VERSION)

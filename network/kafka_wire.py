@@ -49,6 +49,7 @@ from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.protocol.producer.transaction import InitProducerIdRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from protocol.errors import ProtocolError
 from protocol.framing import frame_prefix
@@ -69,6 +70,9 @@ SERVED: dict[int, tuple[type[ApiMessage], int, int]] = {
     14: (SyncGroupRequest, 0, 3),
     15: (DescribeGroupsRequest, 0, 4),
     16: (ListGroupsRequest, 0, 2),
+    # v0 is advertised because librdkafka up to 2.11 wants it in the range before it tries SASL at all;
+    # a v0 handshake (raw SASL tokens follow it, not Kafka requests) is answered UNSUPPORTED_VERSION.
+    17: (SaslHandshakeRequest, 0, 1),
     18: (ApiVersionsRequest, 0, 3),
     19: (CreateTopicsRequest, 2, 4),
     20: (DeleteTopicsRequest, 1, 3),
@@ -76,6 +80,7 @@ SERVED: dict[int, tuple[type[ApiMessage], int, int]] = {
     23: (OffsetForLeaderEpochRequest, 2, 3),
     32: (DescribeConfigsRequest, 1, 2),
     33: (AlterConfigsRequest, 0, 1),
+    36: (SaslAuthenticateRequest, 0, 1),
     37: (CreatePartitionsRequest, 0, 1),
     44: (IncrementalAlterConfigsRequest, 0, 0),
 }

@@ -7,7 +7,8 @@
 name is that listener, so `listeners=127.0.0.1:9092` means what it always did. Every other listener
 speaks Kafka's binary protocol (docs/kafka-protocol.md) for Kafka clients and tools, with the security
 protocol `listener.security.protocol.map` gives its name (a name that is itself a security protocol
-maps to it, as in Kafka). Only PLAINTEXT is served.
+maps to it, as in Kafka). PLAINTEXT and SASL_PLAINTEXT (mechanism PLAIN, the password being
+`cluster.secret`) are served.
 
 `advertised.listeners` has the same form and says how other nodes and clients reach each listener; a
 listener it does not name is advertised at its bound address (with the port it got, for port 0).
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 MSGPACK_LISTENER = "MINIBROKER"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+SERVED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 
 
 class ListenerError(ValueError):
@@ -95,7 +96,9 @@ def parse_listeners(
                 "or map it in listener.security.protocol.map"
             )
         if protocol not in SERVED_SECURITY_PROTOCOLS:
-            raise ListenerError(f"{key}: listener {name} uses {protocol}; minibroker serves PLAINTEXT only")
+            raise ListenerError(
+                f"{key}: listener {name} uses {protocol}; minibroker serves {' and '.join(SERVED_SECURITY_PROTOCOLS)}"
+            )
         listeners.append(Listener(name, host, port, protocol))
     names = [listener.name for listener in listeners]
     if len(set(names)) != len(names):

@@ -46,6 +46,9 @@ class ErrorCode(IntEnum):
     INVALID_PRODUCER_EPOCH = 47
     UNKNOWN_PRODUCER_ID = 59
     CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
+    SASL_AUTHENTICATION_FAILED = 58
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -188,8 +191,18 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
         "producer id; nothing was appended"
     ),
     ErrorCode.UNKNOWN_PRODUCER_ID: (
-        "PRODUCE (idempotent): the leader has no state for this producer id (its batches were truncated or "
-        "deleted) and base_sequence is not 0; nothing was appended: INIT_PRODUCER_ID again"
+        "PRODUCE (idempotent): the producer id was never handed out by INIT_PRODUCER_ID (the message says so), "
+        "or the leader has no state for it (its batches were truncated or deleted) and base_sequence is not 0; "
+        "nothing was appended: INIT_PRODUCER_ID again"
+    ),
+    ErrorCode.UNSUPPORTED_SASL_MECHANISM: "Kafka listener, SaslHandshake: only PLAIN is served",
+    ErrorCode.ILLEGAL_SASL_STATE: (
+        "Kafka listener: a SASL request where none is expected (a PLAINTEXT listener, or SaslAuthenticate "
+        "before SaslHandshake), or any other request before a SASL_PLAINTEXT connection authenticated "
+        "(the connection is closed)"
+    ),
+    ErrorCode.SASL_AUTHENTICATION_FAILED: (
+        "Kafka listener, SaslAuthenticate: the PLAIN password is not cluster.secret (the connection is closed)"
     ),
     ErrorCode.INVALID_RECORD: "a batch passed its CRC but breaks the record format (the message says how)",
     ErrorCode.INVALID_UPDATE_VERSION: "ALTER_PARTITION: the partition epoch is not the current one",

@@ -74,3 +74,15 @@ def test_cluster_up_gives_brokers_a_laptops_connection_limits_and_an_override_wi
     props = broker_props(tmp_path, 1, 9092, 9192, None, {"max.connections": "5000"})
     assert props["max.connections"] == "5000"
     assert props["connections.max.idle.ms"] == LAPTOP_CONNECTION_LIMITS["connections.max.idle.ms"]
+
+
+def test_a_sasl_listener_needs_cluster_secret_and_ssl_is_refused(tmp_path: Path) -> None:
+    from broker.broker_server import BrokerServer
+
+    base = {"broker.id": "1", "log.dirs": str(tmp_path / "data")}
+    sasl = {**base, "listeners": "127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"}
+    with pytest.raises(ConfigError, match="SASL_PLAINTEXT, whose PLAIN password is cluster.secret"):
+        BrokerServer(load_config(BROKER_CONFIG, overrides=sasl, environ={}))
+    ssl = {**base, "listeners": "127.0.0.1:0,SSL://127.0.0.1:0"}
+    with pytest.raises(ConfigError, match="uses SSL; minibroker serves PLAINTEXT and SASL_PLAINTEXT"):
+        BrokerServer(load_config(BROKER_CONFIG, overrides=ssl, environ={}))

@@ -163,12 +163,20 @@ def running(*procs: BrokerProcess):  # type: ignore[no-untyped-def]
 
 
 @contextlib.contextmanager
-def kafka_cluster(cluster_dir: Path, overrides: dict[str, str]) -> Iterator[LocalClusterState]:
+def kafka_cluster(
+    cluster_dir: Path, overrides: dict[str, str], secret: str | None = None
+) -> Iterator[LocalClusterState]:
     """A controller and three brokers, each with a Kafka listener, on free ports; stopped afterwards."""
     ports = free_ports(7)
     state = asyncio.run(
         start_cluster(
-            cluster_dir, 3, controller_port=ports[3], broker_ports=ports[:3], kafka_ports=ports[4:], overrides=overrides
+            cluster_dir,
+            3,
+            controller_port=ports[3],
+            broker_ports=ports[:3],
+            kafka_ports=ports[4:],
+            overrides=overrides,
+            secret=secret,
         )
     )
     try:
