@@ -15,11 +15,14 @@ import random
 import shutil
 import tempfile
 import time as wall
-from collections.abc import Awaitable, Callable
+import traceback
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.log.log import Log
 from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
 from server_common.poll import wait_until
 from sim.checker import Checker, Violation
@@ -33,6 +36,15 @@ from sim.workload import Consumer, Producer, WriteHistory
 ADMIN_ID = 999
 CHECK_INTERVAL_S = 0.05
 SETTLE_MAX_S = 30.0
+# Not a check of the brokers: the run itself broke (a scenario stuck, a deadlock, a bug in the simulator).
+SIMULATOR_ERROR = "simulator_error"
+
+
+def _error(exc: BaseException) -> Violation:
+    """An exception that ended a run, with where it was raised, as that run's failure."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return Violation(SIMULATOR_ERROR, f"{type(exc).__name__}: {exc}{where}")
 
 
 @dataclass
@@ -43,7 +55,7 @@ class RunResult:
     virtual_s: float
     wall_s: float
     schedule: list[Fault]
-    violation: Violation | None = None
+    violation: Violation | None = None  # a check that failed, or SIMULATOR_ERROR
     timeline: list[dict[str, Any]] = field(default_factory=list)
     replicas: list[dict[str, Any]] = field(default_factory=list)
     faults_injected: dict[str, int] = field(default_factory=dict)
@@ -81,6 +93,42 @@ class RunResult:
             "consumed": self.consumed,
             "converged": self.converged,
         }
+
+
+@contextmanager
+def _traced_truncations(trace: Trace, root: Path) -> Iterator[None]:
+    """Every cut of a replica's log under `root` goes into the trace (broker, partition, where the log now
+    ends), so runs that truncate differently have different hashes. Kafka logs the same line."""
+    cut_to, cut_fully = Log.truncate_to, Log.truncate_fully_and_start_at
+    inside = [0]
+
+    def event(log: Log, offset: int) -> None:
+        broker = log.dir.parent.name.removeprefix("broker-")
+        if inside[0] == 0 and log.dir.is_relative_to(root) and broker.isdigit():
+            tp = f"{log.topic}-{log.partition}"
+            trace.event(int(broker), "truncate", tp=tp, to=offset, leo=log.log_end_offset, hw=log.high_watermark)
+
+    def truncate_to(self: Log, target_offset: int) -> bool:
+        inside[0] += 1
+        try:
+            cut = cut_to(self, target_offset)
+        finally:
+            inside[0] -= 1
+        if cut:
+            event(self, target_offset)
+        return cut
+
+    def truncate_fully_and_start_at(self: Log, new_offset: int) -> None:
+        cut_fully(self, new_offset)
+        event(self, new_offset)
+
+    Log.truncate_to = truncate_to  # type: ignore[method-assign]
+    Log.truncate_fully_and_start_at = truncate_fully_and_start_at  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Log.truncate_to = cut_to  # type: ignore[method-assign]
+        Log.truncate_fully_and_start_at = cut_fully  # type: ignore[method-assign]
 
 
 def _scratch_dir() -> Path:
@@ -134,7 +182,10 @@ def run_seed(
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)  # the nodes' own logs are noise here; the trace says what happened
     try:
-        result = loop.run_until_complete(_run(seed, options, schedule, root, keep_trace, script))
+        try:
+            result = loop.run_until_complete(_run(seed, options, schedule, root, keep_trace, script))
+        except Exception as exc:  # noqa: BLE001 - the run's failure, reported; a sweep goes on to the next seed
+            result = RunResult(seed, "", 0, loop.time(), 0.0, list(schedule or []), violation=_error(exc))
         _cancel_leftovers(loop)
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
@@ -273,19 +324,26 @@ async def _run(
     asyncio.get_running_loop().set_exception_handler(on_loop_error)
     cluster.on_crash = checker.on_crash
     cluster.on_metadata = checker.on_metadata
-    main = guarded(scenario())
-    guarded(ticker())
-    await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
+    with _traced_truncations(trace, root):
+        main = guarded(scenario())
+        guarded(ticker())
+        await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
     result.timeline = list(trace.recent[-80:])
     if failure.done():
         result.violation = failure.result()
+        result.replicas = checker.replica_table()
+    elif main.done() and not main.cancelled() and main.exception() is not None:
+        # The script or the harness raised: this seed's failure, with its timeline, not the sweep's end.
+        error = main.exception()
+        assert error is not None
+        trace.event("sim", "error", what=f"{type(error).__name__}: {error}")
+        result.violation = _error(error)
+        result.timeline = list(trace.recent[-80:])
         result.replicas = checker.replica_table()
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await cluster.close()
-    if not failure.done() and main.done() and not main.cancelled() and main.exception() is not None:
-        raise main.exception()  # type: ignore[misc]
     loop = asyncio.get_running_loop()
     result.virtual_s = loop.time()
     result.trace_hash = trace.digest

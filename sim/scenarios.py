@@ -242,7 +242,9 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
 LEGACY = {"kip101-1": {"truncation": "hw"}, "kip101-2": {"truncation": "hw"}, "kip279": {"epoch_reply": "kip101"}}
 
 
-def run_scenario(name: str, seed: int = 0, truncation: str = "fetch", epoch_reply: str = "kip279") -> RunResult:
+def run_scenario(
+    name: str, seed: int = 0, truncation: str = "fetch", epoch_reply: str = "kip279", keep_trace: bool = False
+) -> RunResult:
     script, options = SCENARIOS[name]
     options = replace(options, truncation=truncation, epoch_reply=epoch_reply, consumers=0)
-    return run_seed(seed, options, schedule=[], keep_trace=False, script=script)
+    return run_seed(seed, options, schedule=[], keep_trace=keep_trace, script=script)

@@ -254,7 +254,7 @@ def test_idempotent_producers_resolve_every_write_in_doubt_without_a_duplicate(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # KIP-98 under every fault kind: producers resend each write left in doubt (the same batch) until a
-    # leader answers; the checker's duplicate rule holds, and no write ends failed or indeterminate.
+    # leader answers; record_at_two_offsets holds (no duplicate), and no write ends failed or indeterminate.
     # (Without --idempotence the same sweep ends with hundreds of each.)
     code = sim_main(
         [
@@ -649,3 +649,94 @@ def test_kip101_2_excuses_its_loss_by_the_rule_it_states() -> None:
     ]
     kills = {e["node"]: e["unflushed_bytes_lost"] for e in result.timeline if e["event"] == "kill"}
     assert kills[1] == 0 and kills[2] > 0
+
+
+# -- what a new user trips over -------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_scenario_writes_its_trace_and_refuses_options_it_would_ignore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "kip101-2.jsonl"
+    assert sim_main(["--scenario", "kip101-2", "--trace", str(trace)]) == 0
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(events) > 20 and any(e["event"] == "step" for e in events)
+    capsys.readouterr()
+    for ignored in (["--brokers", "5"], ["--shrink"], ["--faults", "kill"], ["--duration", "10"]):
+        assert sim_main(["--scenario", "kip101-2", *ignored]) == 2, ignored
+        assert f"not {ignored[0]}" in capsys.readouterr().err
+
+
+def test_the_order_of_fault_kinds_does_not_change_the_schedule() -> None:
+    from sim.cli import build_parser, options_from_args
+    from sim.faults import generate
+
+    def schedule(kinds: str) -> list[Fault]:
+        options = options_from_args(build_parser().parse_args(["--faults", kinds]))
+        return generate(random.Random("faults-3"), options.faults, 1.0, 30.0, [1, 2, 3])
+
+    assert schedule("pause,kill") == schedule("kill,pause") == schedule("kill,pause,kill")
+    assert len(schedule("kill,pause")) > 5
+    # run_seed's callers too: the kinds name a set
+    assert generate(random.Random(1), ("pause", "kill"), 1.0, 30.0, [1, 2]) == generate(
+        random.Random(1), ("kill", "pause"), 1.0, 30.0, [1, 2]
+    )
+
+
+@pytest.mark.timeout(60)
+def test_a_simulator_error_in_one_seed_is_that_seeds_failure_and_the_sweep_goes_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sim.cluster import SimCluster
+
+    real = SimCluster.start_controller
+    starts = []
+
+    async def flaky(self: SimCluster) -> None:
+        starts.append(1)
+        if len(starts) == 2:
+            raise ZeroDivisionError("a bug in the simulator")
+        await real(self)
+
+    monkeypatch.setattr(SimCluster, "start_controller", flaky)
+    argv = ["--seeds", "1..3", "--duration", "5", "--partitions", "1", "--producers", "1", "--rate", "5"]
+    assert sim_main(argv) == 1
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("seed ")]
+    assert len(lines) == 3
+    assert "VIOLATION simulator_error" in lines[1] and "ok" in lines[0] and "ok" in lines[2]
+    assert "3 seeds, 1 with a violation {'simulator_error': 1}" in out
+    starts.clear()
+    result = run_seed(1, SimOptions(duration_s=5.0, partitions=1, producers=1, rate=5.0))
+    assert result.ok
+    result = run_seed(1, SimOptions(duration_s=5.0, partitions=1, producers=1, rate=5.0))
+    assert result.violation is not None and result.violation.check == "simulator_error"
+    assert "ZeroDivisionError: a bug in the simulator at test_simulator.py:" in result.violation.message
+
+
+@pytest.mark.timeout(120)
+def test_after_a_shrink_the_replay_line_replays_the_shrunk_schedule(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(Partition, "maybe_increment_leader_hw", _broken_hw)
+    argv = ["--duration", "6", "--partitions", "2", "--producers", "1", "--rate", "30", "--faults", "kill,pause"]
+    argv += ["--fault-rate", "1.0"]
+    seed = next(s for s in range(1, 20) if sim_main(["--seed", str(s), *argv]) == 1)
+    capsys.readouterr()
+    assert sim_main(["--seed", str(seed), *argv, "--shrink"]) == 1
+    out = capsys.readouterr().out
+    replay = next(line for line in out.splitlines() if line.startswith("replay: "))
+    assert "--schedule" in replay
+    assert "(the whole schedule, injected before the violation or not)" in out
+    assert replay.removeprefix("replay: ") in out.split("replay the smallest:")[1]
+
+
+@pytest.mark.timeout(60)
+def test_the_trace_records_truncations() -> None:
+    result = run_scenario("kip101-2", keep_trace=True)
+    truncations = [e for e in map(json.loads, result.trace_lines) if e["event"] == "truncate"]
+    # B (broker 1) cuts m2 off at offset 1, where A wrote m3 (the legacy switch keeps it: no truncation)
+    assert [(e["node"], e["tp"], e["leo"]) for e in truncations][:1] == [(1, "t0-0", 1)]
+    legacy = run_scenario("kip101-2", truncation="hw", keep_trace=True)
+    assert not [e for e in map(json.loads, legacy.trace_lines) if e["event"] == "truncate" and e["node"] == 1]
