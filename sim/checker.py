@@ -55,6 +55,7 @@ CHECKS = (
     "isr_member_missing_committed",
     "consumer_went_back",
     "consumer_saw_changed_record",
+    "no_progress",  # sim.runner's liveness check
 )
 
 

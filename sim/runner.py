@@ -4,7 +4,9 @@
 given) give the same trace hash. The run has three phases on virtual time: start (controller, brokers,
 topics, every partition led), load (producers, consumers and faults for `duration_s`), and settle (faults
 undone, dead brokers restarted, then up to 30 s for every replica to rejoin the ISR and catch up, with
-the checks still running). The first violation ends the run.
+the checks still running). The first violation ends the run. Liveness is checked too: while the load
+runs, or while the cluster settles short of converging, something must move (`no_progress`). An
+exception that is no check failure ends the run as `simulator_error`, so a sweep goes on.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from sim.workload import Consumer, Producer, WriteHistory
 ADMIN_ID = 999
 CHECK_INTERVAL_S = 0.05
 SETTLE_MAX_S = 30.0
+# Liveness: while the load runs (or the cluster settles, not yet converged) some replica's LEO or HW, or some
+# partition's leader, epoch or ISR, must move at least this often (virtual seconds). Faults last at most 6 s
+# and a broker's session times out in 6 s, so the longest stall in a healthy run is far shorter.
+NO_PROGRESS_S = 20.0
 # Not a check of the brokers: the run itself broke (a scenario stuck, a deadlock, a bug in the simulator).
 SIMULATOR_ERROR = "simulator_error"
 
@@ -68,6 +74,7 @@ class RunResult:
     converged: bool = False
     messages: int = 0
     requests: dict[str, int] = field(default_factory=dict)  # sent over the network, by request type
+    longest_stall_s: float = 0.0  # the longest time nothing moved while the liveness check watched
     trace_lines: list[str] = field(default_factory=list)
 
     @property
@@ -92,7 +99,47 @@ class RunResult:
             "excused_losses": self.excused_losses,
             "consumed": self.consumed,
             "converged": self.converged,
+            "longest_stall_s": round(self.longest_stall_s, 3),
         }
+
+
+class _Progress:
+    """When the cluster last moved: any replica's LEO or HW, any partition's leader, epoch or ISR."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+        self.since: float | None = None
+        self.settling = False
+        self._last: tuple[Any, ...] = ()
+
+    def start(self, settling: bool = False) -> None:
+        self.settling = settling
+        self.since = asyncio.get_running_loop().time()
+        self._last = self._state()
+
+    def stop(self) -> None:
+        self.since = None
+
+    def _state(self) -> tuple[Any, ...]:
+        replicas = tuple(
+            (b, str(tp), p.log.log_end_offset, p.log.high_watermark)
+            for b, node in sorted(self.cluster.brokers.items())
+            for tp, p in node.replica_manager.partitions.items()
+        )
+        controller = self.cluster.controller
+        image = () if controller is None else controller.controller.image.partitions
+        elections = tuple((str(tp), s.leader, s.leader_epoch, tuple(s.isr)) for tp, s in dict(image).items())
+        return replicas, elections
+
+    def stalled_s(self) -> float:
+        """Virtual seconds since the last move, 0 when not watching."""
+        if self.since is None:
+            return 0.0
+        now = asyncio.get_running_loop().time()
+        state = self._state()
+        if state != self._last:
+            self._last, self.since = state, now
+        return now - self.since
 
 
 @contextmanager
@@ -224,6 +271,7 @@ async def _run(
     failure: asyncio.Future[Violation] = asyncio.get_running_loop().create_future()
     injector = FaultInjector(cluster, checker.check)
     tasks: list[asyncio.Task[Any]] = []
+    watch = _Progress(cluster)  # the liveness check: off until the load (or the settle) starts
 
     def guarded(coro: Any) -> asyncio.Task[Any]:
         async def run() -> None:
@@ -253,6 +301,8 @@ async def _run(
             await settle([])
             return
         trace.event("sim", "load", faults=len(schedule))
+        if options.producers > 0 and options.rate > 0:
+            watch.start()
         loop = asyncio.get_running_loop()
         until = loop.time() + options.duration_s
         offset_s = loop.time()
@@ -293,12 +343,14 @@ async def _run(
     async def settle(consumers: list[Consumer], consumer_tasks: list[asyncio.Task[Any]] | None = None) -> None:
         """Undo every fault, restart the dead, let replicas catch up, checking all the while."""
         trace.event("sim", "settle")
+        watch.start(settling=True)
         cluster.network.heal()
         for broker in cluster.broker_ids:
             if broker not in cluster.brokers:
                 await cluster.restart_broker(broker)
         checker.check()
         result.converged = await wait_until(lambda: converged(cluster, partitions), SETTLE_MAX_S, clock=cluster.time)
+        watch.stop()
         checker.check()
         for task in consumer_tasks or []:
             task.cancel()
@@ -308,6 +360,17 @@ async def _run(
         while True:
             await asyncio.sleep(CHECK_INTERVAL_S)
             checker.check()
+            stalled = watch.stalled_s()
+            result.longest_stall_s = max(result.longest_stall_s, stalled)
+            if stalled > NO_PROGRESS_S:
+                # This ticker keeps a timer pending, so the loop's deadlock check never fires in a run: a run
+                # that spins (a follower looping on one answer) or waits forever is caught here instead.
+                checker.fail(
+                    "no_progress",
+                    f"no replica's LEO or HW and no partition's leader, epoch or ISR moved for {stalled:.1f} "
+                    f"virtual s ({'settling' if watch.settling else 'under load'}); requests sent: "
+                    f"{sum(cluster.network.requests.values())}",
+                )
 
     def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         # A node's task died of an exception nobody handled: a bug, reported like a broken invariant.

@@ -740,3 +740,24 @@ def test_the_trace_records_truncations() -> None:
     assert [(e["node"], e["tp"], e["leo"]) for e in truncations][:1] == [(1, "t0-0", 1)]
     legacy = run_scenario("kip101-2", truncation="hw", keep_trace=True)
     assert not [e for e in map(json.loads, legacy.trace_lines) if e["event"] == "truncate" and e["node"] == 1]
+
+
+# -- liveness -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_follower_looping_on_a_diverging_answer_fails_the_run_as_no_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Planted: a follower told its log diverges neither truncates nor backs off; it asks again at once, is
+    # told the same, forever. The run used to print "ok" after 43,000 FETCHes (a healthy one sends ~400).
+    from fetcher.replica_fetcher import ReplicaFetcher
+
+    options = SimOptions(
+        duration_s=10.0, partitions=2, producers=1, rate=30.0, faults=("kill", "pause", "partition"), fault_rate=1.0
+    )
+    healthy = run_seed(2, options)
+    assert healthy.ok and healthy.converged and healthy.longest_stall_s < 10.0
+    monkeypatch.setattr(ReplicaFetcher, "_truncate_on_fetch", lambda self, tp, state, partition: None)
+    looping = run_seed(2, options)
+    assert looping.violation is not None and looping.violation.check == "no_progress", looping.violation
+    assert "settling" in looping.violation.message
+    assert looping.requests["FetchRequest"] > 20 * healthy.requests["FetchRequest"]
