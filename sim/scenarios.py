@@ -17,6 +17,11 @@ table.
 - kip279: fast unclean leader changes between two brokers P and Q leave Q with records of an epoch the
   leader never had; an OffsetsForLeaderEpoch answer without the epoch (KIP-101 as first shipped) makes
   Q keep them (divergence); with the epoch, Q truncates in rounds down to the common prefix.
+- kip279-failover: KIP-279's clean back-to-back failover. B leads at epoch 1 with records A never
+  fetched; A, the preferred replica, is elected (epoch 2) and writes over them; A dies before B
+  truncated, and B is elected again (epoch 3). A asks B for the end of epoch 2, which B never had: the
+  answer without the epoch (KIP-101) leaves A's epoch-2 record in place (divergence); with it, A
+  truncates to the end of epoch 1.
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from dataclasses import replace
 
 from protocol.messages import TopicPartition
 from server_common.poll import RetryPolicy, retry, wait_until
-from sim.cluster import SimOptions
+from protocol.messages import ElectLeadersRequest
+from sim.cluster import CONTROLLER_ID, SimOptions
+from sim.faults import REASSIGNER_ID
 from sim.loop import LoopTime
-from sim.network import LinkShape
+from sim.network import LinkShape, SimTransport
 from sim.runner import RunResult, Script, SimRun, run_seed
 from sim.workload import Producer
 
@@ -177,6 +184,50 @@ async def kip279(run: SimRun) -> None:
     await asyncio.sleep(3.0)
 
 
+async def kip279_failover(run: SimRun) -> None:
+    """KIP-279's clean back-to-back failover (3.3a): B leads at epoch 1 with records A never fetched; A is
+    elected (epoch 2) and writes over them; A dies before B truncated and B is elected again (epoch 3)
+    without ever having seen epoch 2. A, back as B's follower, asks for the end of epoch 2, an epoch B
+    never had."""
+    net = run.cluster.network
+    tp = run.partitions[0]
+    controller = run.cluster.controller
+    assert controller is not None
+    a, b = controller.controller.image.partitions[tp].replicas  # A is the preferred replica
+    producer = run.producer(1001, acks=1)
+    _step(run, f"A={a} (preferred) and B={b}, acks=1, clean elections only")
+    await run.cluster.kill_broker(a)
+    await until(lambda: _leads(run, b, tp), "B elected")
+    await run.cluster.restart_broker(a)
+    await until(lambda: _controller_leader(run, tp)[1] == (a, b), "A back in the ISR")
+    await _write(producer, tp)
+    await until(lambda: _replica(run, a, tp).log.high_watermark == 1, "m1 committed on both")
+    _step(run, f"B leads at epoch {_replica(run, b, tp).leader_epoch}; m1 on both, ISR both")
+    net.cut(b, a)  # A's fetches reach B; B's answers do not reach A
+    await _write(producer, tp)
+    await _write(producer, tp)
+    _step(run, f"B writes m2 m3 (LEO {_replica(run, b, tp).log.log_end_offset}); A never gets them, still in the ISR")
+    net.cut(a, b)  # from now on B learns nothing from A: it cannot truncate
+    elect = SimTransport(net, REASSIGNER_ID, timeout_ms=5000)
+    await elect.send(CONTROLLER_ID, ElectLeadersRequest())
+    await until(lambda: _leads(run, a, tp), "A elected, the preferred replica")
+    await _write(producer, tp)
+    part = _replica(run, a, tp)
+    _step(run, f"A elected cleanly at epoch {part.leader_epoch}, writes m4 at offset 1 (LEO {part.log.log_end_offset})")
+    await run.cluster.kill_broker(a)
+    await until(lambda: _leads(run, b, tp), "B elected again", timeout_s=30)
+    await _write(producer, tp)
+    await _write(producer, tp)
+    part = _replica(run, b, tp)
+    _step(run, f"A dies before B truncated; B elected at epoch {part.leader_epoch}, writes m5 m6 (LEO {part.log.log_end_offset})")
+    net.heal()
+    await run.cluster.restart_broker(a)
+    _step(run, "A restarts as B's follower; its latest epoch is one B never had")
+    await until(lambda: (r := _replica(run, a, tp)) is not None and r.log.log_end_offset == 5, "A caught up")
+    _step(run, f"A's log end offset is {_replica(run, a, tp).log.log_end_offset}")
+    await asyncio.sleep(1.0)
+
+
 async def idempotent_resend(run: SimRun) -> None:
     """KIP-98: the answer to an acks=all write is lost and its leader dies; the producer resends the same
     batch to the new leader, which already fetched it and answers with the original offset."""
@@ -230,6 +281,10 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
             unclean_leader_election=True,
         ),
     ),
+    "kip279-failover": (
+        kip279_failover,
+        SimOptions(brokers=2, partitions=1, replication_factor=2, min_insync_replicas=1, acks=1, producers=0),
+    ),
     "idempotent-resend": (
         idempotent_resend,
         SimOptions(
@@ -239,7 +294,12 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
 }
 
 # The legacy switch under which each scenario shows its anomaly.
-LEGACY = {"kip101-1": {"truncation": "hw"}, "kip101-2": {"truncation": "hw"}, "kip279": {"epoch_reply": "kip101"}}
+LEGACY = {
+    "kip101-1": {"truncation": "hw"},
+    "kip101-2": {"truncation": "hw"},
+    "kip279": {"epoch_reply": "kip101"},
+    "kip279-failover": {"epoch_reply": "kip101"},
+}
 
 
 def run_scenario(

@@ -313,7 +313,7 @@ def test_scenario_shows_its_anomaly_under_the_legacy_switch_only(name: str, trun
     assert (epoch_rounds == 0) is (truncation == "fetch"), today.requests
     assert legacy.violation is not None, f"{name}: the legacy switch should show the KIP's anomaly"
     expected = {"kip101-1": "acked_write_lost", "kip101-2": "isr_member_missing_committed"}
-    expected["kip279"] = "isr_member_missing_committed"
+    expected["kip279"] = expected["kip279-failover"] = "isr_member_missing_committed"
     assert legacy.violation.check == expected[name]
     assert today.violation is None, f"{name}: {today.violation}"
     assert today.converged
