@@ -22,6 +22,12 @@ table.
   truncated, and B is elected again (epoch 3). A asks B for the end of epoch 2, which B never had: the
   answer without the epoch (KIP-101) leaves A's epoch-2 record in place (divergence); with it, A
   truncates to the end of epoch 1.
+- kafka-7164: r3 follows r1 at epoch 0 and holds x; r2 leads at epoch 1 without x (r3 is not told), r1
+  follows it and drops x, then leads again at epoch 2 and writes y at x's offset. r3 hears only of epoch
+  2, from the leader it already followed. Two rules keep it from holding x beside y: a follower
+  truncates again after every epoch change, not only a leader change (KAFKA-7164), and a leader refuses
+  a fetch naming an older leader epoch (KIP-320). No legacy switch turns either off; the tests plant
+  their absence.
 """
 
 from __future__ import annotations
@@ -228,6 +234,41 @@ async def kip279_failover(run: SimRun) -> None:
     await asyncio.sleep(1.0)
 
 
+async def kafka_7164(run: SimRun) -> None:
+    """KAFKA-7164 (3.3c): a follower that missed an epoch in which another broker led is next told the
+    leader it already followed, at a newer epoch. Only truncating after every epoch change, not only a
+    leader change, makes it drop the record that leader lost in between."""
+    net = run.cluster.network
+    tp = run.partitions[0]
+    controller = run.cluster.controller
+    assert controller is not None
+    r1, r2, r3 = controller.controller.image.partitions[tp].replicas
+    producer = run.producer(1001, acks=1)
+    _step(run, f"r1={r1} leads {tp} at epoch 0, r2={r2} and r3={r3} follow, acks=1")
+    net.cut(r1, r2)  # r2's fetches reach r1; its answers do not reach r2
+    await _write(producer, tp)
+    await until(lambda: _replica(run, r3, tp).log.log_end_offset == 1, "r3 fetched x")
+    _step(run, "r1 writes x at offset 0; r3 fetches it, r2 does not")
+    net.cut(CONTROLLER_ID, r3)  # r3 misses what the controller says from now on (it keeps its session)
+    await run.cluster.kill_broker(r1)
+    await until(lambda: _leads(run, r2, tp), "r2 elected", timeout_s=30)
+    _step(run, f"r1 dies; r2 leads at epoch {_replica(run, r2, tp).leader_epoch} without x; r3 is not told")
+    net.uncut(r1, r2)
+    await run.cluster.restart_broker(r1)
+    await until(lambda: r1 in _controller_leader(run, tp)[1], "r1 back in the ISR", timeout_s=30)
+    _step(run, f"r1 restarts as r2's follower and truncates x (LEO {_replica(run, r1, tp).log.log_end_offset})")
+    await run.cluster.kill_broker(r2)
+    await until(lambda: _leads(run, r1, tp), "r1 elected again", timeout_s=30)
+    await _write(producer, tp)
+    part = _replica(run, r1, tp)
+    _step(run, f"r2 dies; r1 leads again at epoch {part.leader_epoch} and writes y at offset 0")
+    net.heal()
+    _step(run, f"r3 hears only of epoch {part.leader_epoch}: the leader it followed at epoch 0, unchanged")
+    await run.cluster.restart_broker(r2)
+    await _write(producer, tp)
+    await asyncio.sleep(3.0)
+
+
 async def idempotent_resend(run: SimRun) -> None:
     """KIP-98: the answer to an acks=all write is lost and its leader dies; the producer resends the same
     batch to the new leader, which already fetched it and answers with the original offset."""
@@ -284,6 +325,10 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
     "kip279-failover": (
         kip279_failover,
         SimOptions(brokers=2, partitions=1, replication_factor=2, min_insync_replicas=1, acks=1, producers=0),
+    ),
+    "kafka-7164": (
+        kafka_7164,
+        SimOptions(brokers=3, partitions=1, replication_factor=3, min_insync_replicas=1, acks=1, producers=0),
     ),
     "idempotent-resend": (
         idempotent_resend,

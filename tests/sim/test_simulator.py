@@ -761,3 +761,46 @@ def test_a_follower_looping_on_a_diverging_answer_fails_the_run_as_no_progress(m
     assert looping.violation is not None and looping.violation.check == "no_progress", looping.violation
     assert "settling" in looping.violation.message
     assert looping.requests["FetchRequest"] > 20 * healthy.requests["FetchRequest"]
+
+
+# -- KAFKA-7164 and KIP-320 -------------------------------------------------------------------------------
+
+
+def _truncate_only_on_a_leader_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant the rule before KAFKA-7164: a new epoch with the same leader does not restart the fetcher."""
+    honest = Partition.make_follower
+
+    def make_follower(self: Partition, state: Any) -> bool:
+        same_leader = state.leader == self.leader_id
+        return honest(self, state) and not same_leader
+
+    monkeypatch.setattr(Partition, "make_follower", make_follower)
+
+
+@pytest.mark.parametrize("truncation", ["fetch", "epoch"])
+@pytest.mark.timeout(60)
+def test_kafka_7164_a_follower_that_missed_an_epoch_truncates_when_told_of_the_next(truncation: str) -> None:
+    result = run_scenario("kafka-7164", truncation=truncation)
+    assert result.violation is None, result.violation
+    assert result.converged
+    steps = [e["what"] for e in result.timeline if e["event"] == "step"]
+    assert any("hears only of epoch 2" in s for s in steps), steps
+
+
+@pytest.mark.timeout(60)
+def test_kafka_7164_truncating_only_on_a_leader_change_leaves_the_follower_fenced_forever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _truncate_only_on_a_leader_change(monkeypatch)
+    result = run_scenario("kafka-7164")
+    assert result.violation is not None and result.violation.check == "no_progress", result.violation
+
+
+@pytest.mark.timeout(60)
+def test_kip320_a_leader_that_ignores_the_fetchers_leader_epoch_counts_a_diverged_follower_in_sync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Partition, "check_current_leader_epoch", lambda self, requested_epoch: None)
+    result = run_scenario("kafka-7164", truncation="epoch")
+    assert result.violation is not None and result.violation.check == "isr_member_missing_committed"
+    assert "at offset 0" in result.violation.message
