@@ -95,6 +95,7 @@ class Checker:
         # Per partition, since it was last seen fully in sync: for each election outside the ISR (unclean), the
         # record ids its new leader held by offset then. Only a record none of them held is excused.
         self.unclean_held: dict[TopicPartition, list[list[bytes | None]]] = {tp: [] for tp in partitions}
+        self._unclean_unread: dict[TopicPartition, tuple[int, int]] = {}  # (leader, epoch) not read yet
         # Per partition: brokers that lost unflushed data in a crash and have not joined the ISR since they
         # came back up (joining then means the leader saw them reach its HW), and whether the current leader
         # was elected from an ISR made only of such brokers (see the module docstring).
@@ -182,10 +183,15 @@ class Checker:
             )
 
     def _elected_unclean(self, tp: TopicPartition, leader: int, epoch: int, isr_before: tuple[int, ...]) -> None:
-        """An election outside the ISR: remember what the new leader held, the most an excuse can cover."""
+        """An election outside the ISR: remember what the new leader held, the most an excuse can cover. A
+        leader that has not opened the partition yet (just restarted) is read when first seen leading."""
         node = self.cluster.brokers.get(leader)
         partition = None if node is None else node.replica_manager.partitions.get(tp)
-        held = [] if partition is None else list(self.records(leader, tp, partition.log))
+        if partition is None:
+            self._unclean_unread[tp] = (leader, epoch)
+            self.trace.event("checker", "elected-unclean", tp=str(tp), leader=leader, epoch=epoch, isr_before=list(isr_before))
+            return
+        held = list(self.records(leader, tp, partition.log))
         self.unclean_held[tp].append(held)
         self.trace.event(
             "checker", "elected-unclean", tp=str(tp), leader=leader, epoch=epoch, isr_before=list(isr_before), leo=len(held)
@@ -244,6 +250,11 @@ class Checker:
             self.trace.event(
                 leader, "leader", tp=str(tp), epoch=epoch, isr=list(isr), hw=log.high_watermark, leo=log.log_end_offset
             )
+        if self._unclean_unread.get(tp) == (leader, epoch):
+            # Elected outside the ISR before it had opened the partition: what it leads with is what it held.
+            del self._unclean_unread[tp]
+            self.unclean_held[tp].append(list(leader_records))
+            self.trace.event("checker", "elected-unclean-read", tp=str(tp), leader=leader, leo=len(leader_records))
         committed = self.committed[tp]
         leader_view = self._views[(leader, tp)]
         key = (leader, epoch, id(leader_view), leader_view.truncations)
