@@ -633,6 +633,8 @@ async def test_the_checker_excuses_a_loss_only_above_what_a_replica_elected_outs
     cluster.options.unclean_leader_election = False
     metadata(1, 2, (1,))
     assert not checker._excused(tp, "flag off: an election outside the ISR is the controller's bug", 5, b"x")
+    # broker 1 has not opened the partition (it just restarted): what it held is read when it is seen leading
+    assert checker._unclean_unread[tp] == (1, 2) and checker.unclean_held[tp] == []
 
 
 @pytest.mark.timeout(60)
