@@ -7,7 +7,8 @@ has learned was committed. Checks, by the name a violation reports:
   leader's log (acks=1 writes lost this way are counted as `acks1_lost`, the expected cost of acks=1);
 - `committed_record_changed`: an offset once committed (below a leader's HW, or seen by a consumer)
   holds another record in the current leader's log, or is gone from it;
-- `record_at_two_offsets`: one record committed at two offsets (producers never resend a value);
+- `record_at_two_offsets`: one record committed at two offsets (without `--idempotence` producers never
+  resend a value; with it, a resend a leader appended a second time shows here);
 - `hw_above_leo`: a replica's high watermark is past its log end offset;
 - `two_leaders_in_one_epoch`: two brokers led one partition in one leader epoch;
 - `epoch_went_back`: a broker's leader epoch for a partition went down;
@@ -17,13 +18,20 @@ has learned was committed. Checks, by the name a violation reports:
 - `consumer_went_back` / `consumer_saw_changed_record`: a consumer saw offsets go backwards, or a record
   at an offset other than the committed one.
 
-Losses are excused, and counted, only where Kafka promises nothing: an unclean election; every replica of
-the partition having lost unflushed data in crashes since the record was committed; or a leader elected
-from an ISR whose every member lost unflushed data in a crash and has not been back in the ISR since it
-came back up (a broker that was the last ISR member stays in it through its crash, so nothing tells the
-controller its log is short: the gap KIP-966's eligible leader replicas close). A broker added to the ISR
-while it is down does not count as back: the leader judged it on a fetch from before the crash (the change
-took effect after it, or the fetch arrived late), which says what its log held then, not what its disk kept.
+Losses are excused, and counted, only where Kafka promises nothing, by one of three rules:
+
+- every replica of the partition crashed since it was last fully in sync, and at least one of them lost
+  unflushed data in its crash (the excuse names who lost data; the others may have stopped with the
+  record flushed, as B does in kip101-2);
+- a leader elected from an ISR whose every member lost unflushed data in a crash and has not been back in
+  the ISR since it came back up (a broker that was the last ISR member stays in it through its crash, so
+  nothing tells the controller its log is short: the gap KIP-966's eligible leader replicas close). A
+  broker added to the ISR while it is down does not count as back: the leader judged it on a fetch from
+  before the crash (the change took effect after it, or the fetch arrived late), which says what its log
+  held then, not what its disk kept;
+- with unclean.leader.election.enable, an election outside the ISR (an `elected-unclean` event, with the
+  new leader's log end then) since the partition was last in sync, and only for a record the replica it
+  elected did not hold at that offset. The flag alone excuses nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ CHECKS = (
     "isr_member_missing_committed",
     "consumer_went_back",
     "consumer_saw_changed_record",
+    "no_progress",  # sim.runner's liveness check
 )
 
 
@@ -82,7 +91,11 @@ class Checker:
         # Per partition, since it was last seen fully in sync: brokers that crashed, and whether a crash lost
         # unflushed data. A loss is excused once every replica crashed and one of them lost data.
         self.crashed: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
-        self.lost_power: dict[TopicPartition, bool] = {tp: False for tp in partitions}
+        self.lost_power: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
+        # Per partition, since it was last seen fully in sync: for each election outside the ISR (unclean), the
+        # record ids its new leader held by offset then. Only a record none of them held is excused.
+        self.unclean_held: dict[TopicPartition, list[list[bytes | None]]] = {tp: [] for tp in partitions}
+        self._unclean_unread: dict[TopicPartition, tuple[int, int]] = {}  # (leader, epoch) not read yet
         # Per partition: brokers that lost unflushed data in a crash and have not joined the ISR since they
         # came back up (joining then means the leader saw them reach its HW), and whether the current leader
         # was elected from an ISR made only of such brokers (see the module docstring).
@@ -125,7 +138,8 @@ class Checker:
     def on_crash(self, broker_id: int, lost_unflushed: bool) -> None:
         for tp in self.partitions:
             self.crashed[tp].add(broker_id)
-            self.lost_power[tp] |= lost_unflushed
+            if lost_unflushed:
+                self.lost_power[tp].add(broker_id)
             if lost_unflushed:
                 self.lost_data[tp].add(broker_id)
 
@@ -154,6 +168,8 @@ class Checker:
         elected = before is None or (before[0], before[1]) != (state.leader, state.leader_epoch)
         if elected:
             self.without_data_leadership.pop(tp, None)
+        if elected and before is not None and state.leader >= 0 and state.leader not in before[2]:
+            self._elected_unclean(tp, state.leader, state.leader_epoch, before[2])
         if elected and state.leader >= 0 and state.leader in lost and set(isr) <= lost:
             self.elected_without_data[tp] = True
             self.without_data_leadership[tp] = (state.leader, state.leader_epoch)
@@ -165,6 +181,29 @@ class Checker:
                 epoch=state.leader_epoch,
                 isr=list(isr),
             )
+
+    def _elected_unclean(self, tp: TopicPartition, leader: int, epoch: int, isr_before: tuple[int, ...]) -> None:
+        """An election outside the ISR: remember what the new leader held, the most an excuse can cover. A
+        leader that has not opened the partition yet (just restarted) is read when first seen leading."""
+        node = self.cluster.brokers.get(leader)
+        partition = None if node is None else node.replica_manager.partitions.get(tp)
+        if partition is None:
+            self._unclean_unread[tp] = (leader, epoch)
+            self.trace.event(
+                "checker", "elected-unclean", tp=str(tp), leader=leader, epoch=epoch, isr_before=list(isr_before)
+            )
+            return
+        held = list(self.records(leader, tp, partition.log))
+        self.unclean_held[tp].append(held)
+        self.trace.event(
+            "checker",
+            "elected-unclean",
+            tp=str(tp),
+            leader=leader,
+            epoch=epoch,
+            isr_before=list(isr_before),
+            leo=len(held),
+        )
 
     # -- checks ------------------------------------------------------------------------------------
 
@@ -219,6 +258,11 @@ class Checker:
             self.trace.event(
                 leader, "leader", tp=str(tp), epoch=epoch, isr=list(isr), hw=log.high_watermark, leo=log.log_end_offset
             )
+        if self._unclean_unread.get(tp) == (leader, epoch):
+            # Elected outside the ISR before it had opened the partition: what it leads with is what it held.
+            del self._unclean_unread[tp]
+            self.unclean_held[tp].append(list(leader_records))
+            self.trace.event("checker", "elected-unclean-read", tp=str(tp), leader=leader, leo=len(leader_records))
         committed = self.committed[tp]
         leader_view = self._views[(leader, tp)]
         key = (leader, epoch, id(leader_view), leader_view.truncations)
@@ -253,7 +297,7 @@ class Checker:
                 self.acks1_lost += 1
                 self.trace.event(leader, "acks1-write-lost", tp=str(tp), id=rid.decode(), offset=offset)
                 continue
-            if self._excused(tp, f"acked {rid!r} gone from leader {leader}"):
+            if self._excused(tp, f"acked {rid!r} gone from leader {leader}", offset, rid):
                 return
             if acked_by != leader and self.without_data_leadership.get(tp) == (leader, epoch):
                 # A zombie of an earlier leadership acknowledged it after this leader was elected without the
@@ -296,7 +340,8 @@ class Checker:
             m in replicas and replicas[m].log.log_end_offset >= hw for m in isr
         ):
             self.crashed[tp].clear()
-            self.lost_power[tp] = False
+            self.lost_power[tp] = set()
+            self.unclean_held[tp] = []
             self.elected_without_data[tp] = False
             self.without_data_leadership.pop(tp, None)
 
@@ -307,7 +352,7 @@ class Checker:
         have = records[offset] if offset < len(records) else None
         if have == rid:
             return False
-        if self._excused(tp, f"committed offset {offset} ({rid!r}) gone from leader {leader}"):
+        if self._excused(tp, f"committed offset {offset} ({rid!r}) gone from leader {leader}", offset, rid):
             return True
         acked = self.history.acked.get(rid)
         if acked is not None and acked[2] == -1:
@@ -333,27 +378,34 @@ class Checker:
         self.offset_of[rid] = (tp, offset)
         self.committed[tp][offset] = rid
 
-    def _excused(self, tp: TopicPartition, what: str) -> bool:
-        """A loss Kafka allows: forget what tp had committed and go on from the current leader's log."""
+    def _excused(self, tp: TopicPartition, what: str, offset: int, rid: bytes) -> bool:
+        """A loss Kafka allows (see the module docstring): forget what tp had committed and go on from the
+        current leader's log."""
         replicas = set(self._assignment(tp))
         if bool(replicas) and replicas <= self.crashed[tp] and self.lost_power[tp]:
-            why = "every replica lost unflushed data"
+            why = (
+                f"every replica {sorted(replicas)} crashed since the partition was last in sync, and "
+                f"{sorted(self.lost_power[tp])} lost unflushed data"
+            )
         elif self.elected_without_data[tp]:
             why = "leader elected from an ISR that had all lost unflushed data"
-        elif self.cluster.options.unclean_leader_election:
-            why = "unclean leader election"
+        elif self.cluster.options.unclean_leader_election and any(
+            offset >= len(held) or held[offset] != rid for held in self.unclean_held[tp]
+        ):
+            why = f"unclean leader election: offset {offset} was not in the elected replica's log"
         else:
             return False
         self._count_excused(tp, what, why)
         self.pending_acks[tp].clear()
-        for rid in self.committed[tp].values():
-            self.offset_of.pop(rid, None)
+        for committed in self.committed[tp].values():
+            self.offset_of.pop(committed, None)
         self.committed[tp] = {}
         self._commit_cursor[tp] = 0
         self._leader_key.pop(tp, None)
         self.crashed[tp] = set()
-        self.lost_power[tp] = False
+        self.lost_power[tp] = set()
         self.elected_without_data[tp] = False
+        self.unclean_held[tp] = []
         return True
 
     def _count_excused(self, tp: TopicPartition, what: str, why: str) -> None:

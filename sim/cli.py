@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--seeds", metavar="A..B", help="sweep seeds A to B inclusive, one summary line each")
     runs.add_argument(
         "--scenario",
-        choices=["kip101-1", "kip101-2", "kip279", "idempotent-resend"],
+        choices=["kip101-1", "kip101-2", "kip279", "kip279-failover", "kafka-7164", "idempotent-resend"],
         help="play a scripted KIP sequence",
     )
     p.add_argument("--jobs", type=int, default=1, help="processes for a sweep (default 1)")
@@ -98,10 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(args: argparse.Namespace) -> SimOptions:
-    kinds = tuple(k for k in args.faults.split(",") if k)
-    unknown = [k for k in kinds if k not in KINDS]
+    given = [k for k in args.faults.split(",") if k]
+    unknown = [k for k in given if k not in KINDS]
     if unknown:
         raise ValueError(f"unknown fault kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+    kinds = tuple(k for k in KINDS if k in given)  # one order, whatever the order given: the same schedule
     options = SimOptions(
         brokers=args.brokers,
         topics=args.topics,
@@ -191,9 +192,10 @@ def _line(result: RunResult) -> str:
     s = result.summary()
     status = "ok" if result.ok else f"VIOLATION {s['check']}"
     faults = ",".join(f"{k}:{v}" for k, v in s["faults"].items()) or "-"
+    # Faults injected before the run ended (at its violation, if any), not the whole schedule.
     return (
         f"seed {s['seed']:>6}  {status:<40} trace {s['trace_hash']}  events {s['events']:>6}  "
-        f"virtual {s['virtual_s']:7.1f}s  wall {s['wall_s']:6.2f}s  acked {s['acked']:>5}  faults {faults}"
+        f"virtual {s['virtual_s']:7.1f}s  wall {s['wall_s']:6.2f}s  acked {s['acked']:>5}  faults injected {faults}"
     )
 
 
@@ -227,6 +229,10 @@ def report(results: list[RunResult], wall_s: float) -> dict[str, Any]:
     }
 
 
+# What a scenario takes from the command line; it sets its own cluster, workload and faults.
+SCENARIO_OPTIONS = frozenset({"scenario", "seed", "truncation", "epoch_reply", "trace", "json", "html"})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -243,7 +249,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario:
         from sim.scenarios import run_scenario
 
-        result = run_scenario(args.scenario, args.seed or 0, args.truncation, args.epoch_reply)
+        defaults = vars(parser.parse_args([]))
+        ignored = [
+            "--" + name.replace("_", "-")
+            for name, value in vars(args).items()
+            if name not in SCENARIO_OPTIONS and value != defaults[name]
+        ]
+        if ignored:
+            print(
+                f"minibroker sim: error: --scenario {args.scenario} sets its own cluster, workload and faults; "
+                f"it takes only --seed, --truncation, --epoch-reply, --trace, --html and --json, not "
+                f"{', '.join(ignored)}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        result = run_scenario(
+            args.scenario, args.seed or 0, args.truncation, args.epoch_reply, keep_trace=bool(args.trace)
+        )
         return _finish_single(args, result, options, started, scenario=True)
     if args.seeds:
         try:
@@ -335,8 +357,7 @@ def _finish_single(
             "schedule": [f.to_json() for f in smallest],
             "replay": replay_argv(result.seed, options, smallest),
         }
-        result = best
-        schedule = smallest
+        result, schedule = best, smallest
     if args.html:
         _write_html(args, result, options, schedule, scenario)
     if args.json:
@@ -363,7 +384,8 @@ def _finish_single(
                 print(f"\nreplay: {replay_argv(result.seed, options, schedule)}")
         if shrunk is not None:
             print(
-                f"\nshrunk: {shrunk['faults_before']} -> {shrunk['faults_after']} faults in {shrunk['runs']} runs; "
+                f"\nshrunk: schedule of {shrunk['faults_before']} -> {shrunk['faults_after']} faults (the whole "
+                f"schedule, injected before the violation or not) in {shrunk['runs']} runs; "
                 f"replay the smallest:\n  {shrunk['replay']}"
             )
     return EXIT_OK if result.violation is None else EXIT_VIOLATION

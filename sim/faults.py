@@ -62,6 +62,7 @@ def generate(
     faults: list[Fault] = []
     if not kinds or rate <= 0:
         return faults
+    kinds = tuple(k for k in KINDS if k in kinds)  # `kill,pause` and `pause,kill` name one schedule
     nodes = [*brokers, CONTROLLER_ID]
     t = min(2.0, duration_s / 5.0)
     end = duration_s - min(3.0, duration_s / 5.0)

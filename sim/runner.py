@@ -4,7 +4,9 @@
 given) give the same trace hash. The run has three phases on virtual time: start (controller, brokers,
 topics, every partition led), load (producers, consumers and faults for `duration_s`), and settle (faults
 undone, dead brokers restarted, then up to 30 s for every replica to rejoin the ISR and catch up, with
-the checks still running). The first violation ends the run.
+the checks still running). The first violation ends the run. Liveness is checked too: while the load
+runs, or while the cluster settles short of converging, something must move (`no_progress`). An
+exception that is no check failure ends the run as `simulator_error`, so a sweep goes on.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import random
 import shutil
 import tempfile
 import time as wall
-from collections.abc import Awaitable, Callable
+import traceback
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.log.log import Log
 from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
 from server_common.poll import wait_until
 from sim.checker import Checker, Violation
@@ -34,6 +39,19 @@ from sim.workload import Consumer, Producer, WriteHistory
 ADMIN_ID = 999
 CHECK_INTERVAL_S = 0.05
 SETTLE_MAX_S = 30.0
+# Liveness: while the load runs (or the cluster settles, not yet converged) some replica's LEO or HW, or some
+# partition's leader, epoch or ISR, must move at least this often (virtual seconds). Faults last at most 6 s
+# and a broker's session times out in 6 s, so the longest stall in a healthy run is far shorter.
+NO_PROGRESS_S = 20.0
+# Not a check of the brokers: the run itself broke (a scenario stuck, a deadlock, a bug in the simulator).
+SIMULATOR_ERROR = "simulator_error"
+
+
+def _error(exc: BaseException) -> Violation:
+    """An exception that ended a run, with where it was raised, as that run's failure."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return Violation(SIMULATOR_ERROR, f"{type(exc).__name__}: {exc}{where}")
 
 
 @dataclass
@@ -44,7 +62,7 @@ class RunResult:
     virtual_s: float
     wall_s: float
     schedule: list[Fault]
-    violation: Violation | None = None
+    violation: Violation | None = None  # a check that failed, or SIMULATOR_ERROR
     timeline: list[dict[str, Any]] = field(default_factory=list)
     replicas: list[dict[str, Any]] = field(default_factory=list)
     faults_injected: dict[str, int] = field(default_factory=dict)
@@ -57,6 +75,7 @@ class RunResult:
     converged: bool = False
     messages: int = 0
     requests: dict[str, int] = field(default_factory=dict)  # sent over the network, by request type
+    longest_stall_s: float = 0.0  # the longest time nothing moved while the liveness check watched
     trace_lines: list[str] = field(default_factory=list)
 
     @property
@@ -81,7 +100,83 @@ class RunResult:
             "excused_losses": self.excused_losses,
             "consumed": self.consumed,
             "converged": self.converged,
+            "longest_stall_s": round(self.longest_stall_s, 3),
         }
+
+
+class _Progress:
+    """When the cluster last moved: any replica's LEO or HW, any partition's leader, epoch or ISR."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+        self.since: float | None = None
+        self.settling = False
+        self._last: tuple[Any, ...] = ()
+
+    def start(self, settling: bool = False) -> None:
+        self.settling = settling
+        self.since = asyncio.get_running_loop().time()
+        self._last = self._state()
+
+    def stop(self) -> None:
+        self.since = None
+
+    def _state(self) -> tuple[Any, ...]:
+        replicas = tuple(
+            (b, str(tp), p.log.log_end_offset, p.log.high_watermark)
+            for b, node in sorted(self.cluster.brokers.items())
+            for tp, p in node.replica_manager.partitions.items()
+        )
+        controller = self.cluster.controller
+        image: dict[Any, Any] = {} if controller is None else dict(controller.controller.image.partitions)
+        elections = tuple((str(tp), s.leader, s.leader_epoch, tuple(s.isr)) for tp, s in image.items())
+        return replicas, elections
+
+    def stalled_s(self) -> float:
+        """Virtual seconds since the last move, 0 when not watching."""
+        if self.since is None:
+            return 0.0
+        now = asyncio.get_running_loop().time()
+        state = self._state()
+        if state != self._last:
+            self._last, self.since = state, now
+        return now - self.since
+
+
+@contextmanager
+def _traced_truncations(trace: Trace, root: Path) -> Iterator[None]:
+    """Every cut of a replica's log under `root` goes into the trace (broker, partition, where the log now
+    ends), so runs that truncate differently have different hashes. Kafka logs the same line."""
+    cut_to, cut_fully = Log.truncate_to, Log.truncate_fully_and_start_at
+    inside = [0]
+
+    def event(log: Log, offset: int) -> None:
+        broker = log.dir.parent.name.removeprefix("broker-")
+        if inside[0] == 0 and log.dir.is_relative_to(root) and broker.isdigit():
+            tp = f"{log.topic}-{log.partition}"
+            trace.event(int(broker), "truncate", tp=tp, to=offset, leo=log.log_end_offset, hw=log.high_watermark)
+
+    def truncate_to(self: Log, target_offset: int) -> bool:
+        inside[0] += 1
+        try:
+            cut = cut_to(self, target_offset)
+        finally:
+            inside[0] -= 1
+        if cut:
+            event(self, target_offset)
+        return cut
+
+    def truncate_fully_and_start_at(self: Log, new_offset: int) -> None:
+        cut_fully(self, new_offset)
+        event(self, new_offset)
+
+    Log.truncate_to = truncate_to  # type: ignore[method-assign]
+    Log.truncate_fully_and_start_at = truncate_fully_and_start_at  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Log.truncate_to = cut_to  # type: ignore[method-assign]
+        Log.truncate_fully_and_start_at = cut_fully  # type: ignore[method-assign]
 
 
 def _scratch_dir() -> Path:
@@ -137,7 +232,10 @@ def run_seed(
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)  # the nodes' own logs are noise here; the trace says what happened
     try:
-        result = loop.run_until_complete(_run(seed, options, schedule, root, keep_trace, script, recorder))
+        try:
+            result = loop.run_until_complete(_run(seed, options, schedule, root, keep_trace, script, recorder))
+        except Exception as exc:  # noqa: BLE001 - the run's failure, reported; a sweep goes on to the next seed
+            result = RunResult(seed, "", 0, loop.time(), 0.0, list(schedule or []), violation=_error(exc))
         _cancel_leftovers(loop)
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
@@ -183,6 +281,7 @@ async def _run(
     failure: asyncio.Future[Violation] = asyncio.get_running_loop().create_future()
     injector = FaultInjector(cluster, checker.check)
     tasks: list[asyncio.Task[Any]] = []
+    watch = _Progress(cluster)  # the liveness check: off until the load (or the settle) starts
 
     def guarded(coro: Any) -> asyncio.Task[Any]:
         async def run() -> None:
@@ -212,6 +311,8 @@ async def _run(
             await settle([])
             return
         trace.event("sim", "load", faults=len(schedule))
+        if options.producers > 0 and options.rate > 0:
+            watch.start()
         loop = asyncio.get_running_loop()
         until = loop.time() + options.duration_s
         offset_s = loop.time()
@@ -252,12 +353,14 @@ async def _run(
     async def settle(consumers: list[Consumer], consumer_tasks: list[asyncio.Task[Any]] | None = None) -> None:
         """Undo every fault, restart the dead, let replicas catch up, checking all the while."""
         trace.event("sim", "settle")
+        watch.start(settling=True)
         cluster.network.heal()
         for broker in cluster.broker_ids:
             if broker not in cluster.brokers:
                 await cluster.restart_broker(broker)
         checker.check()
         result.converged = await wait_until(lambda: converged(cluster, partitions), SETTLE_MAX_S, clock=cluster.time)
+        watch.stop()
         checker.check()
         for task in consumer_tasks or []:
             task.cancel()
@@ -269,6 +372,17 @@ async def _run(
             checker.check()
             if recorder is not None:
                 recorder.sample(cluster, asyncio.get_running_loop().time() * 1000.0)
+            stalled = watch.stalled_s()
+            result.longest_stall_s = max(result.longest_stall_s, stalled)
+            if stalled > NO_PROGRESS_S:
+                # This ticker keeps a timer pending, so the loop's deadlock check never fires in a run: a run
+                # that spins (a follower looping on one answer) or waits forever is caught here instead.
+                checker.fail(
+                    "no_progress",
+                    f"no replica's LEO or HW and no partition's leader, epoch or ISR moved for {stalled:.1f} "
+                    f"virtual s ({'settling' if watch.settling else 'under load'}); requests sent: "
+                    f"{sum(cluster.network.requests.values())}",
+                )
 
     def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         # A node's task died of an exception nobody handled: a bug, reported like a broken invariant.
@@ -285,21 +399,28 @@ async def _run(
     asyncio.get_running_loop().set_exception_handler(on_loop_error)
     cluster.on_crash = checker.on_crash
     cluster.on_metadata = checker.on_metadata
-    main = guarded(scenario())
-    guarded(ticker())
-    await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
+    with _traced_truncations(trace, root):
+        main = guarded(scenario())
+        guarded(ticker())
+        await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
     result.timeline = list(trace.recent[-80:])
     if recorder is not None:
         recorder.sample(cluster, asyncio.get_running_loop().time() * 1000.0)
     if failure.done():
         result.violation = failure.result()
         result.replicas = checker.replica_table()
+    elif main.done() and not main.cancelled() and main.exception() is not None:
+        # The script or the harness raised: this seed's failure, with its timeline, not the sweep's end.
+        error = main.exception()
+        assert error is not None
+        trace.event("sim", "error", what=f"{type(error).__name__}: {error}")
+        result.violation = _error(error)
+        result.timeline = list(trace.recent[-80:])
+        result.replicas = checker.replica_table()
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await cluster.close()
-    if not failure.done() and main.done() and not main.cancelled() and main.exception() is not None:
-        raise main.exception()  # type: ignore[misc]
     loop = asyncio.get_running_loop()
     result.virtual_s = loop.time()
     result.trace_hash = trace.digest

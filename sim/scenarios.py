@@ -17,6 +17,17 @@ table.
 - kip279: fast unclean leader changes between two brokers P and Q leave Q with records of an epoch the
   leader never had; an OffsetsForLeaderEpoch answer without the epoch (KIP-101 as first shipped) makes
   Q keep them (divergence); with the epoch, Q truncates in rounds down to the common prefix.
+- kip279-failover: KIP-279's clean back-to-back failover. B leads at epoch 1 with records A never
+  fetched; A, the preferred replica, is elected (epoch 2) and writes over them; A dies before B
+  truncated, and B is elected again (epoch 3). A asks B for the end of epoch 2, which B never had: the
+  answer without the epoch (KIP-101) leaves A's epoch-2 record in place (divergence); with it, A
+  truncates to the end of epoch 1.
+- kafka-7164: r3 follows r1 at epoch 0 and holds x; r2 leads at epoch 1 without x (r3 is not told), r1
+  follows it and drops x, then leads again at epoch 2 and writes y at x's offset. r3 hears only of epoch
+  2, from the leader it already followed. Two rules keep it from holding x beside y: a follower
+  truncates again after every epoch change, not only a leader change (KAFKA-7164), and a leader refuses
+  a fetch naming an older leader epoch (KIP-320). No legacy switch turns either off; the tests plant
+  their absence.
 """
 
 from __future__ import annotations
@@ -25,11 +36,12 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
-from protocol.messages import TopicPartition
+from protocol.messages import ElectLeadersRequest, TopicPartition
 from server_common.poll import RetryPolicy, retry, wait_until
-from sim.cluster import SimOptions
+from sim.cluster import CONTROLLER_ID, SimOptions
+from sim.faults import REASSIGNER_ID
 from sim.loop import LoopTime
-from sim.network import LinkShape
+from sim.network import LinkShape, SimTransport
 from sim.runner import RunResult, Script, SimRun, run_seed
 from sim.timeline import Recorder
 from sim.workload import Producer
@@ -178,6 +190,89 @@ async def kip279(run: SimRun) -> None:
     await asyncio.sleep(3.0)
 
 
+async def kip279_failover(run: SimRun) -> None:
+    """KIP-279's clean back-to-back failover (3.3a): B leads at epoch 1 with records A never fetched; A is
+    elected (epoch 2) and writes over them; A dies before B truncated and B is elected again (epoch 3)
+    without ever having seen epoch 2. A, back as B's follower, asks for the end of epoch 2, an epoch B
+    never had."""
+    net = run.cluster.network
+    tp = run.partitions[0]
+    controller = run.cluster.controller
+    assert controller is not None
+    a, b = controller.controller.image.partitions[tp].replicas  # A is the preferred replica
+    producer = run.producer(1001, acks=1)
+    _step(run, f"A={a} (preferred) and B={b}, acks=1, clean elections only")
+    await run.cluster.kill_broker(a)
+    await until(lambda: _leads(run, b, tp), "B elected")
+    await run.cluster.restart_broker(a)
+    await until(lambda: _controller_leader(run, tp)[1] == (a, b), "A back in the ISR")
+    await _write(producer, tp)
+    await until(lambda: _replica(run, a, tp).log.high_watermark == 1, "m1 committed on both")
+    _step(run, f"B leads at epoch {_replica(run, b, tp).leader_epoch}; m1 on both, ISR both")
+    net.cut(b, a)  # A's fetches reach B; B's answers do not reach A
+    await _write(producer, tp)
+    await _write(producer, tp)
+    _step(run, f"B writes m2 m3 (LEO {_replica(run, b, tp).log.log_end_offset}); A never gets them, still in the ISR")
+    net.cut(a, b)  # from now on B learns nothing from A: it cannot truncate
+    elect = SimTransport(net, REASSIGNER_ID, timeout_ms=5000)
+    await elect.send(CONTROLLER_ID, ElectLeadersRequest())
+    await until(lambda: _leads(run, a, tp), "A elected, the preferred replica")
+    await _write(producer, tp)
+    part = _replica(run, a, tp)
+    _step(run, f"A elected cleanly at epoch {part.leader_epoch}, writes m4 at offset 1 (LEO {part.log.log_end_offset})")
+    await run.cluster.kill_broker(a)
+    await until(lambda: _leads(run, b, tp), "B elected again", timeout_s=30)
+    await _write(producer, tp)
+    await _write(producer, tp)
+    part = _replica(run, b, tp)
+    _step(
+        run,
+        f"A dies before B truncated; B elected at epoch {part.leader_epoch}, writes m5 m6 "
+        f"(LEO {part.log.log_end_offset})",
+    )
+    net.heal()
+    await run.cluster.restart_broker(a)
+    _step(run, "A restarts as B's follower; its latest epoch is one B never had")
+    await until(lambda: (r := _replica(run, a, tp)) is not None and r.log.log_end_offset == 5, "A caught up")
+    _step(run, f"A's log end offset is {_replica(run, a, tp).log.log_end_offset}")
+    await asyncio.sleep(1.0)
+
+
+async def kafka_7164(run: SimRun) -> None:
+    """KAFKA-7164 (3.3c): a follower that missed an epoch in which another broker led is next told the
+    leader it already followed, at a newer epoch. Only truncating after every epoch change, not only a
+    leader change, makes it drop the record that leader lost in between."""
+    net = run.cluster.network
+    tp = run.partitions[0]
+    controller = run.cluster.controller
+    assert controller is not None
+    r1, r2, r3 = controller.controller.image.partitions[tp].replicas
+    producer = run.producer(1001, acks=1)
+    _step(run, f"r1={r1} leads {tp} at epoch 0, r2={r2} and r3={r3} follow, acks=1")
+    net.cut(r1, r2)  # r2's fetches reach r1; its answers do not reach r2
+    await _write(producer, tp)
+    await until(lambda: _replica(run, r3, tp).log.log_end_offset == 1, "r3 fetched x")
+    _step(run, "r1 writes x at offset 0; r3 fetches it, r2 does not")
+    net.cut(CONTROLLER_ID, r3)  # r3 misses what the controller says from now on (it keeps its session)
+    await run.cluster.kill_broker(r1)
+    await until(lambda: _leads(run, r2, tp), "r2 elected", timeout_s=30)
+    _step(run, f"r1 dies; r2 leads at epoch {_replica(run, r2, tp).leader_epoch} without x; r3 is not told")
+    net.uncut(r1, r2)
+    await run.cluster.restart_broker(r1)
+    await until(lambda: r1 in _controller_leader(run, tp)[1], "r1 back in the ISR", timeout_s=30)
+    _step(run, f"r1 restarts as r2's follower and truncates x (LEO {_replica(run, r1, tp).log.log_end_offset})")
+    await run.cluster.kill_broker(r2)
+    await until(lambda: _leads(run, r1, tp), "r1 elected again", timeout_s=30)
+    await _write(producer, tp)
+    part = _replica(run, r1, tp)
+    _step(run, f"r2 dies; r1 leads again at epoch {part.leader_epoch} and writes y at offset 0")
+    net.heal()
+    _step(run, f"r3 hears only of epoch {part.leader_epoch}: the leader it followed at epoch 0, unchanged")
+    await run.cluster.restart_broker(r2)
+    await _write(producer, tp)
+    await asyncio.sleep(3.0)
+
+
 async def idempotent_resend(run: SimRun) -> None:
     """KIP-98: the answer to an acks=all write is lost and its leader dies; the producer resends the same
     batch to the new leader, which already fetched it and answers with the original offset."""
@@ -231,6 +326,14 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
             unclean_leader_election=True,
         ),
     ),
+    "kip279-failover": (
+        kip279_failover,
+        SimOptions(brokers=2, partitions=1, replication_factor=2, min_insync_replicas=1, acks=1, producers=0),
+    ),
+    "kafka-7164": (
+        kafka_7164,
+        SimOptions(brokers=3, partitions=1, replication_factor=3, min_insync_replicas=1, acks=1, producers=0),
+    ),
     "idempotent-resend": (
         idempotent_resend,
         SimOptions(
@@ -240,7 +343,12 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
 }
 
 # The legacy switch under which each scenario shows its anomaly.
-LEGACY = {"kip101-1": {"truncation": "hw"}, "kip101-2": {"truncation": "hw"}, "kip279": {"epoch_reply": "kip101"}}
+LEGACY = {
+    "kip101-1": {"truncation": "hw"},
+    "kip101-2": {"truncation": "hw"},
+    "kip279": {"epoch_reply": "kip101"},
+    "kip279-failover": {"epoch_reply": "kip101"},
+}
 
 
 def run_scenario(

@@ -17,7 +17,7 @@ the installed minibroker package, so a remote cluster's workers need it installe
 of this project, as for any PySpark job that imports its own modules); nothing else is shipped.
 
 A run that raises (a stuck scenario, a bug in the simulator) is recorded as that seed's failure with the
-check `simulator-error` and the exception, and the sweep goes on.
+check `simulator_error` and the exception (as `run_seed` reports it), and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from sim.cluster import SimOptions
+from sim.runner import SIMULATOR_ERROR
 
 TABLE = "seeds"
 SEEDS_PER_TASK = 4
 ROUND_SEEDS = 512
-SIMULATOR_ERROR = "simulator-error"
 
 # One row per seed.
 COLUMNS = (
