@@ -333,6 +333,18 @@ def _figure(
             2,
             1,
         )
+    # The trace's own truncate events (every cut, with the offset asked for) where it has them; else the
+    # LEO drops seen at the 50 ms samples.
+    # (An event is written after the cut: the LEO before it is the last one sampled.)
+    traced: list[tuple[float, int, int, int]] = []
+    for e in events:
+        if e.get("event") != "truncate" or e.get("tp") != tp or e.get("node") not in y_of:
+            continue
+        sampled = [st[5] for st in states if st[1] == e["node"] and st[0] <= e["t_ms"]]
+        if sampled and sampled[-1] > e["to"]:
+            traced.append((float(e["t_ms"]), int(e["node"]), sampled[-1], int(e["to"])))
+    if any(e.get("event") == "truncate" for e in events):
+        truncations = traced
     for t_ms, broker, before, after in truncations:
         why = _truncation_cause(recorder, tp, broker, t_ms)
         fig.add_trace(
