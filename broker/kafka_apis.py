@@ -205,7 +205,13 @@ class KafkaApis:
             if not isinstance(p.records, (bytes, bytearray, memoryview)):
                 continue
             try:
-                producer_ids = {h.producer_id for h in iter_headers(p.records) if h.producer_id >= 0}
+                # Only well-formed idempotent headers: a negative epoch or sequence is the validator's to
+                # refuse (INVALID_RECORD), as Kafka's LogValidator runs before producer state is consulted.
+                producer_ids = {
+                    h.producer_id
+                    for h in iter_headers(p.records)
+                    if h.producer_id >= 0 and h.producer_epoch >= 0 and h.base_sequence >= 0
+                }
             except (KafkaError, ValueError):
                 continue
             for producer_id in sorted(producer_ids):

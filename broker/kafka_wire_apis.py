@@ -108,6 +108,7 @@ from protocol.messages import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
+    ConfigResourceType,
     ConfigSource,
     CreatableTopic,
     CreatePartitionsRequest,
@@ -982,9 +983,10 @@ class KafkaWireApis:
 
     async def alter_configs(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
         """AlterConfigs (33), the admin API before KIP-339: each resource's dynamic configs become exactly the
-        ones listed. Served as IncrementalAlterConfigs: SET for each one listed, DELETE for each one the
-        resource has now (DescribeConfigs) and the request leaves out. The two steps are not one: an
-        IncrementalAlterConfigs from elsewhere in between may be undone."""
+        ones listed. Served as IncrementalAlterConfigs: SET for each one listed, DELETE for every other. For
+        a topic that is every topic config DescribeConfigs names (deleting one the topic does not set
+        changes nothing, so this broker's metadata being a moment behind the controller's does not matter);
+        for a broker, the dynamic ones this broker knows of (the static ones cannot be deleted)."""
         dynamic = {int(ConfigSource.DYNAMIC_TOPIC_CONFIG), int(ConfigSource.DYNAMIC_BROKER_CONFIG)}
         described = await self.apis.handle_describe_configs(
             ctx,
@@ -995,7 +997,8 @@ class KafkaWireApis:
         current: dict[tuple[int, str], set[str]] = {}
         if isinstance(described, DescribeConfigsResponse):
             for result in described.results:
-                names = {c.name for c in result.configs if c.config_source in dynamic}
+                topic = result.resource_type == ConfigResourceType.TOPIC
+                names = {c.name for c in result.configs if topic or c.config_source in dynamic}
                 current[(result.resource_type, result.resource_name)] = names
         resources = []
         for r in request.resources:

@@ -13,8 +13,9 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -326,10 +327,21 @@ def test_an_admin_client_changes_and_reads_a_topics_configs(cluster: LocalCluste
     )
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
-    described = admin.describe_configs(
-        [confluent_admin.ConfigResource(confluent_admin.ResourceType.TOPIC, "configured")]
-    )
-    configs = next(iter(described.values())).result(timeout=30)
+
+    def described_when(ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The topic's configs as DescribeConfigs answers them, once `ready`: the broker that answers learns
+        the controller's change in its next UPDATE_METADATA, a moment after the change was answered."""
+        deadline = time.monotonic() + 30
+        while True:
+            described = admin.describe_configs(
+                [confluent_admin.ConfigResource(confluent_admin.ResourceType.TOPIC, "configured")]
+            )
+            configs: dict[str, Any] = next(iter(described.values())).result(timeout=30)
+            if ready(configs) or time.monotonic() > deadline:
+                return configs
+            time.sleep(0.1)
+
+    configs = described_when(lambda c: c["retention.ms"].value == "3600000")
     assert configs["retention.ms"].value == "3600000"
     assert configs["retention.ms"].source == confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 
@@ -342,10 +354,7 @@ def test_an_admin_client_changes_and_reads_a_topics_configs(cluster: LocalCluste
         futures = admin.alter_configs([legacy])
     for future in futures.values():
         future.result(timeout=30)
-    described = admin.describe_configs(
-        [confluent_admin.ConfigResource(confluent_admin.ResourceType.TOPIC, "configured")]
-    )
-    configs = next(iter(described.values())).result(timeout=30)
+    configs = described_when(lambda c: c["segment.ms"].value == "600000" and c["retention.ms"].value != "3600000")
     assert configs["segment.ms"].value == "600000"
     assert configs["segment.ms"].source == confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert configs["retention.ms"].source != confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value  # removed
