@@ -32,7 +32,6 @@ class ProducerIdManager:
     def __init__(self, ask_controller: NextProducerId) -> None:
         self._ask = ask_controller
         self.next_producer_id = 0  # every id below this was handed out
-        self.refreshes = 0  # controller round trips made for ids not known yet
         self._asks_started = 0
         self._asking: asyncio.Future[int | None] | None = None
 
@@ -57,7 +56,6 @@ class ProducerIdManager:
                 if self._asks_started > asked_after:
                     break  # a question asked after this call has its answer
                 self._asks_started += 1
-                self.refreshes += 1
                 task = self._asking = asyncio.ensure_future(self._ask())
             answer = await asyncio.shield(task)
             reachable = answer is not None  # the last answer awaited is the one asked after this call

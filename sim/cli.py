@@ -20,6 +20,7 @@ from typing import Any
 from sim.cluster import SimOptions
 from sim.faults import KINDS, Fault
 from sim.runner import RunResult, run_seed
+from sim.timeline import Recorder
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
@@ -263,10 +264,16 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
+        recorder = Recorder() if args.html else None
         result = run_scenario(
-            args.scenario, args.seed or 0, args.truncation, args.epoch_reply, keep_trace=bool(args.trace)
+            args.scenario,
+            args.seed or 0,
+            args.truncation,
+            args.epoch_reply,
+            keep_trace=bool(args.trace or args.html),
+            recorder=recorder,
         )
-        return _finish_single(args, result, options, started, scenario=True)
+        return _finish_single(args, result, options, started, scenario=True, recorder=recorder)
     if args.seeds:
         try:
             first, last = (int(x) for x in args.seeds.split(".."))
@@ -305,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  replay: {replay_argv(seed, options, None)}")
         return EXIT_OK if summary["violations"] == 0 else EXIT_VIOLATION
     seed = 1 if args.seed is None else args.seed
-    result = run_seed(seed, options, schedule, keep_trace=bool(args.trace))
-    return _finish_single(args, result, options, started, schedule=schedule)
+    recorder = Recorder() if args.html else None
+    result = run_seed(seed, options, schedule, keep_trace=bool(args.trace or args.html), recorder=recorder)
+    return _finish_single(args, result, options, started, schedule=schedule, recorder=recorder)
 
 
 def _spark_sweep(args: argparse.Namespace, first: int, last: int, options: SimOptions) -> int:
@@ -338,7 +346,9 @@ def _finish_single(
     started: float,
     scenario: bool = False,
     schedule: list[Fault] | None = None,
+    recorder: Recorder | None = None,
 ) -> int:
+    """`recorder`: what the run recorded for its --html page."""
     if args.trace:
         Path(args.trace).write_text("".join(line + "\n" for line in result.trace_lines))
     shrunk: dict[str, Any] | None = None
@@ -358,8 +368,14 @@ def _finish_single(
             "replay": replay_argv(result.seed, options, smallest),
         }
         result, schedule = best, smallest
-    if args.html:
-        _write_html(args, result, options, schedule, scenario)
+    if recorder is not None:
+        page_run = result
+        if shrunk is not None:  # the page is of the smallest failing run: run it once more, recorded
+            recorder = Recorder()
+            page_run = run_seed(result.seed, options, schedule, True, None, recorder)
+            if page_run.trace_hash != result.trace_hash:
+                print(f"minibroker sim: warning: the recorded run differs ({page_run.trace_hash})", file=sys.stderr)
+        _write_html(args, page_run, recorder, options, schedule, scenario)
     if args.json:
         out = report([result], time.perf_counter() - started)
         out["trace_hash"] = result.trace_hash
@@ -392,34 +408,23 @@ def _finish_single(
 
 
 def _write_html(
-    args: argparse.Namespace, result: RunResult, options: SimOptions, schedule: list[Fault] | None, scenario: bool
+    args: argparse.Namespace,
+    result: RunResult,
+    recorder: Recorder,
+    options: SimOptions,
+    schedule: list[Fault] | None,
+    scenario: bool,
 ) -> None:
-    """Run it again with a recorder (the same seed and schedule make the same run: checked by its trace
-    hash) and write its timeline page."""
-    from sim.timeline import Recorder, write_page
+    """The timeline page of `result`, a run made with `recorder` and its trace kept."""
+    from sim.timeline import write_page
 
-    recorder = Recorder()
     if scenario:
-        from sim.scenarios import run_scenario
-
-        again = run_scenario(
-            args.scenario, args.seed or 0, args.truncation, args.epoch_reply, keep_trace=True, recorder=recorder
-        )
-        title = (
-            f"minibroker sim --scenario {args.scenario} --truncation {args.truncation} --epoch-reply {args.epoch_reply}"
-        )
+        title = f"minibroker sim --scenario {args.scenario} --truncation {args.truncation}"
+        title += f" --epoch-reply {args.epoch_reply}"
     else:
-        again = run_seed(
-            result.seed, options, schedule if schedule is not None else result.schedule, True, None, recorder
-        )
         title = replay_argv(result.seed, options, schedule)
-    if again.trace_hash != result.trace_hash:
-        print(
-            f"minibroker sim: warning: the recorded run differs from the reported one ({again.trace_hash})",
-            file=sys.stderr,
-        )
-    events = [json.loads(line) for line in again.trace_lines]
-    path = write_page(Path(args.html), again, recorder, title, events)
+    events = [json.loads(line) for line in result.trace_lines]
+    path = write_page(Path(args.html), result, recorder, title, events)
     if not args.json:
         print(f"timeline page: {path}")
 

@@ -79,3 +79,17 @@ def test_the_page_opens_on_the_violated_partition(tmp_path: Path) -> None:
     sections = re.findall(r'class="timeline" id="[^"]*" data-partition="([^"]+)"', page)
     assert sections[0] == named.group(1) and len(sections) == options.partitions
     assert f"VIOLATION {result.violation.check}" in page
+
+
+def test_a_shrunk_run_gets_the_page_of_its_smallest_schedule(tmp_path: Path) -> None:
+    page = tmp_path / "shrunk.html"
+    args = ["--seed", "16", "--duration", "10", "--acks", "1", "--min-insync-replicas", "1"]
+    args += ["--faults", "kill,restart,pause", "--truncation", "hw", "--shrink", "--html", str(page)]
+    done = subprocess.run(
+        [sys.executable, "-m", "cluster", "sim", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.returncode == 1, done.stderr
+    assert "differs" not in done.stderr  # the recorded rerun is the shrink's smallest run, hash for hash
+    text = page.read_text()
+    assert "--schedule" in text  # titled with the smallest schedule's replay line
+    assert "VIOLATION" in text
