@@ -644,6 +644,23 @@ def finish_report(report: dict[str, Any], json_target: str | None, rendered: str
     return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED
 
 
+async def start_fresh_cluster(directory: Path, overrides: dict[str, str], progress: Any) -> LocalClusterState:
+    """The 3-broker cluster a chaos command starts when it is given no --dir: free ports, a random
+    127.x address block, the chaos overrides."""
+    ports = free_ports(7)
+    progress(f"starting a fresh 3-broker cluster in {directory}")
+    return await start_cluster(
+        directory,
+        3,
+        controller_port=ports[3],
+        overrides=overrides,
+        progress=progress,
+        broker_ports=ports[:3],
+        kafka_ports=ports[4:],
+        base_address=random_base_address(),
+    )
+
+
 async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
     fresh_dir: tempfile.TemporaryDirectory[str] | None = None
     if args.dir:
@@ -653,18 +670,7 @@ async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, 
         overrides = dict(CHAOS_OVERRIDES)
         if args.metrics_dir:
             overrides["metrics.dir"] = str(Path(args.metrics_dir).resolve())
-        ports = free_ports(7)
-        progress(f"starting a fresh 3-broker cluster in {fresh_dir.name}")
-        state = await start_cluster(
-            Path(fresh_dir.name),
-            3,
-            controller_port=ports[3],
-            overrides=overrides,
-            progress=progress,
-            broker_ports=ports[:3],
-            kafka_ports=ports[4:],
-            base_address=random_base_address(),
-        )
+        state = await start_fresh_cluster(Path(fresh_dir.name), overrides, progress)
     try:
         return await ChaosRun(state, args, progress).run()
     finally:

@@ -33,6 +33,8 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 from protocol.messages import TopicPartition
+from server_common.poll import wait_until
+from server_common.time import SYSTEM_TIME
 
 if TYPE_CHECKING:
     from cluster.chaos import ChaosRun
@@ -303,12 +305,12 @@ class KafkaClientLoad:
 
     async def drain(self, ends: dict[TopicPartition, int]) -> None:
         """After the load: let the group read to `ends` (each partition's high watermark), then stop it."""
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if all(self.group_positions.get(tp, 0) >= end for tp, end in ends.items() if end > 0):
-                self.drained = True
-                break
-            await asyncio.sleep(0.2)
+        self.drained = await wait_until(
+            lambda: all(self.group_positions.get(tp, 0) >= end for tp, end in ends.items() if end > 0),
+            DRAIN_TIMEOUT_S,
+            clock=SYSTEM_TIME,
+            interval_s=0.2,
+        )
         self.stop_group.set()
 
     # -- the report -----------------------------------------------------------------------------------

@@ -48,16 +48,13 @@ from typing import Any
 
 from client.cluster_client import ClusterClient
 from client.producer import NOT_WRITTEN
-from cluster.chaos import CHAOS_OVERRIDES, ChaosRun, Copies, render_report
+from cluster.chaos import CHAOS_OVERRIDES, ChaosRun, Copies, render_report, start_fresh_cluster
 from cluster.local_cluster import (
     LocalClusterState,
-    free_ports,
     node_alive,
     node_pid,
-    random_base_address,
     restart_broker,
     signal_process,
-    start_cluster,
     stop_cluster,
 )
 from cluster.network_faults import NetworkFaults
@@ -504,19 +501,7 @@ async def run_faults(
 ) -> dict[str, Any]:
     if state is None:
         assert fresh_dir is not None
-        overrides = dict(CHAOS_OVERRIDES)
-        ports = free_ports(7)
-        progress(f"starting a fresh 3-broker cluster in {fresh_dir}")
-        state = await start_cluster(
-            fresh_dir,
-            3,
-            controller_port=ports[3],
-            overrides=overrides,
-            progress=progress,
-            broker_ports=ports[:3],
-            kafka_ports=ports[4:],
-            base_address=random_base_address(),
-        )
+        state = await start_fresh_cluster(fresh_dir, dict(CHAOS_OVERRIDES), progress)
         try:
             return await FaultRun(state, args, progress, net).run()
         finally:
