@@ -31,9 +31,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Debian starts a system-wide Mosquitto on 1883 after install; the tests start their own on free ports.
 
+# The suite mostly waits on real processes, sockets and timers: pytest-xdist runs it on several workers
+# (tests/conftest.py says how tests are grouped). MINIBROKER_TEST_WORKERS=1 runs it in one process;
+# a -n/--numprocesses or -p no:xdist among the arguments wins.
+workers="${MINIBROKER_TEST_WORKERS:-4}"
+xdist=()
+case " $* " in
+    *" -n"* | *" --numprocesses"* | *"no:xdist"*) ;;
+    *) if [ "$workers" -gt 1 ]; then xdist=(-n "$workers" --dist loadgroup); fi ;;
+esac
+
 export PYTHONDONTWRITEBYTECODE=1
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "${xdist[@]}" "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

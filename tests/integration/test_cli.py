@@ -203,7 +203,7 @@ def test_a_busy_port_is_a_usage_error_that_names_the_port(tmp_path: Path) -> Non
         )
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(90)
 def test_client_flag_errors_are_usage_errors(tmp_path: Path) -> None:
     cases = {
         ("produce", "t", "--property", "parse.kye=true"): (
@@ -323,14 +323,15 @@ def test_a_bad_consumer_property_is_a_usage_error(prop: str, message: str) -> No
 
 
 def free_base_port() -> int:
-    """A base port for `cluster up`: brokers take base, base+1, base+2 and the controller base+100."""
+    """A base port for `cluster up`: brokers take base, base+1, base+2, their Kafka listeners base+200..202
+    and the controller base+100."""
     import socket
 
     for _ in range(50):
         (base,) = free_ports(1)
         socks: list[socket.socket] = []
         try:
-            for port in (base, base + 1, base + 2, base + 100):
+            for port in (base, base + 1, base + 2, base + 100, base + 200, base + 201, base + 202):
                 s = socket.socket()
                 socks.append(s)
                 s.bind(("127.0.0.1", port))
