@@ -535,8 +535,8 @@ class KafkaWireApis:
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
                 order.append(tp)
-                if p.timestamp not in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP):
-                    # Offsets by timestamp need a time index, which the log does not keep.
+                if p.timestamp < 0 and p.timestamp not in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP):
+                    # -3 (max timestamp, KIP-734) and later special values come with ListOffsets v7+.
                     refused[tp] = ListOffsetsPartitionResponse(
                         tp.topic, tp.partition, error_code=int(ErrorCode.INVALID_REQUEST)
                     )

@@ -198,8 +198,9 @@ class ListOffsetsPartition(Message):
 
     def validate(self) -> None:
         require(
-            self.timestamp in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP),
-            f"ListOffsetsPartition.timestamp must be -1 (latest) or -2 (earliest), got {self.timestamp}",
+            self.timestamp in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP) or self.timestamp >= 0,
+            "ListOffsetsPartition.timestamp must be -1 (latest), -2 (earliest) or a timestamp in ms (≥ 0), "
+            f"got {self.timestamp}",
         )
 
 

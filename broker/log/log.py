@@ -704,6 +704,33 @@ class Log:
         self.producer_state.clear()
         self.producer_state.delete_snapshots_above(-1)
 
+    # -- offsets by timestamp ----------------------------------------------------------------------
+
+    @_storage_errors
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
+        """(timestamp, offset, leader epoch) of the earliest record at or after the log start whose
+        timestamp is at least `timestamp` (≥ 0), or None when no record is that recent: Kafka's
+        UnifiedLog.fetchOffsetByTimestamp, which ListOffsets answers with.
+
+        There is no time index (Kafka's .timeindex). Segments are skipped by their largest timestamp, which
+        each keeps in memory (found by one walk over its batch headers the first time it is asked after an
+        open or a truncation, then kept up by appends); in the first segment that can hold the answer the
+        batch headers are walked from its start to the first batch whose max timestamp is large enough, and
+        only that batch is read and decoded. docs/benchmarks.md has what the walk costs."""
+        self._check_online()
+        start = self._log_start_offset
+        for segment in self._segments:
+            if segment.next_offset <= start or segment.largest_timestamp < timestamp:
+                continue
+            try:
+                found = segment.find_offset_by_timestamp(timestamp, start)
+            except CorruptRecordError as exc:  # as a read that finds it
+                self.mark_offline(str(exc))
+                raise KafkaStorageError(f"{self._topic}-{self._partition}: {exc}") from None
+            if found is not None:
+                return found
+        return None
+
     # -- leader epochs -----------------------------------------------------------------------------
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:

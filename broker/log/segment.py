@@ -42,6 +42,7 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import msgpack
 from crc32c import crc32c
 
 from broker.log.batches import HEADER, Buffer, scan
@@ -52,6 +53,7 @@ from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC
 from server_common.time import Time
 
 LOG_SUFFIX = ".log"
+TIMESTAMP_TYPE_BIT = 0x08  # batch attributes: 1 = LogAppendTime, the max timestamp is every record's
 MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries store offsets relative to the base as int32
 NO_TIMESTAMP = -1
 
@@ -498,6 +500,39 @@ class LogSegment:
                     )
                 expected = base + delta + 1
                 position += LOG_OVERHEAD + length
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int, int] | None:
+        """(timestamp, offset, partition leader epoch) of the first record at or after `start_offset` whose
+        timestamp is at least `timestamp`, or None when the segment has none (Kafka's
+        LogSegment.findOffsetByTimestamp, without a time index: see Log.fetch_offset_by_timestamp).
+
+        The batch headers are walked from the start of the segment; the first batch whose max timestamp
+        reaches `timestamp` (and whose offsets reach `start_offset`) is read, CRC checked, and its records
+        decoded, since records inside a batch need not be in timestamp order. A batch stamped with
+        LogAppendTime (attributes bit 3) gives every record its max timestamp, as Kafka's
+        DefaultRecordBatch does."""
+        if self._size == 0 or self.largest_timestamp < timestamp:
+            return None
+        for position, size, h in self._walk_headers(0):
+            base, epoch, attributes, last = h[0], h[2], h[5], h[0] + h[6]
+            max_timestamp = h[8]
+            if max_timestamp < timestamp or last < start_offset:
+                continue
+            if attributes & TIMESTAMP_TYPE_BIT:
+                return max_timestamp, max(base, start_offset), epoch
+            data = self.read_span(position, position + size)
+            try:
+                records = msgpack.unpackb(memoryview(data)[HEADER_SIZE:], raw=False, use_list=False)
+                first_timestamp = h[7]
+                for record in records:
+                    offset, record_timestamp = base + record[0], first_timestamp + record[1]
+                    if record_timestamp >= timestamp and offset >= start_offset:
+                        return record_timestamp, offset, epoch
+            except (ValueError, TypeError, IndexError, msgpack.ExtraData) as exc:
+                raise CorruptRecordError(
+                    f"batch at byte {position} of {self.log_path} has records that do not decode: {exc}"
+                ) from None
+        return None
 
     def producer_batches(self, from_offset: int = 0) -> Iterator[tuple[int, int, int, int, int, int]]:
         """(producer id, producer epoch, base sequence, base offset, last offset, max timestamp) of every
