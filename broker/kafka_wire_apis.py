@@ -440,7 +440,7 @@ class KafkaWireApis:
                             index=tp.partition,
                             error_code=answers[tp].error_code,
                             base_offset=answers[tp].base_offset,
-                            log_append_time_ms=-1,
+                            log_append_time_ms=answers[tp].log_append_time_ms,
                             log_start_offset=answers[tp].log_start_offset,
                             record_errors=[],
                             error_message=answers[tp].error_message if answers[tp].error_code else None,

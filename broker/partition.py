@@ -245,8 +245,9 @@ class Partition:
                         f"{self.topic_partition}: a batch of {header.size_in_bytes} bytes is larger than "
                         f"max.message.bytes={max_bytes}"
                     )
-        # Kafka's LogValidator: poison with a valid CRC never reaches the log; max timestamps are recomputed.
-        checked = validate_records(records)
+        # Kafka's LogValidator: poison with a valid CRC never reaches the log; max timestamps are recomputed,
+        # or, on a LogAppendTime topic, every batch is stamped with the append time.
+        checked = validate_records(records, now_ms if self.log.config.log_append_time else None)
         info = self.log.append_as_leader(checked, self.leader_epoch)
         self.counters.bytes_in += info.size_bytes
         self.counters.messages_in += info.num_records

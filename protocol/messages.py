@@ -99,6 +99,9 @@ class ProducePartitionResponse(Message):
     error_message: str | None = None
     base_offset: int = -1
     log_start_offset: int = -1
+    # The time the leader stamped the batches with on a LogAppendTime topic; -1 for CreateTime (and for a
+    # duplicate an idempotent producer resent).
+    log_append_time_ms: int = -1
 
 
 @dataclass(slots=True)
