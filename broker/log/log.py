@@ -713,10 +713,12 @@ class Log:
         UnifiedLog.fetchOffsetByTimestamp, which ListOffsets answers with.
 
         There is no time index (Kafka's .timeindex). Segments are skipped by their largest timestamp, which
-        each keeps in memory (found by one walk over its batch headers the first time it is asked after an
-        open or a truncation, then kept up by appends); in the first segment that can hold the answer the
-        batch headers are walked from its start to the first batch whose max timestamp is large enough, and
-        only that batch is read and decoded. docs/benchmarks.md has what the walk costs."""
+        each keeps in memory (read at open, by recovery or by the offset check of closed segments, which
+        read every batch header anyway; after a truncation by one walk over the segment's headers; kept up
+        by appends); in the first segment that can hold the answer the batch headers are walked from its
+        start to the first batch whose max timestamp is large enough, and only that batch is read and
+        decoded. docs/benchmarks.md ("offsets_by_timestamp") has what the walk costs and why there is no
+        index."""
         self._check_online()
         start = self._log_start_offset
         for segment in self._segments:
