@@ -99,8 +99,8 @@ class ProducePartitionResponse(Message):
     error_message: str | None = None
     base_offset: int = -1
     log_start_offset: int = -1
-    # The time the leader stamped the batches with on a LogAppendTime topic; -1 for CreateTime (and for a
-    # duplicate an idempotent producer resent).
+    # The time the leader stamped the batches with on a LogAppendTime topic (for a duplicate an idempotent
+    # producer resent, the original's); -1 for CreateTime.
     log_append_time_ms: int = -1
 
 

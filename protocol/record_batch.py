@@ -12,10 +12,11 @@ at the header; the payload is produced and consumed by clients. Many batches lai
     12     4    partition_leader_epoch int32   epoch of the leader that appended it; stamped by the leader
     16     1    magic                  int8    always 2
     17     4    crc                    uint32  CRC-32C of every byte after this field (21 .. end)
-    21     2    attributes             int16   0 (no compression, no transactions)
+    21     2    attributes             int16   0 (no compression, no transactions); 0x08 on LogAppendTime
     23     4    last_offset_delta      int32   last offset = base_offset + last_offset_delta
     27     8    first_timestamp        int64   ms since the epoch
-    35     8    max_timestamp          int64   largest record timestamp; the leader recomputes it
+    35     8    max_timestamp          int64   largest record timestamp; the leader recomputes it (or
+                                               stamps its append time: every record's, with 0x08)
     43     8    producer_id            int64   -1 unless the producer is idempotent (KIP-98)
     51     2    producer_epoch         int16   -1 unless idempotent
     53     4    base_sequence          int32   sequence of the first record, -1 unless idempotent

@@ -312,7 +312,7 @@ class Log:
                 duplicate = self.producer_state.check(producer_batch)
                 if duplicate is not None:
                     return AppendInfo(
-                        duplicate.first_offset, duplicate.last_offset, 0, 0, 0, NO_TIMESTAMP, duplicate=True
+                        duplicate.first_offset, duplicate.last_offset, 0, 0, 0, duplicate.timestamp, duplicate=True
                     )
             size = len(records)
             stamped = bytearray(records)
@@ -366,7 +366,7 @@ class Log:
                 if duplicate is not None:
                     # As Kafka: the first duplicate answers for the whole append, which writes nothing.
                     return AppendInfo(
-                        duplicate.first_offset, duplicate.last_offset, 0, 0, 0, NO_TIMESTAMP, duplicate=True
+                        duplicate.first_offset, duplicate.last_offset, 0, 0, 0, duplicate.timestamp, duplicate=True
                     )
                 pending[pb.producer_id] = (pb.producer_epoch, next_sequence(pb.base_sequence, batch.last_offset_delta))
                 producer_batches.append(pb)

@@ -102,3 +102,19 @@ def test_a_reopened_log_answers_the_same(open_log: OpenLog) -> None:
     assert log.fetch_offset_by_timestamp(5001) is None
     append_at(log, 6000)
     assert log.fetch_offset_by_timestamp(5001) == (6000, 5, 0)
+
+
+def test_a_resent_batch_is_answered_with_the_original_append_time(open_log: OpenLog) -> None:
+    from broker.log.log_validator import validate_records
+    from protocol.record_batch import build_batch
+
+    log = open_log()
+    produced = build_batch([b"a", b"b"], timestamp_ms=1_000, producer_id=7, producer_epoch=0, base_sequence=0)
+    first = log.append_as_leader(validate_records(produced, log_append_time_ms=5_000), 0)
+    assert (first.duplicate, first.max_timestamp) == (False, 5_000)
+    again = log.append_as_leader(validate_records(produced, log_append_time_ms=9_000), 0)
+    assert (again.duplicate, again.first_offset, again.max_timestamp) == (True, 0, 5_000)
+    log.close()
+    log = open_log()  # the producer state comes back from the snapshot written at close, timestamps kept
+    again = log.append_as_leader(validate_records(produced, log_append_time_ms=9_000), 0)
+    assert (again.duplicate, again.max_timestamp) == (True, 5_000)
