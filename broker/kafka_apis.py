@@ -254,7 +254,8 @@ class KafkaApis:
             return refused
         out = []
         for p in request.partitions:
-            resp = ListOffsetsPartitionResponse(p.topic, p.partition, timestamp=p.timestamp)
+            # timestamp -1 unless a record's is answered: Kafka answers EARLIEST and LATEST with NO_TIMESTAMP
+            resp = ListOffsetsPartitionResponse(p.topic, p.partition)
             with errors_into(resp):
                 partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
                 isolation_high_watermark = request.replica_id in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID)
