@@ -255,6 +255,9 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("log.flush.interval.messages", int, LONG_MAX, "fsync after this many messages"),
         ConfigKey("log.flush.interval.ms", int, None, "fsync after this many ms (unset: leave it to the OS)"),
         ConfigKey("log.preallocate", bool, False, "reserve log.segment.bytes of disk for each new segment"),
+        ConfigKey(
+            "log.message.timestamp.type", str, "CreateTime", "CreateTime, or LogAppendTime: the leader stamps batches"
+        ),
         ConfigKey("message.max.bytes", int, 1048588, "largest record batch accepted (topic: max.message.bytes)"),
         ConfigKey("leader.replication.throttled.rate", int, LONG_MAX, "bytes/s a leader sends to throttled replicas"),
         ConfigKey(

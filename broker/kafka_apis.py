@@ -254,16 +254,20 @@ class KafkaApis:
             return refused
         out = []
         for p in request.partitions:
-            resp = ListOffsetsPartitionResponse(p.topic, p.partition, timestamp=p.timestamp)
+            # timestamp -1 unless a record's is answered: Kafka answers EARLIEST and LATEST with NO_TIMESTAMP
+            resp = ListOffsetsPartitionResponse(p.topic, p.partition)
             with errors_into(resp):
                 partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
-                epoch, offset = partition.fetch_offset_for_timestamp(
-                    p.timestamp,
-                    p.current_leader_epoch,
-                    isolation_high_watermark=request.replica_id in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID),
-                    fetch_only_from_leader=request.replica_id != DEBUGGING_REPLICA_ID,
-                )
-                resp.leader_epoch, resp.offset = epoch, offset
+                isolation_high_watermark = request.replica_id in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID)
+                fetch_only_from_leader = request.replica_id != DEBUGGING_REPLICA_ID
+                if p.timestamp >= 0:  # the earliest offset whose record timestamp is at least this
+                    resp.timestamp, resp.leader_epoch, resp.offset = partition.fetch_offset_by_timestamp(
+                        p.timestamp, p.current_leader_epoch, isolation_high_watermark, fetch_only_from_leader
+                    )
+                else:
+                    resp.leader_epoch, resp.offset = partition.fetch_offset_for_timestamp(
+                        p.timestamp, p.current_leader_epoch, isolation_high_watermark, fetch_only_from_leader
+                    )
             out.append(resp)
         return ListOffsetsResponse(partitions=out)
 

@@ -440,7 +440,7 @@ class KafkaWireApis:
                             index=tp.partition,
                             error_code=answers[tp].error_code,
                             base_offset=answers[tp].base_offset,
-                            log_append_time_ms=-1,
+                            log_append_time_ms=answers[tp].log_append_time_ms,
                             log_start_offset=answers[tp].log_start_offset,
                             record_errors=[],
                             error_message=answers[tp].error_message if answers[tp].error_code else None,
@@ -535,8 +535,8 @@ class KafkaWireApis:
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
                 order.append(tp)
-                if p.timestamp not in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP):
-                    # Offsets by timestamp need a time index, which the log does not keep.
+                if p.timestamp < 0 and p.timestamp not in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP):
+                    # -3 (max timestamp, KIP-734) and later special values come with ListOffsets v7+.
                     refused[tp] = ListOffsetsPartitionResponse(
                         tp.topic, tp.partition, error_code=int(ErrorCode.INVALID_REQUEST)
                     )

@@ -245,8 +245,9 @@ class Partition:
                         f"{self.topic_partition}: a batch of {header.size_in_bytes} bytes is larger than "
                         f"max.message.bytes={max_bytes}"
                     )
-        # Kafka's LogValidator: poison with a valid CRC never reaches the log; max timestamps are recomputed.
-        checked = validate_records(records)
+        # Kafka's LogValidator: poison with a valid CRC never reaches the log; max timestamps are recomputed,
+        # or, on a LogAppendTime topic, every batch is stamped with the append time.
+        checked = validate_records(records, now_ms if self.log.config.log_append_time else None)
         info = self.log.append_as_leader(checked, self.leader_epoch)
         self.counters.bytes_in += info.size_bytes
         self.counters.messages_in += info.num_records
@@ -522,6 +523,21 @@ class Partition:
                 )
             return self.leader_epoch, self.high_watermark
         return self.leader_epoch, self.log_end_offset
+
+    def fetch_offset_by_timestamp(
+        self, timestamp: int, current_leader_epoch: int, isolation_high_watermark: bool, fetch_only_from_leader: bool
+    ) -> tuple[int, int, int]:
+        """(timestamp, leader epoch, offset) of the earliest record whose timestamp is ≥ `timestamp` (≥ 0),
+        the epoch being that of its batch; (-1, -1, -1) when there is none, or when it is not yet readable
+        (at or past the high watermark for a consumer, past the log end otherwise), as Kafka's
+        Partition.fetchOffsetForTimestamp answers."""
+        self.check_leader(current_leader_epoch, fetch_only_from_leader)
+        found = self.log.fetch_offset_by_timestamp(timestamp)
+        last_fetchable = self.high_watermark if isolation_high_watermark else self.log_end_offset
+        if found is None or found[1] >= last_fetchable:
+            return -1, NO_LEADER_EPOCH, -1
+        record_timestamp, offset, epoch = found
+        return record_timestamp, epoch if epoch >= 0 else NO_LEADER_EPOCH, offset
 
     # -- metrics --------------------------------------------------------------------------------------
 

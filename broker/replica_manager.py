@@ -195,6 +195,10 @@ class ReplicaManager:
                 info = partition.append_records_to_leader(entry.records, required_acks, now)
                 resp.base_offset = info.first_offset
                 resp.log_start_offset = partition.log_start_offset
+                if partition.log.config.log_append_time:
+                    # every batch was stamped with it; a duplicate's is the original's (Kafka's
+                    # BatchMetadata.timestamp), -1 when the original was appended before it was kept
+                    resp.log_append_time_ms = info.max_timestamp
                 statuses[tp] = ProducePartitionStatus(info.last_offset + 1, resp)
                 self._after_leader_change_of_data(tp, partition.high_watermark != hw_before)
         if required_acks != -1 or not statuses:

@@ -15,7 +15,9 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
-from protocol.record_batch import Header, Record
+from protocol.record_batch import CREATE_TIME, LOG_APPEND_TIME, Header, Record
+
+TIMESTAMP_TYPE_NAMES = {CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}  # as Kafka's tools print them
 
 PRODUCER_PROPERTIES = {
     "parse.key": "false",
@@ -156,7 +158,7 @@ def _default_formatter(props: dict[str, str], print_offsets: bool) -> Formatter:
     def fmt(topic: str, partition: int, rec: Record) -> bytes:
         parts: list[bytes] = []
         if flags["print.timestamp"]:
-            parts.append(f"CreateTime:{rec.timestamp}".encode())
+            parts.append(f"{TIMESTAMP_TYPE_NAMES[rec.timestamp_type]}:{rec.timestamp}".encode())
         if flags["print.partition"]:
             parts.append(f"Partition:{partition}".encode())
         if flags["print.offset"]:
@@ -239,6 +241,7 @@ def _json_line(topic: str, partition: int, rec: Record) -> bytes:
         "partition": partition,
         "offset": rec.offset,
         "timestamp": rec.timestamp,
+        "timestamp_type": TIMESTAMP_TYPE_NAMES[rec.timestamp_type],
         "key": _text(rec.key),
         "value": _text(rec.value),
         "headers": [[name, _text(value)] for name, value in rec.headers],

@@ -20,12 +20,14 @@ listener converts at its edge:
   payload. Every header field is kept (producer id, epoch and base sequence, both timestamps,
   last_offset_delta, record_count, partition_leader_epoch, base_offset) except three: batch_length and
   the CRC are recomputed, and the attributes become 0. The log validator (broker/log/log_validator.py)
-  accepts only attributes 0, so the codec bits go (the payload is no longer compressed) and so does bit
-  3, the timestamp type: a producer always sends CreateTime (0); LogAppendTime is a topic setting the
-  broker applies, not decided here yet. Transactional (bit 4) and control (bit 5) batches, and any
-  higher bit, are refused.
+  accepts only attributes 0 from a producer, so the codec bits go (the payload is no longer compressed)
+  and so does bit 3, the timestamp type: the timestamp type is the topic's (`message.timestamp.type`),
+  which the leader applies after this, as Kafka's LogValidator overwrites it. Transactional (bit 4) and
+  control (bit 5) batches, and any higher bit, are refused.
 * `native_to_kafka` (FETCH): per stored batch, the records are re-encoded in Kafka's form, uncompressed,
-  with the header fields unchanged and batch_length and the CRC recomputed. The stored CRC is not checked
+  with the header fields unchanged (the timestamp-type bit a leader set on a LogAppendTime topic
+  included, so a client reports every record with the batch's max timestamp, the append time) and
+  batch_length and the CRC recomputed. The stored CRC is not checked
   again (the log checked it on append and checks segments on recovery); the framing is. A partial batch
   at the end of the input (a FETCH answer cut at its size limit) is dropped, as Kafka clients drop it.
 
@@ -155,7 +157,7 @@ def kafka_to_native(batches: bytes | bytearray | memoryview, max_bytes: int = MA
 
 
 def native_to_kafka(batches: bytes | bytearray | memoryview) -> bytes:
-    """Stored minibroker batches as a Kafka FETCH record set: uncompressed v2 batches, attributes 0.
+    """Stored minibroker batches as a Kafka FETCH record set: uncompressed v2 batches, without codec bits.
 
     A partial batch at the end is dropped. Raises CorruptRecordError when a complete batch is malformed
     (bad header, or a payload that is not `record_count` records of the documented shape)."""

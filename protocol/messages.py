@@ -99,6 +99,9 @@ class ProducePartitionResponse(Message):
     error_message: str | None = None
     base_offset: int = -1
     log_start_offset: int = -1
+    # The time the leader stamped the batches with on a LogAppendTime topic (for a duplicate an idempotent
+    # producer resent, the original's); -1 for CreateTime.
+    log_append_time_ms: int = -1
 
 
 @dataclass(slots=True)
@@ -198,8 +201,9 @@ class ListOffsetsPartition(Message):
 
     def validate(self) -> None:
         require(
-            self.timestamp in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP),
-            f"ListOffsetsPartition.timestamp must be -1 (latest) or -2 (earliest), got {self.timestamp}",
+            self.timestamp in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP) or self.timestamp >= 0,
+            "ListOffsetsPartition.timestamp must be -1 (latest), -2 (earliest) or a timestamp in ms (≥ 0), "
+            f"got {self.timestamp}",
         )
 
 

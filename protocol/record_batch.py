@@ -12,10 +12,11 @@ at the header; the payload is produced and consumed by clients. Many batches lai
     12     4    partition_leader_epoch int32   epoch of the leader that appended it; stamped by the leader
     16     1    magic                  int8    always 2
     17     4    crc                    uint32  CRC-32C of every byte after this field (21 .. end)
-    21     2    attributes             int16   0 (no compression, no transactions)
+    21     2    attributes             int16   0 (no compression, no transactions); 0x08 on LogAppendTime
     23     4    last_offset_delta      int32   last offset = base_offset + last_offset_delta
     27     8    first_timestamp        int64   ms since the epoch
-    35     8    max_timestamp          int64   largest record timestamp; the leader recomputes it
+    35     8    max_timestamp          int64   largest record timestamp; the leader recomputes it (or
+                                               stamps its append time: every record's, with 0x08)
     43     8    producer_id            int64   -1 unless the producer is idempotent (KIP-98)
     51     2    producer_epoch         int16   -1 unless idempotent
     53     4    base_sequence          int32   sequence of the first record, -1 unless idempotent
@@ -58,6 +59,8 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 MAX_SEQUENCE = 2**31 - 1
+LOG_APPEND_TIME_BIT = 0x08  # attributes bit 3: the batch's max timestamp is every record's (LogAppendTime)
+CREATE_TIME, LOG_APPEND_TIME = 0, 1  # Kafka's TimestampType ids
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
@@ -123,6 +126,9 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...] = ()
+    # Kafka's TimestampType: 0 CreateTime (the producer's), 1 LogAppendTime (the leader's append time: the
+    # batch's max timestamp, every record's timestamp in a batch whose attributes have bit 3 set).
+    timestamp_type: int = 0
 
 
 def build_batch(
@@ -236,6 +242,7 @@ def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
     view = memoryview(buf)
     for header in iter_headers(buf):
         payload = view[header.position + HEADER_SIZE : header.position + header.size_in_bytes]
+        log_append_time = header.attributes & LOG_APPEND_TIME_BIT
         try:
             items = msgpack.unpackb(payload, raw=False, use_list=True)
         except Exception as exc:  # msgpack raises several types for bad input
@@ -256,7 +263,10 @@ def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
                 raise CorruptRecordError(
                     f"record with fields of the wrong types in batch at offset {header.base_offset}"
                 )
-            yield Record(header.base_offset + delta, header.first_timestamp + ts_delta, key, value, headers)
+            if log_append_time:
+                yield Record(header.base_offset + delta, header.max_timestamp, key, value, headers, LOG_APPEND_TIME)
+            else:
+                yield Record(header.base_offset + delta, header.first_timestamp + ts_delta, key, value, headers)
 
 
 def _headers(raw: object, base_offset: int) -> tuple[Header, ...]:

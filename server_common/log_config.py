@@ -7,6 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 LONG_MAX = 2**63 - 1
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
 _DAY_MS = 24 * 60 * 60 * 1000
 _MAX_SEGMENT_BYTES = 2**31 - 1  # positions in the offset index are 32-bit, as in Kafka
 
@@ -29,6 +32,9 @@ class LogConfig:
     # producer.id.expiration.ms (KIP-854): an idempotent producer's state is dropped once its newest batch
     # is older than this; checked with the retention check.
     producer_id_expiration_ms: int = _DAY_MS
+    # message.timestamp.type: CreateTime keeps the producer's timestamps; LogAppendTime has the leader stamp
+    # each batch with the time it appends it (broker/log/log_validator.py).
+    message_timestamp_type: str = "CreateTime"
 
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= _MAX_SEGMENT_BYTES:
@@ -41,6 +47,14 @@ class LogConfig:
             raise ValueError(f"segment.index.bytes must hold at least one entry, got {self.segment_index_bytes}")
         if self.flush_interval_messages <= 0:
             raise ValueError(f"flush.messages must be positive, got {self.flush_interval_messages}")
+        if self.message_timestamp_type not in TIMESTAMP_TYPES:
+            problem = _timestamp_type(self.message_timestamp_type)
+            raise ValueError(f"message.timestamp.type: {problem}")
+
+    @property
+    def log_append_time(self) -> bool:
+        """Whether the leader stamps batches with its append time (message.timestamp.type=LogAppendTime)."""
+        return self.message_timestamp_type == LOG_APPEND_TIME
 
     @classmethod
     def from_kafka_props(cls, props: Mapping[str, str | int]) -> LogConfig:
@@ -79,6 +93,10 @@ class LogConfig:
         max_message = first("max.message.bytes", "message.max.bytes")
         preallocate = flag("preallocate", "log.preallocate")
         producer_expiration = first("producer.id.expiration.ms")
+        timestamp_type = next(
+            (str(props[name]) for name in ("message.timestamp.type", "log.message.timestamp.type") if name in props),
+            defaults.message_timestamp_type,
+        )
         return cls(
             segment_bytes=defaults.segment_bytes if segment_bytes is None else segment_bytes,
             segment_ms=defaults.segment_ms if segment_ms is None else segment_ms,
@@ -93,6 +111,7 @@ class LogConfig:
             producer_id_expiration_ms=(
                 defaults.producer_id_expiration_ms if producer_expiration is None else producer_expiration
             ),
+            message_timestamp_type=timestamp_type,
         )
 
 
@@ -131,6 +150,10 @@ def _boolean(value: str) -> str | None:
     return None if value.strip().lower() in ("true", "false") else f"expected true or false, got {value!r}"
 
 
+def _timestamp_type(value: str) -> str | None:
+    return None if value in TIMESTAMP_TYPES else f"expected one of {', '.join(TIMESTAMP_TYPES)}, got {value!r}"
+
+
 def _throttled_replicas(value: str) -> str | None:
     """Kafka's list of `partition:broker` replicas, `*` for all, or empty for none."""
     text = value.strip()
@@ -154,6 +177,7 @@ TOPIC_CONFIG_KEYS: dict[str, Callable[[str], str | None]] = {
     "message.max.bytes": _int_in(0, 2**31 - 1),
     "min.insync.replicas": _int_in(1, 2**31 - 1),
     "preallocate": _boolean,
+    "message.timestamp.type": _timestamp_type,
     "unclean.leader.election.enable": _boolean,
     # KIP-73: the replicas whose replication the leader.* / follower.* throttled rates apply to (the brokers
     # listed are the ones that send, for the leader key, and that fetch, for the follower key).
@@ -204,6 +228,7 @@ _LOG_FIELDS = {
     "flush.messages": "flush_interval_messages",
     "max.message.bytes": "max_message_bytes",
     "preallocate": "preallocate",
+    "message.timestamp.type": "message_timestamp_type",
 }
 
 
@@ -223,6 +248,7 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
     "max.message.bytes": "message.max.bytes",
     "min.insync.replicas": "min.insync.replicas",
     "preallocate": "log.preallocate",
+    "message.timestamp.type": "log.message.timestamp.type",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 
@@ -238,6 +264,7 @@ def log_config_values(config: LogConfig) -> dict[str, str]:
         "flush.ms": str(LONG_MAX if config.flush_interval_ms is None else config.flush_interval_ms),
         "max.message.bytes": str(config.max_message_bytes),
         "preallocate": "true" if config.preallocate else "false",
+        "message.timestamp.type": config.message_timestamp_type,
     }
 
 

@@ -312,7 +312,7 @@ class Log:
                 duplicate = self.producer_state.check(producer_batch)
                 if duplicate is not None:
                     return AppendInfo(
-                        duplicate.first_offset, duplicate.last_offset, 0, 0, 0, NO_TIMESTAMP, duplicate=True
+                        duplicate.first_offset, duplicate.last_offset, 0, 0, 0, duplicate.timestamp, duplicate=True
                     )
             size = len(records)
             stamped = bytearray(records)
@@ -366,7 +366,7 @@ class Log:
                 if duplicate is not None:
                     # As Kafka: the first duplicate answers for the whole append, which writes nothing.
                     return AppendInfo(
-                        duplicate.first_offset, duplicate.last_offset, 0, 0, 0, NO_TIMESTAMP, duplicate=True
+                        duplicate.first_offset, duplicate.last_offset, 0, 0, 0, duplicate.timestamp, duplicate=True
                     )
                 pending[pb.producer_id] = (pb.producer_epoch, next_sequence(pb.base_sequence, batch.last_offset_delta))
                 producer_batches.append(pb)
@@ -703,6 +703,35 @@ class Log:
         self._epoch_cache.clear()
         self.producer_state.clear()
         self.producer_state.delete_snapshots_above(-1)
+
+    # -- offsets by timestamp ----------------------------------------------------------------------
+
+    @_storage_errors
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
+        """(timestamp, offset, leader epoch) of the earliest record at or after the log start whose
+        timestamp is at least `timestamp` (≥ 0), or None when no record is that recent: Kafka's
+        UnifiedLog.fetchOffsetByTimestamp, which ListOffsets answers with.
+
+        There is no time index (Kafka's .timeindex). Segments are skipped by their largest timestamp, which
+        each keeps in memory (read at open, by recovery or by the offset check of closed segments, which
+        read every batch header anyway; after a truncation by one walk over the segment's headers; kept up
+        by appends); in the first segment that can hold the answer the batch headers are walked from its
+        start to the first batch whose max timestamp is large enough, and only that batch is read and
+        decoded. docs/benchmarks.md ("offsets_by_timestamp") has what the walk costs and why there is no
+        index."""
+        self._check_online()
+        start = self._log_start_offset
+        for segment in self._segments:
+            if segment.next_offset <= start or segment.largest_timestamp < timestamp:
+                continue
+            try:
+                found = segment.find_offset_by_timestamp(timestamp, start)
+            except CorruptRecordError as exc:  # as a read that finds it
+                self.mark_offline(str(exc))
+                raise KafkaStorageError(f"{self._topic}-{self._partition}: {exc}") from None
+            if found is not None:
+                return found
+        return None
 
     # -- leader epochs -----------------------------------------------------------------------------
 

@@ -31,6 +31,14 @@ timestamp (`first_timestamp` + the largest timestamp delta) rather than refusing
 disagrees; only when it changes is the batch copied and its CRC recomputed, after the CRC the producer
 sent was checked (a rewrite must not make a corrupt batch look whole). The cost is one msgpack decode of
 the payload per batch: see docs/benchmarks.md for what it adds per 16 KiB batch.
+
+On a topic whose `message.timestamp.type` is LogAppendTime the leader stamps every batch as Kafka's
+LogValidator does for uncompressed v2 batches (`setMaxTimestamp(LOG_APPEND_TIME, now)`): the
+timestamp-type bit (0x08) is set in the attributes and `max_timestamp` becomes the append time; the
+records keep their deltas (and `first_timestamp` is kept), since a reader takes the max timestamp as every
+record's timestamp in such a batch. The CRC is recomputed, after the producer's was checked. This is the
+one attribute bit a stored batch may carry: followers append the leader's bytes as they are, and readers
+(protocol/record_batch.py's iter_records, the Kafka listener's FETCH) keep it.
 """
 
 from __future__ import annotations
@@ -54,19 +62,26 @@ from protocol.record_batch import (
 
 _MAGIC_POSITION = 16  # the same byte in Kafka's legacy (v0, v1) formats and in v2
 _MAX_TIMESTAMP_POSITION = 35
+_ATTRIBUTES_POSITION = 21
+#: The only attributes a stored batch may have besides 0: the timestamp-type bit (LogAppendTime), which the
+#: leader sets, never a producer (a producer's batch with it is refused like any other attribute).
+LOG_APPEND_TIME_ATTRIBUTES = 0x08
 _CRC_POSITION = 17
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
 
-__all__ = ["InvalidRecordError", "validate_records"]
+__all__ = ["LOG_APPEND_TIME_ATTRIBUTES", "InvalidRecordError", "validate_records"]
 
 
 Records = bytes | bytearray | memoryview
 
 
-def validate_records(records: Records) -> Records:
+def validate_records(records: Records, log_append_time_ms: int | None = None) -> Records:
     """The records to append: `records` itself, or a copy with max timestamps (and CRCs) recomputed. Raise
-    InvalidRecordError (or CorruptRecordError for broken framing) for the first bad batch."""
+    InvalidRecordError (or CorruptRecordError for broken framing) for the first bad batch.
+
+    With `log_append_time_ms` (the topic's message.timestamp.type is LogAppendTime) every batch is stamped
+    with it: the timestamp-type bit set in its attributes and its max timestamp that time."""
     view = memoryview(records)
     end = len(view)
     position = 0
@@ -77,7 +92,9 @@ def validate_records(records: Records) -> Records:
             raise InvalidRecordError(f"batch at byte {position}: magic {magic} is not accepted, only magic {MAGIC}")
         header = read_header(view, position)
         max_timestamp = _validate_batch(view[position + HEADER_SIZE : position + header.size_in_bytes], header)
-        if max_timestamp != header.max_timestamp:
+        if log_append_time_ms is not None:
+            fixes.append((header, log_append_time_ms))
+        elif max_timestamp != header.max_timestamp:
             fixes.append((header, max_timestamp))
         position += header.size_in_bytes
     if not fixes:
@@ -88,6 +105,8 @@ def validate_records(records: Records) -> Records:
         if crc32c(fixed[header.position + CRC_START : stop]) != header.crc:
             raise CorruptRecordError(f"CRC mismatch in batch at byte {header.position}")
         struct.pack_into(">q", fixed, header.position + _MAX_TIMESTAMP_POSITION, max_timestamp)
+        if log_append_time_ms is not None:
+            struct.pack_into(">h", fixed, header.position + _ATTRIBUTES_POSITION, LOG_APPEND_TIME_ATTRIBUTES)
         struct.pack_into(
             ">I", fixed, header.position + _CRC_POSITION, crc32c(fixed[header.position + CRC_START : stop])
         )

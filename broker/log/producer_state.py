@@ -64,6 +64,9 @@ class BatchMetadata(NamedTuple):
     last_seq: int
     first_offset: int
     last_offset: int
+    # The batch's max timestamp (on a LogAppendTime topic its append time), which PRODUCE answers a
+    # duplicate with; -1 in entries read from a snapshot written before it was kept.
+    timestamp: int = -1
 
 
 class ProducerBatch(NamedTuple):
@@ -168,7 +171,7 @@ class ProducerStateManager:
                 self.evicted += 1
         self.producers[batch.producer_id] = entry
         last_seq = next_sequence(batch.base_sequence, batch.last_offset - batch.base_offset)
-        meta = BatchMetadata(batch.base_sequence, last_seq, batch.base_offset, batch.last_offset)
+        meta = BatchMetadata(batch.base_sequence, last_seq, batch.base_offset, batch.last_offset, batch.max_timestamp)
         entry.add(batch.producer_epoch, meta, batch.max_timestamp)
 
     def clear(self) -> None:

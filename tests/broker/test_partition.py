@@ -135,6 +135,21 @@ async def test_list_offsets_for_consumers_is_unavailable_until_the_high_watermar
     assert partition.fetch_offset_for_timestamp(LATEST_TIMESTAMP, 2, True, True) == (2, 3)
 
 
+async def test_a_consumer_finds_offsets_by_timestamp_only_below_the_high_watermark(broker: LeaderBroker) -> None:
+    # given a leader at epoch 1 with 3 records its follower has not fetched: HW 0
+    partition = broker.make_leader(leader_epoch=1)
+    await broker.produce(TP0, b"a", b"b", b"c")
+    assert partition.high_watermark == 0
+    # then a consumer finds nothing (Kafka's -1, -1), while the log end bounds a debugging view
+    assert partition.fetch_offset_by_timestamp(0, 1, True, True) == (-1, NO_LEADER_EPOCH, -1)
+    timestamp, epoch, offset = partition.fetch_offset_by_timestamp(0, 1, False, True)
+    assert (epoch, offset) == (1, 0) and timestamp > 0
+    # and once the records are committed the consumer gets the same answer
+    await broker.follower_fetch(3)
+    assert partition.fetch_offset_by_timestamp(0, 1, True, True) == (timestamp, 1, 0)
+    assert partition.fetch_offset_by_timestamp(timestamp + 3_600_000, 1, True, True) == (-1, NO_LEADER_EPOCH, -1)
+
+
 # -- L7: ISR expansion -----------------------------------------------------------------------------------
 
 

@@ -147,6 +147,7 @@ async def test_describe_configs_lists_every_topic_config_with_its_value_and_sour
         "follower.replication.throttled.replicas",
         "leader.replication.throttled.replicas",
         "max.message.bytes",
+        "message.timestamp.type",
         "min.insync.replicas",
         "preallocate",
         "retention.bytes",
@@ -273,3 +274,28 @@ async def test_a_broker_describes_its_own_configs_and_the_cluster_default_but_no
     expected = f"Unexpected broker id, expected {LOCAL_ID} or empty string, but received {FOLLOWER_ID}"
     assert other.error_message == expected
     assert unknown.error_code == ErrorCode.INVALID_REQUEST
+
+
+async def test_a_log_append_time_topic_has_its_batches_stamped_by_the_leader(tmp_path: Path) -> None:
+    from protocol.record_batch import LOG_APPEND_TIME, iter_records
+
+    broker = LeaderBroker(tmp_path)
+    partition = broker.make_leader(isr=(LOCAL_ID,))
+    apis = broker_apis(broker)
+    before = await broker.produce(TP0, b"created")
+    assert before.log_append_time_ms == -1, "CreateTime: Kafka's -1"
+
+    await push(apis, {"message.timestamp.type": "LogAppendTime"})
+    broker.time.advance(5_000)
+    appended = await broker.produce(TP0, b"a", b"b")
+
+    now = broker.time.milliseconds()
+    assert appended.error_code == ErrorCode.NONE and appended.log_append_time_ms == now
+    records = list(iter_records(partition.log.read(0, 1 << 20)))
+    assert [(r.value, r.timestamp_type) for r in records] == [(b"created", 0), (b"a", LOG_APPEND_TIME), (b"b", 1)]
+    assert records[1].timestamp == records[2].timestamp == now
+    # the lookup by timestamp uses the append time (the debugging view: nothing is committed here yet)
+    assert partition.fetch_offset_by_timestamp(now, -1, False, True) == (now, 1, 1)
+    (result,) = (await describe(apis, DescribeConfigsResource(2, TOPIC, ["message.timestamp.type"]))).results
+    [entry] = result.configs
+    assert (entry.name, entry.value, entry.config_source) == ("message.timestamp.type", "LogAppendTime", TOPIC_CONFIG)

@@ -72,6 +72,7 @@ def test_json_lines_carry_every_field_and_bytes_that_are_not_utf8_as_base64() ->
         "partition": 2,
         "offset": 7,
         "timestamp": 1000,
+        "timestamp_type": "CreateTime",
         "key": {"base64": "/w=="},
         "value": "v",
         "headers": [],

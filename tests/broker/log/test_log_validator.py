@@ -149,3 +149,37 @@ def test_without_a_producer_id_the_epoch_and_sequence_are_not_read_as_in_kafka()
         batch_with_header(producer_id=-1, producer_epoch=0),
     ):
         validate_records(records)
+
+
+def test_on_a_log_append_time_topic_the_leader_stamps_each_batch_with_its_append_time() -> None:
+    from protocol.record_batch import LOG_APPEND_TIME, is_crc_valid, iter_headers, iter_records
+
+    produced = build_batch([b"a", b"b"], timestamp_ms=1_000) + build_batch([b"c"], timestamp_ms=2_000)
+    stamped = validate_records(produced, log_append_time_ms=9_000)
+    headers = list(iter_headers(stamped))
+    # the timestamp-type bit and the append time as max timestamp, the CRC recomputed; the rest as sent
+    assert [(h.attributes, h.first_timestamp, h.max_timestamp) for h in headers] == [
+        (8, 1_000, 9_000),
+        (8, 2_000, 9_000),
+    ]
+    assert all(is_crc_valid(stamped, h) for h in headers)
+    # and a reader gives every record the append time, as LogAppendTime
+    assert [(r.value, r.timestamp, r.timestamp_type) for r in iter_records(stamped)] == [
+        (b"a", 9_000, LOG_APPEND_TIME),
+        (b"b", 9_000, LOG_APPEND_TIME),
+        (b"c", 9_000, LOG_APPEND_TIME),
+    ]
+
+
+def test_a_producer_may_not_set_the_timestamp_type_bit_itself() -> None:
+    produced = batch_with_payload(records([0, 0, None, b"v"]), attributes=0x08)
+    for log_append_time_ms in (None, 9_000):
+        with pytest.raises(InvalidRecordError, match="attributes 0x8"):
+            validate_records(produced, log_append_time_ms)
+
+
+def test_a_stamped_batch_with_a_bad_crc_stays_corrupt() -> None:
+    bad = bytearray(build_batch([b"v"], timestamp_ms=1_000))
+    bad[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        validate_records(bytes(bad), log_append_time_ms=9_000)
