@@ -68,7 +68,7 @@ import msgpack
 from crc32c import crc32c
 
 from protocol.errors import CorruptRecordError, InvalidRecordError
-from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_OVERHEAD, assemble_batch, read_header
+from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_APPEND_TIME_BIT, LOG_OVERHEAD, assemble_batch, read_header
 
 CODEC_NONE = 0
 CODEC_GZIP = 1
@@ -76,7 +76,7 @@ CODEC_SNAPPY = 2
 CODEC_LZ4 = 3
 CODEC_ZSTD = 4
 COMPRESSION_MASK = 0x07
-TIMESTAMP_TYPE_BIT = 0x08  # 1: LogAppendTime
+TIMESTAMP_TYPE_BIT = LOG_APPEND_TIME_BIT  # 1: LogAppendTime
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 

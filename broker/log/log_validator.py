@@ -53,6 +53,7 @@ from protocol.errors import CorruptRecordError, InvalidRecordError
 from protocol.record_batch import (
     CRC_START,
     HEADER_SIZE,
+    LOG_APPEND_TIME_BIT,
     MAGIC,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -63,14 +64,11 @@ from protocol.record_batch import (
 _MAGIC_POSITION = 16  # the same byte in Kafka's legacy (v0, v1) formats and in v2
 _MAX_TIMESTAMP_POSITION = 35
 _ATTRIBUTES_POSITION = 21
-#: The only attributes a stored batch may have besides 0: the timestamp-type bit (LogAppendTime), which the
-#: leader sets, never a producer (a producer's batch with it is refused like any other attribute).
-LOG_APPEND_TIME_ATTRIBUTES = 0x08
 _CRC_POSITION = 17
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
 
-__all__ = ["LOG_APPEND_TIME_ATTRIBUTES", "InvalidRecordError", "validate_records"]
+__all__ = ["InvalidRecordError", "validate_records"]
 
 
 Records = bytes | bytearray | memoryview
@@ -106,7 +104,7 @@ def validate_records(records: Records, log_append_time_ms: int | None = None) ->
             raise CorruptRecordError(f"CRC mismatch in batch at byte {header.position}")
         struct.pack_into(">q", fixed, header.position + _MAX_TIMESTAMP_POSITION, max_timestamp)
         if log_append_time_ms is not None:
-            struct.pack_into(">h", fixed, header.position + _ATTRIBUTES_POSITION, LOG_APPEND_TIME_ATTRIBUTES)
+            struct.pack_into(">h", fixed, header.position + _ATTRIBUTES_POSITION, LOG_APPEND_TIME_BIT)
         struct.pack_into(
             ">I", fixed, header.position + _CRC_POSITION, crc32c(fixed[header.position + CRC_START : stop])
         )

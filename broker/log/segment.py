@@ -49,11 +49,10 @@ from broker.log.batches import HEADER, Buffer, scan
 from broker.log.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import CorruptRecordError
-from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC
+from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_APPEND_TIME_BIT, LOG_OVERHEAD, MAGIC
 from server_common.time import Time
 
 LOG_SUFFIX = ".log"
-TIMESTAMP_TYPE_BIT = 0x08  # batch attributes: 1 = LogAppendTime, the max timestamp is every record's
 MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries store offsets relative to the base as int32
 NO_TIMESTAMP = -1
 
@@ -522,7 +521,7 @@ class LogSegment:
             return None
         for position, size, h in self._batches_reaching(timestamp, start_offset):
             base, epoch, attributes, max_timestamp = h[0], h[2], h[5], h[8]
-            if attributes & TIMESTAMP_TYPE_BIT:
+            if attributes & LOG_APPEND_TIME_BIT:
                 return max_timestamp, max(base, start_offset), epoch
             data = self.read_span(position, position + size)
             try:

@@ -291,7 +291,12 @@ def test_an_admin_client_creates_topics_through_the_controller_the_metadata_name
     assert md.controller_id in md.brokers  # a broker the client can reach, which forwards to the controller
     futures = admin.create_topics([confluent_admin.NewTopic("via-admin", num_partitions=2, replication_factor=3)])
     futures["via-admin"].result(timeout=30)
-    assert sorted(admin.list_topics(timeout=10).topics["via-admin"].partitions) == [0, 1]
+    # The answer comes once the controller has the topic; the broker asked next learns it from the
+    # controller's UPDATE_METADATA a moment later (Kafka's admin API is eventually consistent the same way).
+    deadline = time.monotonic() + 30
+    while "via-admin" not in (topics := admin.list_topics(timeout=10).topics) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(topics["via-admin"].partitions) == [0, 1]
 
 
 def test_a_commit_for_a_partition_that_does_not_exist_fails_only_for_it(cluster: LocalClusterState) -> None:
