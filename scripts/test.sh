@@ -38,7 +38,7 @@ workers="${MINIBROKER_TEST_WORKERS:-4}"
 xdist=()
 case " $* " in
     *" -n"* | *" --numprocesses"* | *"no:xdist"*) ;;
-    *) if [ "$workers" -gt 1 ]; then xdist=(-n "$workers" --dist loadgroup); fi ;;
+    *) if [ "$workers" -gt 1 ]; then xdist=(-n "$workers"); fi ;;
 esac
 
 export PYTHONDONTWRITEBYTECODE=1

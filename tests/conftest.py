@@ -1,23 +1,49 @@
-"""How the suite is shared out among pytest-xdist workers (`scripts/test.sh` runs `-n 4 --dist loadgroup`).
+"""How the suite is shared out among pytest-xdist workers (`scripts/test.sh` runs it with `-n 4`).
 
 Most tests wait on real processes, sockets and timers, so running several at once fills the two cores
 that one at a time leaves idle. A module's tests stay together on one worker (its module-scoped
 fixtures, such as a running cluster, start once), and every module that uses the session's SparkSession
-shares one worker: one JVM for them all, and the Spark tests, which do keep a core busy, run one after
-another instead of fighting each other for the cores.
+(a test or fixture taking `spark`) shares one worker: one JVM for them all, and the Spark tests, which do
+keep a core busy, run one after another instead of fighting each other for the cores.
 
 Each test already has its own ports (`free_ports`), addresses (`random_base_address`) and directories
-(`tmp_path`), so no two workers touch the same thing."""
+(`tmp_path`), so no two workers touch the same thing.
+
+The grouping is a scheduler of our own (`pytest_xdist_make_scheduler`), not `--dist loadgroup`: with
+pytest 9 a node id can no longer be rewritten, which is how `xdist_group` marks reach the scheduler, so
+those marks group nothing."""
 
 from __future__ import annotations
 
-import pytest
+import ast
+import functools
+from pathlib import Path
+from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]
 SPARK_GROUP = "spark-session"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    spark_modules = {item.nodeid.split("::")[0] for item in items if "spark" in getattr(item, "fixturenames", ())}
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(SPARK_GROUP if module in spark_modules else module))
+@functools.cache
+def uses_spark_session(module: str) -> bool:
+    """Whether a test module has a test or fixture that takes the session's `spark` fixture."""
+    path = ROOT / module
+    if path.suffix != ".py" or not path.is_file():
+        return False
+    return any(
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(a.arg == "spark" for a in node.args.args)
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+    )
+
+
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleOrSpark(LoadScopeScheduling):  # type: ignore[misc]
+        """LoadScopeScheduling with a module as the unit, the SparkSession modules as one unit."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SPARK_GROUP if uses_spark_session(module) else module
+
+    return ModuleOrSpark(config, log)

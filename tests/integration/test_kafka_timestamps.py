@@ -271,11 +271,18 @@ def test_message_timestamp_type_is_altered_by_the_kafka_admin_api_and_the_cli(cl
     )
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
-    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "altered")])
-    [configs] = [f.result(timeout=30) for f in described.values()]
+    # The broker answering DescribeConfigs, like the leader, learns the change from the controller's next
+    # UPDATE_METADATA, a moment after the change was answered (eventually consistent, as Kafka's admin API).
+    deadline = time.monotonic() + 30
+    while True:
+        described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "altered")])
+        [configs] = [f.result(timeout=30) for f in described.values()]
+        if configs["message.timestamp.type"].value == "LogAppendTime" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert configs["message.timestamp.type"].value == "LogAppendTime"
 
-    deadline = time.monotonic() + 10  # the leader applies it on the controller's UPDATE_METADATA
+    deadline = time.monotonic() + 30  # the leader applies it on the controller's UPDATE_METADATA
     while True:
         [report] = produce_confluent(cluster, "altered", [b"appended"], T0)
         if report.timestamp()[0] == confluent_kafka.TIMESTAMP_LOG_APPEND_TIME or time.monotonic() > deadline:
@@ -289,7 +296,7 @@ def test_message_timestamp_type_is_altered_by_the_kafka_admin_api_and_the_cli(cl
     assert done.returncode == 0, done.stderr.decode()
     done = minibroker(cluster, "configs", "alter", "--topic", "altered", "--add-config", "message.timestamp.type=Now")
     assert done.returncode != 0 and b"message.timestamp.type" in done.stderr
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:
         [report] = produce_confluent(cluster, "altered", [b"created again"], T0)
         if report.timestamp()[0] == confluent_kafka.TIMESTAMP_CREATE_TIME or time.monotonic() > deadline:
