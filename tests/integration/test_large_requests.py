@@ -110,7 +110,9 @@ async def test_requests_with_hundreds_of_thousands_of_entries_leave_the_broker_u
     assert await leaders(cluster) == before
     latencies.sort()
     p99 = latencies[int(len(latencies) * 0.99) - 1]
-    assert len(latencies) > 50 and p99 < 0.1, f"p99 {p99 * 1000:.0f} ms over {len(latencies)} requests"
+    # Decoding such a request whole held the loop for seconds; the bound is the same as the loop-lag one
+    # below, loose enough for a machine busy with other tests (the suite runs several at once).
+    assert len(latencies) > 50 and p99 < 0.5, f"p99 {p99 * 1000:.0f} ms over {len(latencies)} requests"
     assert "undecodable msgpack" in Path(target.log).read_text()
     # The broker's own account agrees: no interval in which its loop kept ready work waiting anywhere near
     # the 1.5 s session timeout (LoopLagMaxMs, one record per second, read from its metrics files).
