@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.log.log import Log
+from broker.partition import Partition
 from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
 from server_common.poll import wait_until
 from sim.checker import Checker, Violation
@@ -177,6 +178,38 @@ def _traced_truncations(trace: Trace, root: Path) -> Iterator[None]:
     finally:
         Log.truncate_to = cut_to  # type: ignore[method-assign]
         Log.truncate_fully_and_start_at = cut_fully  # type: ignore[method-assign]
+
+
+@contextmanager
+def _watched_follower_positions(checker: Checker, root: Path, report: Callable[[Violation], None]) -> Iterator[None]:
+    """Every follower position a leader under `root` records goes to the checker (`follower_position_not_held`)
+    as it is recorded. A violation is reported to the run, not raised into the broker's request handler."""
+    record = Partition.update_follower_fetch_state
+
+    def update_follower_fetch_state(
+        self: Partition,
+        replica_id: int,
+        fetch_offset: int,
+        follower_log_start_offset: int,
+        fetch_time_ms: int,
+        leader_end_offset: int,
+        broker_epoch: int = -1,
+    ) -> bool:
+        known = record(
+            self, replica_id, fetch_offset, follower_log_start_offset, fetch_time_ms, leader_end_offset, broker_epoch
+        )
+        if known and self.log.dir.is_relative_to(root):
+            try:
+                checker.on_follower_position(self, replica_id, fetch_offset, broker_epoch)
+            except Violation as v:
+                report(v)
+        return known
+
+    Partition.update_follower_fetch_state = update_follower_fetch_state  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Partition.update_follower_fetch_state = record  # type: ignore[method-assign]
 
 
 def _scratch_dir() -> Path:
@@ -399,7 +432,12 @@ async def _run(
     asyncio.get_running_loop().set_exception_handler(on_loop_error)
     cluster.on_crash = checker.on_crash
     cluster.on_metadata = checker.on_metadata
-    with _traced_truncations(trace, root):
+
+    def report(violation: Violation) -> None:
+        if not failure.done():
+            failure.set_result(violation)
+
+    with _traced_truncations(trace, root), _watched_follower_positions(checker, root, report):
         main = guarded(scenario())
         guarded(ticker())
         await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
