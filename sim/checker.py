@@ -20,7 +20,10 @@ has learned was committed. Checks, by the name a violation reports:
 - `follower_position_not_held`: a leader recorded a follower's fetch position P (what its HW and ISR
   count) while the follower's log did not hold offset P-1 in the leader epoch the leader's log holds it
   in. Judged when the leader records it (`on_follower_position`), against the follower's log then, for a
-  fetch from the follower's current incarnation that still follows this leader in this epoch.
+  fetch from the follower's current incarnation that still follows this leader, in no later epoch;
+- `stale_epoch_served`: a leader answered a follower's FETCH that names an older leader epoch than its own
+  without an error (records, a diverging epoch, or nothing, its position counted), where KIP-320's fencing
+  answers FENCED_LEADER_EPOCH (`on_fetch_answered`).
 
 Losses are excused, and counted, only where Kafka promises nothing, by one of three rules:
 
@@ -61,6 +64,7 @@ CHECKS = (
     "consumer_went_back",
     "consumer_saw_changed_record",
     "follower_position_not_held",
+    "stale_epoch_served",
     "no_progress",  # sim.runner's liveness check
 )
 
@@ -393,9 +397,10 @@ class Checker:
 
         Not judged (nothing can be said of the log that sent the fetch) when the follower is down, the fetch
         comes from an earlier incarnation (its broker epoch is not the follower's now: KIP-903's late fetch,
-        whose log a crash may have cut), or the follower has since moved to another leader or epoch (it may
-        have truncated for the new one after sending). A follower that follows this leader in this epoch
-        truncates only what the leader does not hold, so a position it sent is still held, or never was."""
+        whose log a crash may have cut), or the follower has since moved to another leader or a later epoch
+        (it may have truncated for the new one after sending). A follower that follows this leader, in its
+        epoch or an older one it has not moved on from, truncates only what the leader does not hold, so a
+        position it sent is still held, or never was."""
         tp = partition.topic_partition
         if tp not in self.committed:
             return
@@ -410,7 +415,7 @@ class Checker:
         if replica is None or getattr(replica.log, "offline_reason", None) is not None:
             return
         leader = partition.local_broker_id
-        if replica.leader_id != leader or replica.leader_epoch != partition.leader_epoch:
+        if replica.leader_id != leader or replica.leader_epoch > partition.leader_epoch:
             return
         leader_log, follower_log = partition.log, replica.log
         if position <= max(leader_log.log_start_offset, follower_log.log_start_offset):
@@ -431,6 +436,27 @@ class Checker:
                     else f"holds offset {offset} in epoch {held}, the leader's in epoch {expected}"
                 ),
             )
+
+    def on_fetch_answered(self, partition: Any, follower: int, requested_epoch: int, answer: Any) -> None:
+        """A leader answered one partition of a follower's FETCH: one that names an epoch older than the
+        leader's must be refused (FENCED_LEADER_EPOCH), neither served nor counted. A follower a step behind
+        (its news of the new epoch still on the way) is harmless; one that missed a whole leadership in
+        between holds what that leadership truncated (kafka-7164), and only this fencing stops the leader
+        counting it."""
+        if requested_epoch < 0 or requested_epoch >= partition.leader_epoch or answer.error_code != 0:
+            return
+        if partition.topic_partition not in self.committed:
+            return
+        if answer.diverging_epoch >= 0:
+            what = f"a diverging epoch ({answer.diverging_epoch}, end offset {answer.diverging_end_offset})"
+        else:
+            what = f"{len(answer.records)} bytes of records"
+        self.fail(
+            "stale_epoch_served",
+            f"{partition.topic_partition}: leader {partition.local_broker_id} (epoch {partition.leader_epoch}) "
+            f"answered follower {follower}'s FETCH naming epoch {requested_epoch} with {what}, not "
+            "FENCED_LEADER_EPOCH",
+        )
 
     def on_ack(self, rid: bytes, tp: TopicPartition, offset: int, acks: int, leader: int) -> None:
         self.pending_acks[tp][rid] = (offset, acks, leader)

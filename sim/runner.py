@@ -26,6 +26,7 @@ from typing import Any
 
 from broker.log.log import Log
 from broker.partition import Partition
+from broker.replica_manager import FetchParams, ReplicaManager
 from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
 from server_common.poll import wait_until
 from sim.checker import Checker, Violation
@@ -182,8 +183,9 @@ def _traced_truncations(trace: Trace, root: Path) -> Iterator[None]:
 
 @contextmanager
 def _watched_follower_positions(checker: Checker, root: Path, report: Callable[[Violation], None]) -> Iterator[None]:
-    """Every follower position a leader under `root` records goes to the checker (`follower_position_not_held`)
-    as it is recorded. A violation is reported to the run, not raised into the broker's request handler."""
+    """Every follower position a leader under `root` records, and every answer to a follower's FETCH, goes to
+    the checker as it is made (`follower_position_not_held`, `stale_epoch_served`). A violation is reported
+    to the run, not raised into the broker's request handler."""
     record = Partition.update_follower_fetch_state
 
     def update_follower_fetch_state(
@@ -205,11 +207,28 @@ def _watched_follower_positions(checker: Checker, root: Path, report: Callable[[
                 report(v)
         return known
 
+    read_and_record = ReplicaManager.read_and_record
+
+    def answered(self: ReplicaManager, params: FetchParams, infos: list[Any]) -> list[Any]:
+        answers = read_and_record(self, params, infos)
+        if params.is_from_follower:
+            for info, answer in zip(infos, answers, strict=True):
+                partition = self.partitions.get(TopicPartition(info.topic, info.partition))
+                if partition is None or not partition.log.dir.is_relative_to(root):
+                    continue
+                try:
+                    checker.on_fetch_answered(partition, params.replica_id, info.current_leader_epoch, answer)
+                except Violation as v:
+                    report(v)
+        return answers
+
     Partition.update_follower_fetch_state = update_follower_fetch_state  # type: ignore[method-assign]
+    ReplicaManager.read_and_record = answered  # type: ignore[method-assign]
     try:
         yield
     finally:
         Partition.update_follower_fetch_state = record  # type: ignore[method-assign]
+        ReplicaManager.read_and_record = read_and_record  # type: ignore[method-assign]
 
 
 def _scratch_dir() -> Path:
