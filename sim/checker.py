@@ -20,7 +20,7 @@ has learned was committed. Checks, by the name a violation reports:
 - `follower_position_not_held`: a leader recorded a follower's fetch position P (what its HW and ISR
   count) while the follower's log did not hold offset P-1 in the leader epoch the leader's log holds it
   in. Judged when the leader records it (`on_follower_position`), against the follower's log then, for a
-  fetch from the follower's current incarnation that still follows this leader, in no later epoch;
+  fetch from the follower's current incarnation that still follows this leader at the epoch it named;
 - `stale_epoch_served`: a leader answered a follower's FETCH that names an older leader epoch than its own
   without an error (records, a diverging epoch, or nothing, its position counted), where KIP-320's fencing
   answers FENCED_LEADER_EPOCH (`on_fetch_answered`).
@@ -391,16 +391,19 @@ class Checker:
             f"{have.decode() if have else 'nothing'}",
         )
 
-    def on_follower_position(self, partition: Any, follower: int, position: int, broker_epoch: int) -> None:
+    def on_follower_position(
+        self, partition: Any, follower: int, position: int, broker_epoch: int, requested_epoch: int = -1
+    ) -> None:
         """A leader just recorded `follower`'s fetch position (its LEO as the leader sees it, which the HW and
         the ISR count): the follower's log must hold offset position-1 in the leader's epoch there.
 
         Not judged (nothing can be said of the log that sent the fetch) when the follower is down, the fetch
         comes from an earlier incarnation (its broker epoch is not the follower's now: KIP-903's late fetch,
-        whose log a crash may have cut), or the follower has since moved to another leader or a later epoch
-        (it may have truncated for the new one after sending). A follower that follows this leader, in its
-        epoch or an older one it has not moved on from, truncates only what the leader does not hold, so a
-        position it sent is still held, or never was."""
+        whose log a crash may have cut), or the follower has since moved to another leader or epoch than the
+        fetch names (`requested_epoch`; it may have truncated for the new one after sending). A follower
+        still at the epoch it fetched with truncates only what that leader does not hold, so a position it
+        sent is still held, or never was. A fetch naming no epoch (-1) is judged while the follower follows
+        this leader in no later epoch than the leader's."""
         tp = partition.topic_partition
         if tp not in self.committed:
             return
@@ -415,7 +418,13 @@ class Checker:
         if replica is None or getattr(replica.log, "offline_reason", None) is not None:
             return
         leader = partition.local_broker_id
-        if replica.leader_id != leader or replica.leader_epoch > partition.leader_epoch:
+        if replica.leader_id != leader:
+            return
+        if (
+            replica.leader_epoch != requested_epoch
+            if requested_epoch >= 0
+            else replica.leader_epoch > partition.leader_epoch
+        ):
             return
         leader_log, follower_log = partition.log, replica.log
         if position <= max(leader_log.log_start_offset, follower_log.log_start_offset):

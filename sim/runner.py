@@ -182,11 +182,16 @@ def _traced_truncations(trace: Trace, root: Path) -> Iterator[None]:
 
 
 @contextmanager
-def _watched_follower_positions(checker: Checker, root: Path, report: Callable[[Violation], None]) -> Iterator[None]:
+def _watched_follower_positions(
+    checker: Checker, root: Path, report: Callable[[Violation], None], failed: Callable[[], bool]
+) -> Iterator[None]:
     """Every follower position a leader under `root` records, and every answer to a follower's FETCH, goes to
     the checker as it is made (`follower_position_not_held`, `stale_epoch_served`). A violation is reported
     to the run, not raised into the broker's request handler."""
     record = Partition.update_follower_fetch_state
+    # The leader epoch each partition of the FETCH being answered names (read_and_record runs through
+    # without yielding, so this is the request whose positions are being recorded).
+    requested: dict[TopicPartition, int] = {}
 
     def update_follower_fetch_state(
         self: Partition,
@@ -200,9 +205,10 @@ def _watched_follower_positions(checker: Checker, root: Path, report: Callable[[
         known = record(
             self, replica_id, fetch_offset, follower_log_start_offset, fetch_time_ms, leader_end_offset, broker_epoch
         )
-        if known and self.log.dir.is_relative_to(root):
+        if known and not failed() and self.log.dir.is_relative_to(root):
             try:
-                checker.on_follower_position(self, replica_id, fetch_offset, broker_epoch)
+                epoch = requested.get(self.topic_partition, -1)
+                checker.on_follower_position(self, replica_id, fetch_offset, broker_epoch, epoch)
             except Violation as v:
                 report(v)
         return known
@@ -210,11 +216,16 @@ def _watched_follower_positions(checker: Checker, root: Path, report: Callable[[
     read_and_record = ReplicaManager.read_and_record
 
     def answered(self: ReplicaManager, params: FetchParams, infos: list[Any]) -> list[Any]:
-        answers = read_and_record(self, params, infos)
+        requested.clear()
+        requested.update({TopicPartition(i.topic, i.partition): i.current_leader_epoch for i in infos})
+        try:
+            answers = read_and_record(self, params, infos)
+        finally:
+            requested.clear()
         if params.is_from_follower:
             for info, answer in zip(infos, answers, strict=True):
                 partition = self.partitions.get(TopicPartition(info.topic, info.partition))
-                if partition is None or not partition.log.dir.is_relative_to(root):
+                if partition is None or failed() or not partition.log.dir.is_relative_to(root):
                     continue
                 try:
                     checker.on_fetch_answered(partition, params.replica_id, info.current_leader_epoch, answer)
@@ -456,7 +467,7 @@ async def _run(
         if not failure.done():
             failure.set_result(violation)
 
-    with _traced_truncations(trace, root), _watched_follower_positions(checker, root, report):
+    with _traced_truncations(trace, root), _watched_follower_positions(checker, root, report, failure.done):
         main = guarded(scenario())
         guarded(ticker())
         await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)

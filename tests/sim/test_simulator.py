@@ -901,6 +901,49 @@ def test_kip320_without_fencing_truncation_in_fetch_masks_the_harm_but_the_stale
     assert masked.violation is None and masked.converged, masked.violation
 
 
+def _no_fencing_of_newer_epochs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant a leader that answers a request naming a newer leader epoch than its own (it has not heard of
+    that epoch yet) instead of UNKNOWN_LEADER_EPOCH; older epochs are still fenced."""
+    from protocol.errors import FencedLeaderEpochError
+
+    def only_older(self: Partition, requested_epoch: int) -> None:
+        if 0 <= requested_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(f"{self.topic_partition}: epoch {requested_epoch} < {self.leader_epoch}")
+
+    monkeypatch.setattr(Partition, "check_current_leader_epoch", only_older)
+
+
+@pytest.mark.parametrize("truncation", ["fetch", "epoch"])
+@pytest.mark.timeout(60)
+def test_kip320_a_follower_told_of_a_new_epoch_waits_for_a_stale_leader_to_catch_up(truncation: str) -> None:
+    result = run_scenario("kip320-stale-leader", truncation=truncation)
+    assert result.violation is None, result.violation
+    assert result.converged
+    steps = [e["what"] for e in result.timeline if e["event"] == "step"]
+    assert any("F hears of epoch 2 (leader L) while L is at epoch 0, holding x" in s for s in steps), steps
+    assert any("leads at epoch 2 with LEO 2" in s for s in steps), steps  # m1 z: x truncated, z kept
+
+
+@pytest.mark.parametrize("truncation", ["fetch", "epoch"])
+@pytest.mark.timeout(60)
+def test_kip320_a_stale_leader_that_answers_a_newer_epoch_gets_a_follower_counted_where_it_differs(
+    monkeypatch: pytest.MonkeyPatch, truncation: str
+) -> None:
+    _no_fencing_of_newer_epochs(monkeypatch)
+    result = run_scenario("kip320-stale-leader", truncation=truncation)
+    assert result.violation is not None and result.violation.check == "follower_position_not_held", result.violation
+    if truncation == "epoch":
+        # F asked L, still at epoch 0, where its epoch 1 ends; L knew no such epoch, F truncated z to its HW
+        # and fetched x from L; L then truncated x itself, following N, and leads at epoch 2 with z there
+        assert "leader 3 (epoch 2) counts follower 1 at position 2" in result.violation.message
+        assert "offset 1 in epoch 0, the leader's in epoch 1" in result.violation.message
+    else:
+        # F's fetch names its last epoch (1), which L does not know, and no divergence is answered: L, at
+        # epoch 0, counts F at 2 though F holds z where L has x
+        assert "leader 3 (epoch 0) counts follower 1 at position 2" in result.violation.message
+        assert "offset 1 in epoch 1, the leader's in epoch 0" in result.violation.message
+
+
 # The stale fetches of a sweep: a follower whose news of a new epoch (of the same leader) is still on the
 # way fetches with the old one. Fenced, it waits for the news; served, it is counted a step behind, and
 # nothing else differs.
