@@ -18,7 +18,7 @@ import pytest
 from broker.partition import Partition
 from protocol.messages import FetchRequest, TopicPartition
 from protocol.record_batch import build_batch
-from sim.checker import Checker
+from sim.checker import Checker, Violation
 from sim.cli import main as sim_main
 from sim.cluster import CONTROLLER_ID, SimOptions
 from sim.disk import SimDisk
@@ -828,6 +828,49 @@ def test_the_unmodified_followers_are_counted_only_where_their_logs_hold_the_pos
         result = run_seed(seed, FOLLOWER_POSITION)
         assert result.violation is None, (seed, result.violation)
         assert result.converged, seed
+
+
+class _EpochLog:
+    """A log of one-record batches, one leader epoch each: what the position check reads."""
+
+    log_start_offset = 0
+
+    def __init__(self, *epochs: int) -> None:
+        self.batches = [
+            build_batch([b"1001-%d" % i], base_offset=i, partition_leader_epoch=e) for i, e in enumerate(epochs)
+        ]
+
+    @property
+    def log_end_offset(self) -> int:
+        return len(self.batches)
+
+    def read(self, offset: int, _max_bytes: int) -> bytes:
+        return self.batches[offset]
+
+
+@pytest.mark.timeout(10)
+async def test_the_position_check_judges_only_a_fetch_from_the_log_that_is_there_now() -> None:
+    tp = TopicPartition("t0", 0)
+    leader = SimpleNamespace(topic_partition=tp, local_broker_id=1, leader_epoch=2, log=_EpochLog(0, 1, 2, 2))
+    follower = SimpleNamespace(leader_id=1, leader_epoch=2, log=_EpochLog(0, 0, 2))
+    node = SimpleNamespace(
+        lifecycle=SimpleNamespace(broker_epoch=7), replica_manager=SimpleNamespace(partitions={tp: follower})
+    )
+    cluster = SimpleNamespace(brokers={2: node}, controller=None)
+    checker = Checker(cluster, [tp], WriteHistory(), Trace(keep=True))
+    checker.on_follower_position(leader, 2, 1, 7, 2)  # offset 0: epoch 0 on both
+    checker.on_follower_position(leader, 2, 0, 7, 2)  # nothing to hold
+    with pytest.raises(Violation, match="holds offset 1 in epoch 0, the leader's in epoch 1"):
+        checker.on_follower_position(leader, 2, 2, 7, 2)
+    with pytest.raises(Violation, match="the follower's log ends at 3"):
+        checker.on_follower_position(leader, 2, 4, 7, 2)
+    checker.on_follower_position(leader, 2, 2, 6, 2)  # an earlier incarnation's late fetch: its log is gone
+    checker.on_follower_position(leader, 2, 2, 7, 1)  # sent at epoch 1: the follower moved on since
+    follower.leader_id = 3
+    checker.on_follower_position(leader, 2, 2, 7, 2)  # follows another leader now
+    follower.leader_id = 1
+    del cluster.brokers[2]
+    checker.on_follower_position(leader, 2, 2, 7, 2)  # down
 
 
 # -- KAFKA-7164 and KIP-320 -------------------------------------------------------------------------------
