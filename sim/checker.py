@@ -16,7 +16,14 @@ has learned was committed. Checks, by the name a violation reports:
   not hold, identically, every record below the leader's HW (so replicas in the ISR are identical below
   the HW);
 - `consumer_went_back` / `consumer_saw_changed_record`: a consumer saw offsets go backwards, or a record
-  at an offset other than the committed one.
+  at an offset other than the committed one;
+- `follower_position_not_held`: a leader recorded a follower's fetch position P (what its HW and ISR
+  count) while the follower's log did not hold offset P-1 in the leader epoch the leader's log holds it
+  in. Judged when the leader records it (`on_follower_position`), against the follower's log then, for a
+  fetch from the follower's current incarnation that still follows this leader at the epoch it named;
+- `stale_epoch_served`: a leader answered a follower's FETCH that names an older leader epoch than its own
+  without an error (records, a diverging epoch, or nothing, its position counted), where KIP-320's fencing
+  answers FENCED_LEADER_EPOCH (`on_fetch_answered`).
 
 Losses are excused, and counted, only where Kafka promises nothing, by one of three rules:
 
@@ -40,8 +47,9 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from broker.broker_node import BrokerNode
+from protocol.errors import KafkaError
 from protocol.messages import TopicPartition
-from protocol.record_batch import iter_records
+from protocol.record_batch import iter_records, read_header
 from sim.trace import Trace
 from sim.workload import WriteHistory, record_id
 
@@ -55,6 +63,8 @@ CHECKS = (
     "isr_member_missing_committed",
     "consumer_went_back",
     "consumer_saw_changed_record",
+    "follower_position_not_held",
+    "stale_epoch_served",
     "no_progress",  # sim.runner's liveness check
 )
 
@@ -74,6 +84,20 @@ class _ReplicaView:
     log: Any
     truncations: int
     records: list[bytes | None] = field(default_factory=list)
+
+
+def _epoch_at(log: Any, offset: int) -> int | None:
+    """The leader epoch of the batch holding `offset` in `log` (read from the batch itself, not the
+    epoch cache), None when the log does not hold it."""
+    if not log.log_start_offset <= offset < log.log_end_offset:
+        return None
+    try:
+        header = read_header(log.read(offset, 1))
+    except KafkaError:
+        return None
+    if not header.base_offset <= offset <= header.last_offset:
+        return None
+    return int(header.partition_leader_epoch)
 
 
 class Checker:
@@ -365,6 +389,82 @@ class Checker:
             "committed_record_changed",
             f"{tp} offset {offset}: committed {rid.decode()} but leader {leader} (epoch {epoch}) has "
             f"{have.decode() if have else 'nothing'}",
+        )
+
+    def on_follower_position(
+        self, partition: Any, follower: int, position: int, broker_epoch: int, requested_epoch: int = -1
+    ) -> None:
+        """A leader just recorded `follower`'s fetch position (its LEO as the leader sees it, which the HW and
+        the ISR count): the follower's log must hold offset position-1 in the leader's epoch there.
+
+        Not judged (nothing can be said of the log that sent the fetch) when the follower is down, the fetch
+        comes from an earlier incarnation (its broker epoch is not the follower's now: KIP-903's late fetch,
+        whose log a crash may have cut), or the follower has since moved to another leader or epoch than the
+        fetch names (`requested_epoch`; it may have truncated for the new one after sending). A follower
+        still at the epoch it fetched with truncates only what that leader does not hold, so a position it
+        sent is still held, or never was. A fetch naming no epoch (-1) is judged while the follower follows
+        this leader in no later epoch than the leader's."""
+        tp = partition.topic_partition
+        if tp not in self.committed:
+            return
+        node = self.cluster.brokers.get(follower)
+        if node is None:
+            return
+        lifecycle = node.lifecycle
+        current = lifecycle.broker_epoch if lifecycle is not None else -1
+        if broker_epoch != -1 and current != -1 and broker_epoch != current:
+            return
+        replica = node.replica_manager.partitions.get(tp)
+        if replica is None or getattr(replica.log, "offline_reason", None) is not None:
+            return
+        leader = partition.local_broker_id
+        if replica.leader_id != leader:
+            return
+        if (
+            replica.leader_epoch != requested_epoch
+            if requested_epoch >= 0
+            else replica.leader_epoch > partition.leader_epoch
+        ):
+            return
+        leader_log, follower_log = partition.log, replica.log
+        if position <= max(leader_log.log_start_offset, follower_log.log_start_offset):
+            return
+        offset = position - 1
+        expected = _epoch_at(leader_log, offset)
+        if expected is None:
+            return  # the leader does not hold it either: its read refuses such a fetch as out of range
+        held = _epoch_at(follower_log, offset)
+        if held != expected:
+            self.fail(
+                "follower_position_not_held",
+                f"{tp}: leader {leader} (epoch {partition.leader_epoch}) counts follower {follower} at position "
+                f"{position}, but the follower's log "
+                + (
+                    f"ends at {follower_log.log_end_offset}"
+                    if held is None
+                    else f"holds offset {offset} in epoch {held}, the leader's in epoch {expected}"
+                ),
+            )
+
+    def on_fetch_answered(self, partition: Any, follower: int, requested_epoch: int, answer: Any) -> None:
+        """A leader answered one partition of a follower's FETCH: one that names an epoch older than the
+        leader's must be refused (FENCED_LEADER_EPOCH), neither served nor counted. A follower a step behind
+        (its news of the new epoch still on the way) is harmless; one that missed a whole leadership in
+        between holds what that leadership truncated (kafka-7164), and only this fencing stops the leader
+        counting it."""
+        if requested_epoch < 0 or requested_epoch >= partition.leader_epoch or answer.error_code != 0:
+            return
+        if partition.topic_partition not in self.committed:
+            return
+        if answer.diverging_epoch >= 0:
+            what = f"a diverging epoch ({answer.diverging_epoch}, end offset {answer.diverging_end_offset})"
+        else:
+            what = f"{len(answer.records)} bytes of records"
+        self.fail(
+            "stale_epoch_served",
+            f"{partition.topic_partition}: leader {partition.local_broker_id} (epoch {partition.leader_epoch}) "
+            f"answered follower {follower}'s FETCH naming epoch {requested_epoch} with {what}, not "
+            "FENCED_LEADER_EPOCH",
         )
 
     def on_ack(self, rid: bytes, tp: TopicPartition, offset: int, acks: int, leader: int) -> None:

@@ -38,7 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--seeds", metavar="A..B", help="sweep seeds A to B inclusive, one summary line each")
     runs.add_argument(
         "--scenario",
-        choices=["kip101-1", "kip101-2", "kip279", "kip279-failover", "kafka-7164", "idempotent-resend"],
+        choices=[
+            "kip101-1",
+            "kip101-2",
+            "kip279",
+            "kip279-failover",
+            "kafka-7164",
+            "kip320-stale-leader",
+            "idempotent-resend",
+        ],
         help="play a scripted KIP sequence",
     )
     p.add_argument("--jobs", type=int, default=1, help="processes for a sweep (default 1)")

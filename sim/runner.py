@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from broker.log.log import Log
+from broker.partition import Partition
+from broker.replica_manager import FetchParams, ReplicaManager
 from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
 from server_common.poll import wait_until
 from sim.checker import Checker, Violation
@@ -177,6 +179,67 @@ def _traced_truncations(trace: Trace, root: Path) -> Iterator[None]:
     finally:
         Log.truncate_to = cut_to  # type: ignore[method-assign]
         Log.truncate_fully_and_start_at = cut_fully  # type: ignore[method-assign]
+
+
+@contextmanager
+def _watched_follower_positions(
+    checker: Checker, root: Path, report: Callable[[Violation], None], failed: Callable[[], bool]
+) -> Iterator[None]:
+    """Every follower position a leader under `root` records, and every answer to a follower's FETCH, goes to
+    the checker as it is made (`follower_position_not_held`, `stale_epoch_served`). A violation is reported
+    to the run, not raised into the broker's request handler."""
+    record = Partition.update_follower_fetch_state
+    # The leader epoch each partition of the FETCH being answered names (read_and_record runs through
+    # without yielding, so this is the request whose positions are being recorded).
+    requested: dict[TopicPartition, int] = {}
+
+    def update_follower_fetch_state(
+        self: Partition,
+        replica_id: int,
+        fetch_offset: int,
+        follower_log_start_offset: int,
+        fetch_time_ms: int,
+        leader_end_offset: int,
+        broker_epoch: int = -1,
+    ) -> bool:
+        known = record(
+            self, replica_id, fetch_offset, follower_log_start_offset, fetch_time_ms, leader_end_offset, broker_epoch
+        )
+        if known and not failed() and self.log.dir.is_relative_to(root):
+            try:
+                epoch = requested.get(self.topic_partition, -1)
+                checker.on_follower_position(self, replica_id, fetch_offset, broker_epoch, epoch)
+            except Violation as v:
+                report(v)
+        return known
+
+    read_and_record = ReplicaManager.read_and_record
+
+    def answered(self: ReplicaManager, params: FetchParams, infos: list[Any]) -> list[Any]:
+        requested.clear()
+        requested.update({TopicPartition(i.topic, i.partition): i.current_leader_epoch for i in infos})
+        try:
+            answers = read_and_record(self, params, infos)
+        finally:
+            requested.clear()
+        if params.is_from_follower:
+            for info, answer in zip(infos, answers, strict=True):
+                partition = self.partitions.get(TopicPartition(info.topic, info.partition))
+                if partition is None or failed() or not partition.log.dir.is_relative_to(root):
+                    continue
+                try:
+                    checker.on_fetch_answered(partition, params.replica_id, info.current_leader_epoch, answer)
+                except Violation as v:
+                    report(v)
+        return answers
+
+    Partition.update_follower_fetch_state = update_follower_fetch_state  # type: ignore[method-assign]
+    ReplicaManager.read_and_record = answered  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Partition.update_follower_fetch_state = record  # type: ignore[method-assign]
+        ReplicaManager.read_and_record = read_and_record  # type: ignore[method-assign]
 
 
 def _scratch_dir() -> Path:
@@ -399,7 +462,12 @@ async def _run(
     asyncio.get_running_loop().set_exception_handler(on_loop_error)
     cluster.on_crash = checker.on_crash
     cluster.on_metadata = checker.on_metadata
-    with _traced_truncations(trace, root):
+
+    def report(violation: Violation) -> None:
+        if not failure.done():
+            failure.set_result(violation)
+
+    with _traced_truncations(trace, root), _watched_follower_positions(checker, root, report, failure.done):
         main = guarded(scenario())
         guarded(ticker())
         await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)

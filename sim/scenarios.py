@@ -28,6 +28,11 @@ table.
   truncates again after every epoch change, not only a leader change (KAFKA-7164), and a leader refuses
   a fetch naming an older leader epoch (KIP-320). No legacy switch turns either off; the tests plant
   their absence.
+- kip320-stale-leader: KIP-320's own case (3.3d). F is told L leads at epoch 2 while L, whom the
+  controller's word reaches late, still leads at epoch 0 with x, which the epoch-1 leader N never had;
+  L hears of epoch 1 (truncating x) before it leads at 2. A leader answers a request naming a newer epoch
+  than its own with UNKNOWN_LEADER_EPOCH, so F waits for L instead of truncating by, or fetching, L's
+  stale log. The tests plant the absence of that fencing.
 """
 
 from __future__ import annotations
@@ -36,7 +41,12 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
-from protocol.messages import ElectLeadersRequest, TopicPartition
+from protocol.messages import (
+    AlterPartitionReassignmentsRequest,
+    ElectLeadersRequest,
+    ReassignablePartition,
+    TopicPartition,
+)
 from server_common.poll import RetryPolicy, retry, wait_until
 from sim.cluster import CONTROLLER_ID, SimOptions
 from sim.faults import REASSIGNER_ID
@@ -273,6 +283,70 @@ async def kafka_7164(run: SimRun) -> None:
     await asyncio.sleep(3.0)
 
 
+async def kip320_stale_leader(run: SimRun) -> None:
+    """KIP-320 (3.3d): a follower told of a new epoch asks a leader still at an older one. L led at epoch
+    0 with x, which F fetched and N did not; N leads at epoch 1 and writes z (F follows it: x gone, z
+    fetched); L leads again at epoch 2. The controller's word reaches L slowly, so F hears of epoch 2 while
+    L is still at epoch 0, with x; L will hear of epoch 1 (truncate x, follow N) before it leads at 2."""
+    net = run.cluster.network
+    tp = run.partitions[0]
+    controller = run.cluster.controller
+    assert controller is not None
+    image = controller.controller.image
+    l_, n, f = image.partitions[tp].replicas
+    producer = run.producer(1001, acks=1)
+    reassigner = SimTransport(net, REASSIGNER_ID, timeout_ms=5000)
+
+    async def reorder(order: list[int]) -> None:
+        request = AlterPartitionReassignmentsRequest([ReassignablePartition(tp.topic, tp.partition, order)])
+        await reassigner.send(CONTROLLER_ID, request)
+        await until(lambda: list(image.partitions[tp].replicas) == order, f"replicas ordered {order}")
+
+    _step(run, f"L={l_} leads {tp} at epoch 0, N={n} and F={f} follow, acks=1")
+    await _write(producer, tp)
+    await until(lambda: all(_replica(run, b, tp).log.high_watermark == 1 for b in (l_, n, f)), "m1 on all three")
+    net.cut(l_, n)  # N's fetches reach L; L's answers do not reach N
+    await _write(producer, tp)
+    await until(lambda: _replica(run, f, tp).log.log_end_offset == 2, "F fetched x")
+    _step(run, "L writes x at offset 1; F fetches it, N does not")
+    await reorder([n, l_, f])
+    await until(lambda: _replica(run, l_, tp).assignment == [n, l_, f], "L told of the new order")
+    await asyncio.sleep(0.1)  # and of the metadata that follows it: nothing from the controller in flight
+    # From now on the controller's word reaches L 3 s late, one request at a time, in order.
+    net.shapes[(CONTROLLER_ID, l_)] = LinkShape(3000.0, 0.0)
+    await reassigner.send(CONTROLLER_ID, ElectLeadersRequest())
+    await until(lambda: _leads(run, n, tp), "N elected")
+    channel = controller.channels[l_]
+    net.uncut(l_, n)
+    producer.metadata.leaders[tp] = n  # L, still at epoch 0, would take the write: send it to N
+    await _write(producer, tp)
+    await until(
+        lambda: (r := _replica(run, f, tp)).leader_epoch == 1 and r.log.latest_epoch == 1, "F follows N, holds z"
+    )
+    _step(
+        run,
+        f"N leads at epoch 1 and writes z at offset 1; F truncates x and fetches z; L, not yet told, still "
+        f"leads at epoch {_replica(run, l_, tp).leader_epoch} with x",
+    )
+    # N must still lead at epoch 1 when L, told of it, asks N where epoch 0 ends: the controller's word
+    # now reaches N 4 s late too. The controller tells L of epoch 1 after the metadata it sends first; once
+    # that is on its way, L will follow N, truncating x, before it hears of epoch 2. Only then is L elected
+    # again.
+    net.shapes[(CONTROLLER_ID, n)] = LinkShape(4000.0, 0.0)
+    await until(lambda: tp not in channel.pending, "epoch 1's LEADER_AND_ISR on its way to L", timeout_s=10)
+    await reorder([l_, n, f])
+    await reassigner.send(CONTROLLER_ID, ElectLeadersRequest())
+    await until(lambda: image.partitions[tp].leader == l_, "L elected at epoch 2")
+    await until(lambda: _replica(run, f, tp).leader_epoch == 2, "F told of epoch 2")
+    _step(run, f"F hears of epoch 2 (leader L) while L is at epoch {_replica(run, l_, tp).leader_epoch}, holding x")
+    await until(lambda: _replica(run, l_, tp).leader_epoch == 2 and _replica(run, l_, tp).is_leader, "L leads", 30)
+    part = _replica(run, l_, tp)
+    _step(run, f"L, told of epoch 1 (truncating x) and then of 2, leads at epoch 2 with LEO {part.log.log_end_offset}")
+    await _write(producer, tp)
+    _step(run, f"L writes y at offset {_replica(run, l_, tp).log.log_end_offset - 1}")
+    await asyncio.sleep(3.0)
+
+
 async def idempotent_resend(run: SimRun) -> None:
     """KIP-98: the answer to an acks=all write is lost and its leader dies; the producer resends the same
     batch to the new leader, which already fetched it and answers with the original offset."""
@@ -332,6 +406,10 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
     ),
     "kafka-7164": (
         kafka_7164,
+        SimOptions(brokers=3, partitions=1, replication_factor=3, min_insync_replicas=1, acks=1, producers=0),
+    ),
+    "kip320-stale-leader": (
+        kip320_stale_leader,
         SimOptions(brokers=3, partitions=1, replication_factor=3, min_insync_replicas=1, acks=1, producers=0),
     ),
     "idempotent-resend": (

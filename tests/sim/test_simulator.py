@@ -8,6 +8,7 @@ import os
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 from broker.partition import Partition
 from protocol.messages import FetchRequest, TopicPartition
 from protocol.record_batch import build_batch
-from sim.checker import Checker
+from sim.checker import Checker, Violation
 from sim.cli import main as sim_main
 from sim.cluster import CONTROLLER_ID, SimOptions
 from sim.disk import SimDisk
@@ -312,8 +313,11 @@ def test_scenario_shows_its_anomaly_under_the_legacy_switch_only(name: str, trun
     epoch_rounds = today.requests.get("OffsetForLeaderEpochRequest", 0)
     assert (epoch_rounds == 0) is (truncation == "fetch"), today.requests
     assert legacy.violation is not None, f"{name}: the legacy switch should show the KIP's anomaly"
-    expected = {"kip101-1": "acked_write_lost", "kip101-2": "isr_member_missing_committed"}
-    expected["kip279"] = expected["kip279-failover"] = "isr_member_missing_committed"
+    # kip101-2 and the kip279s: the leader counts the follower at a position whose last offset it holds in
+    # another epoch (before follower_position_not_held, the same runs failed later, once the follower was
+    # back in the ISR, as isr_member_missing_committed)
+    expected = {"kip101-1": "acked_write_lost", "kip101-2": "follower_position_not_held"}
+    expected["kip279"] = expected["kip279-failover"] = "follower_position_not_held"
     assert legacy.violation.check == expected[name]
     assert today.violation is None, f"{name}: {today.violation}"
     assert today.converged
@@ -763,6 +767,112 @@ def test_a_follower_looping_on_a_diverging_answer_fails_the_run_as_no_progress(m
     assert looping.requests["FetchRequest"] > 20 * healthy.requests["FetchRequest"]
 
 
+# -- a leader counts a follower only where the follower's log holds its position ------------------------
+
+# acks=1, so that leaders write records their followers never fetch, and epochs end in different places on
+# different replicas; truncation in FETCH (the default), where the diverging answer comes
+FOLLOWER_POSITION = SimOptions(
+    duration_s=10.0,
+    partitions=4,
+    producers=2,
+    rate=30.0,
+    acks=1,
+    faults=("kill", "pause", "partition"),
+    fault_rate=1.0,
+)
+
+
+def _position_from_the_diverging_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant issue 14's bug: a follower told its log diverges takes the leader's (epoch, end offset) as its
+    fetch position and last fetched epoch, and truncates nothing. The leader then finds no divergence at
+    that position and counts the follower there, though the follower holds another epoch below it."""
+    from fetcher.partition_fetch_state import ReplicaState
+    from fetcher.replica_fetcher import ReplicaFetcher
+
+    def take_the_answer(self: ReplicaFetcher, tp: TopicPartition, state: Any, partition: Any) -> None:
+        self._states.update(
+            tp,
+            state.replace(
+                fetch_offset=partition.diverging_end_offset,
+                state=ReplicaState.FETCHING,
+                last_fetched_epoch=partition.diverging_epoch,
+            ),
+        )
+
+    monkeypatch.setattr(ReplicaFetcher, "_truncate_on_fetch", take_the_answer)
+
+
+@pytest.mark.timeout(120)
+def test_a_follower_that_takes_the_diverging_answer_for_its_position_is_found_within_20_seeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Measured: of seeds 1..30, 1, 2 and 27 fail follower_position_not_held (15 others no_progress: the
+    # follower's next append finds its log end elsewhere and the partition stops). Without the check, seed 1
+    # ends no_progress 20 s later, and seeds 2 and 27 isr_member_missing_committed, at the same moment but
+    # as a difference in the logs rather than the count that let the HW past it.
+    _position_from_the_diverging_answer(monkeypatch)
+    found: RunResult | None = None
+    for seed in range(1, 21):
+        result = run_seed(seed, FOLLOWER_POSITION)
+        if result.violation is not None and result.violation.check == "follower_position_not_held":
+            found = result
+            break
+    assert found is not None, "20 seeds never caught a leader counting a follower at a position it does not hold"
+    assert found.violation is not None
+    assert "counts follower" in found.violation.message and "in epoch" in found.violation.message
+
+
+@pytest.mark.timeout(120)
+def test_the_unmodified_followers_are_counted_only_where_their_logs_hold_the_position() -> None:
+    for seed in range(1, 21):
+        result = run_seed(seed, FOLLOWER_POSITION)
+        assert result.violation is None, (seed, result.violation)
+        assert result.converged, seed
+
+
+class _EpochLog:
+    """A log of one-record batches, one leader epoch each: what the position check reads."""
+
+    log_start_offset = 0
+
+    def __init__(self, *epochs: int) -> None:
+        self.batches = [
+            build_batch([b"1001-%d" % i], base_offset=i, partition_leader_epoch=e) for i, e in enumerate(epochs)
+        ]
+
+    @property
+    def log_end_offset(self) -> int:
+        return len(self.batches)
+
+    def read(self, offset: int, _max_bytes: int) -> bytes:
+        return self.batches[offset]
+
+
+@pytest.mark.timeout(10)
+async def test_the_position_check_judges_only_a_fetch_from_the_log_that_is_there_now() -> None:
+    tp = TopicPartition("t0", 0)
+    leader = SimpleNamespace(topic_partition=tp, local_broker_id=1, leader_epoch=2, log=_EpochLog(0, 1, 2, 2))
+    follower = SimpleNamespace(leader_id=1, leader_epoch=2, log=_EpochLog(0, 0, 2))
+    node = SimpleNamespace(
+        lifecycle=SimpleNamespace(broker_epoch=7), replica_manager=SimpleNamespace(partitions={tp: follower})
+    )
+    cluster = SimpleNamespace(brokers={2: node}, controller=None)
+    checker = Checker(cluster, [tp], WriteHistory(), Trace(keep=True))
+    checker.on_follower_position(leader, 2, 1, 7, 2)  # offset 0: epoch 0 on both
+    checker.on_follower_position(leader, 2, 0, 7, 2)  # nothing to hold
+    with pytest.raises(Violation, match="holds offset 1 in epoch 0, the leader's in epoch 1"):
+        checker.on_follower_position(leader, 2, 2, 7, 2)
+    with pytest.raises(Violation, match="the follower's log ends at 3"):
+        checker.on_follower_position(leader, 2, 4, 7, 2)
+    checker.on_follower_position(leader, 2, 2, 6, 2)  # an earlier incarnation's late fetch: its log is gone
+    checker.on_follower_position(leader, 2, 2, 7, 1)  # sent at epoch 1: the follower moved on since
+    follower.leader_id = 3
+    checker.on_follower_position(leader, 2, 2, 7, 2)  # follows another leader now
+    follower.leader_id = 1
+    del cluster.brokers[2]
+    checker.on_follower_position(leader, 2, 2, 7, 2)  # down
+
+
 # -- KAFKA-7164 and KIP-320 -------------------------------------------------------------------------------
 
 
@@ -796,11 +906,118 @@ def test_kafka_7164_truncating_only_on_a_leader_change_leaves_the_follower_fence
     assert result.violation is not None and result.violation.check == "no_progress", result.violation
 
 
+def _no_epoch_fencing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant the leader before KIP-320: a request naming an older leader epoch is served, not fenced."""
+    monkeypatch.setattr(Partition, "check_current_leader_epoch", lambda self, requested_epoch: None)
+
+
 @pytest.mark.timeout(60)
 def test_kip320_a_leader_that_ignores_the_fetchers_leader_epoch_counts_a_diverged_follower_in_sync(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(Partition, "check_current_leader_epoch", lambda self, requested_epoch: None)
+    _no_epoch_fencing(monkeypatch)
+    result = run_scenario("kafka-7164", truncation="epoch")
+    # r3, still at epoch 0, fetches from offset 1 with x at offset 0; the leader, at epoch 2 with y there,
+    # counts it: named as it is counted
+    assert result.violation is not None and result.violation.check == "follower_position_not_held"
+    assert "counts follower 1 at position 1" in result.violation.message
+    # the same run without the checks made at the leader's answer: the difference it leaves in the ISR
+    monkeypatch.setattr(Checker, "on_follower_position", lambda *args: None)
+    monkeypatch.setattr(Checker, "on_fetch_answered", lambda *args: None)
     result = run_scenario("kafka-7164", truncation="epoch")
     assert result.violation is not None and result.violation.check == "isr_member_missing_committed"
     assert "at offset 0" in result.violation.message
+
+
+@pytest.mark.timeout(60)
+def test_kip320_without_fencing_truncation_in_fetch_masks_the_harm_but_the_stale_answer_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With truncation in FETCH, r3's last fetched epoch (0) alone makes the leader answer a divergence, and
+    # r3 truncates x: no log differs. The answer was still given to a fetch naming epoch 0 at epoch 2.
+    _no_epoch_fencing(monkeypatch)
+    result = run_scenario("kafka-7164", truncation="fetch")
+    assert result.violation is not None and result.violation.check == "stale_epoch_served", result.violation
+    assert "naming epoch 0 with a diverging epoch" in result.violation.message
+    monkeypatch.setattr(Checker, "on_fetch_answered", lambda *args: None)
+    masked = run_scenario("kafka-7164", truncation="fetch")
+    assert masked.violation is None and masked.converged, masked.violation
+
+
+def _no_fencing_of_newer_epochs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant a leader that answers a request naming a newer leader epoch than its own (it has not heard of
+    that epoch yet) instead of UNKNOWN_LEADER_EPOCH; older epochs are still fenced."""
+    from protocol.errors import FencedLeaderEpochError
+
+    def only_older(self: Partition, requested_epoch: int) -> None:
+        if 0 <= requested_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(f"{self.topic_partition}: epoch {requested_epoch} < {self.leader_epoch}")
+
+    monkeypatch.setattr(Partition, "check_current_leader_epoch", only_older)
+
+
+@pytest.mark.parametrize("truncation", ["fetch", "epoch"])
+@pytest.mark.timeout(60)
+def test_kip320_a_follower_told_of_a_new_epoch_waits_for_a_stale_leader_to_catch_up(truncation: str) -> None:
+    result = run_scenario("kip320-stale-leader", truncation=truncation)
+    assert result.violation is None, result.violation
+    assert result.converged
+    steps = [e["what"] for e in result.timeline if e["event"] == "step"]
+    assert any("F hears of epoch 2 (leader L) while L is at epoch 0, holding x" in s for s in steps), steps
+    assert any("leads at epoch 2 with LEO 2" in s for s in steps), steps  # m1 z: x truncated, z kept
+
+
+@pytest.mark.parametrize("truncation", ["fetch", "epoch"])
+@pytest.mark.timeout(60)
+def test_kip320_a_stale_leader_that_answers_a_newer_epoch_gets_a_follower_counted_where_it_differs(
+    monkeypatch: pytest.MonkeyPatch, truncation: str
+) -> None:
+    _no_fencing_of_newer_epochs(monkeypatch)
+    result = run_scenario("kip320-stale-leader", truncation=truncation)
+    assert result.violation is not None and result.violation.check == "follower_position_not_held", result.violation
+    if truncation == "epoch":
+        # F asked L, still at epoch 0, where its epoch 1 ends; L knew no such epoch, F truncated z to its HW
+        # and fetched x from L; L then truncated x itself, following N, and leads at epoch 2 with z there
+        assert "leader 3 (epoch 2) counts follower 1 at position 2" in result.violation.message
+        assert "offset 1 in epoch 0, the leader's in epoch 1" in result.violation.message
+    else:
+        # F's fetch names its last epoch (1), which L does not know, and no divergence is answered: L, at
+        # epoch 0, counts F at 2 though F holds z where L has x
+        assert "leader 3 (epoch 0) counts follower 1 at position 2" in result.violation.message
+        assert "offset 1 in epoch 1, the leader's in epoch 0" in result.violation.message
+
+
+# The stale fetches of a sweep: a follower whose news of a new epoch (of the same leader) is still on the
+# way fetches with the old one. Fenced, it waits for the news; served, it is counted a step behind, and
+# nothing else differs.
+STALE_EPOCH = SimOptions(
+    duration_s=10.0, partitions=4, producers=2, rate=30.0, faults=("kill", "pause", "partition"), fault_rate=1.0
+)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("truncation", ["fetch", "epoch"])
+def test_a_leader_without_epoch_fencing_is_found_within_10_seeds(
+    monkeypatch: pytest.MonkeyPatch, truncation: str
+) -> None:
+    # Measured on both paths: of seeds 1..20, 1, 8 and 9 fail stale_epoch_served, the others pass; without
+    # the check, 0 of 40 seeds (on each path, and 40 more with kill,restart,pause,partition,delay,drop and acks=1) fail:
+    # no log, HW or ISR differs, so the consequence checks never fire in a sweep (kafka-7164 scripts it)
+    _no_epoch_fencing(monkeypatch)
+    options = replace(STALE_EPOCH, truncation=truncation)
+    found = next(
+        (r for seed in range(1, 11) if (r := run_seed(seed, options)).violation is not None),
+        None,
+    )
+    assert found is not None, "10 seeds never caught a leader serving a fetch that names an older epoch"
+    assert found.violation is not None and found.violation.check == "stale_epoch_served", found.violation
+    assert "not FENCED_LEADER_EPOCH" in found.violation.message
+    monkeypatch.setattr(Checker, "on_fetch_answered", lambda *args: None)
+    assert run_seed(found.seed, options).violation is None
+
+
+@pytest.mark.timeout(120)
+def test_the_unmodified_leaders_fence_every_stale_fetch_of_those_seeds() -> None:
+    for seed in range(1, 11):
+        result = run_seed(seed, replace(STALE_EPOCH, truncation="epoch"))
+        assert result.violation is None, (seed, result.violation)
