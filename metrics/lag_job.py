@@ -831,17 +831,6 @@ def follower_status_of_samples(samples: DataFrame, config: LagJobConfig, now_ms:
     ordered = Window.partitionBy(*REPLICA_KEY).orderBy(s.TS_MS)
     whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     epoch = F.col(s.LEADER_EPOCH)
-    if FOLLOWER_LAG_COLUMNS[0] in samples.columns:
-        # The per-file pass (``metrics.file_pass``) computed these lags already: no window, no sort.
-        lags = [F.col(c).alias(a) for c, a in zip(FOLLOWER_LAG_COLUMNS, _FOLLOWER_LAG_ALIASES, strict=True)]
-    else:
-        lags = [
-            F.lag(s.TS_MS).over(ordered).alias("prev_ts_ms"),
-            F.lag(s.FETCH_OFFSET).over(ordered).alias("prev_fetch_offset"),
-            F.lag(s.LAG_MESSAGES).over(ordered).alias("prev_lag_messages"),
-            F.coalesce(F.lag(epoch, 2).over(ordered), F.lag(epoch, 1).over(ordered)).alias("epoch_before"),
-            F.max(s.TS_MS).over(whole).alias("_last_ts_ms"),
-        ]
     followers = samples.where(F.col(FOLLOWER_SAMPLE)).select(
         *REPLICA_KEY,
         F.col(s.BROKER_ID).alias("follower_id"),
@@ -852,7 +841,11 @@ def follower_status_of_samples(samples: DataFrame, config: LagJobConfig, now_ms:
         s.LAG_MESSAGES,
         s.LAG_MS,
         ROLE_LAST,
-        *lags,
+        F.lag(s.TS_MS).over(ordered).alias("prev_ts_ms"),
+        F.lag(s.FETCH_OFFSET).over(ordered).alias("prev_fetch_offset"),
+        F.lag(s.LAG_MESSAGES).over(ordered).alias("prev_lag_messages"),
+        F.coalesce(F.lag(epoch, 2).over(ordered), F.lag(epoch, 1).over(ordered)).alias("epoch_before"),
+        F.max(s.TS_MS).over(whole).alias("_last_ts_ms"),
     )
     window_start = F.col("_last_ts_ms") - F.lit(config.window_ms)
     in_window = followers.where(F.col(s.TS_MS) > window_start)
@@ -909,18 +902,6 @@ def follower_status_of_samples(samples: DataFrame, config: LagJobConfig, now_ms:
         "truncations",
         "rewinds",
     )
-
-
-# Optional columns of ``samples`` (written by ``metrics.file_pass``) holding what the window above would
-# compute per follower sample, in the order of ``_FOLLOWER_LAG_ALIASES``.
-FOLLOWER_LAG_COLUMNS: tuple[str, ...] = (
-    "_fs_prev_ts_ms",
-    "_fs_prev_fetch_offset",
-    "_fs_prev_lag_messages",
-    "_fs_epoch_before",
-    "_fs_last_ts_ms",
-)
-_FOLLOWER_LAG_ALIASES = ("prev_ts_ms", "prev_fetch_offset", "prev_lag_messages", "epoch_before", "_last_ts_ms")
 
 
 LEADER_TIMELINE_KEY: tuple[str, ...] = (s.TOPIC, s.PARTITION, s.LEADER_EPOCH, s.LEADER_ID)
@@ -1032,14 +1013,8 @@ def tables_of_samples(
     """
     partitions = partition_records(samples)
     lag = follower_lag(partitions)
-    ordered = partitions
-    if FOLLOWER_LAG_COLUMNS[0] in samples.columns:
-        # Rows of the per-file pass are clustered by broker, not by partition: the two sequences that
-        # cross brokers (a partition's leader samples, each follower's ISR flags) read the leader rows,
-        # shuffled once by partition.
-        ordered = keep(partitions.where(F.col(s.ROLE) == s.ROLE_LEADER).repartition(s.TOPIC, s.PARTITION))
-    changes = keep(isr_changes(ordered, config))
-    leaders = keep(leader_samples(ordered))
+    changes = keep(isr_changes(partitions, config))
+    leaders = keep(leader_samples(partitions))
     return {
         s.TABLE_FOLLOWER_LAG: lag,
         s.TABLE_REPLICA_LAG: replica_lag(partitions),

@@ -49,7 +49,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.storagelevel import StorageLevel
 
-from metrics import dashboard, file_pass, follow, lag_job
+from metrics import dashboard, follow, lag_job
 from metrics import schema as s
 from metrics.lag_job import LagJobConfig
 
@@ -188,14 +188,8 @@ def publish(
     refresh_s: int | None = None,
     phases: dict[str, float] | None = None,
     on_page: Callable[[dashboard.DashboardData], None] | None = None,
-    files: Sequence[Path] | None = None,
 ) -> tuple[dict[str, str], dict[str, int], dict[str, int], int]:
     """Compute and write every table and the page from ``records`` (read once; not cached by the caller).
-
-    ``files``: the metrics files ``records`` were read from, each holding one broker's samples in time
-    order; the per-replica facts are then computed per broker from them (``metrics.file_pass``), without
-    the shuffle and sort ``lag_job.replica_samples`` needs. ``records`` is read only if they turn out
-    not to be in that layout.
 
     ``refresh_s``: the page reloads itself this often (``--follow``); None for a page that stays put.
     ``phases``: when given, filled with the wall seconds of each phase (``<phase>_s``).
@@ -203,27 +197,11 @@ def publish(
     Returns (table paths, table row counts, follower status counts, record count).
     """
     mark = _PhaseTimer(phases)
-    stats = None
-    if files is not None:
-        progress("reading each broker's files in order")
-        derived, stats = file_pass.replica_samples_of_files(records.sparkSession, files)
-    else:
-        progress("reading and sorting the records")
-        derived = lag_job.replica_samples(records)
-    samples = derived.persist(StorageLevel.MEMORY_AND_DISK)
+    samples = lag_job.replica_samples(records).persist(StorageLevel.MEMORY_AND_DISK)
     cached: list[DataFrame] = [samples]
     try:
+        progress("reading and sorting the records")
         runs = dashboard.broker_runs(samples)  # the first job: it fills the cache
-        if stats is not None and stats.foreign_records.value:
-            # Files holding other brokers' records (not the emitter's layout): a replica's samples may be
-            # in several brokers' files, so they are ordered by the shuffle and sort instead.
-            progress(f"{stats.foreign_records.value} records not in their broker's files: sorting them all")
-            samples.unpersist()
-            samples = lag_job.replica_samples(records).persist(StorageLevel.MEMORY_AND_DISK)
-            cached = [samples]
-            runs = dashboard.broker_runs(samples)
-        elif stats is not None and stats.files_sorted.value:
-            progress(f"{stats.files_sorted.value} files not in time order: sorted alone")
         n = sum(run.records for run in runs)
         if n == 0:
             raise NoMetricsError("the metrics files hold no readable records")
@@ -359,7 +337,6 @@ def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: Lag
             _title(metrics_dir),
             dashboard.fault_events(metrics_dir / s.FAULTS_FILE),
             phases=phases,
-            files=files,
         )
     finally:
         shutil.rmtree(snapshot, ignore_errors=True)

@@ -1,23 +1,33 @@
-"""The lag job's per-replica facts from each broker's files read in order, without a shuffle or a sort.
+"""Prototype, not the job: the lag job's per-replica facts from each broker's files read in order,
+without a shuffle or a sort (issue 33), and a bench of it against the job's sorted path.
 
 How this works: a broker writes its own samples, in time order, to its files (``broker-<id>-<first
 ts_ms>.jsonl``, then ``_active/broker-<id>.jsonl``). So every sample of a replica (topic, partition,
 broker_id, kind) is in the files of its broker, and in those files' order. ``replica_samples_of_files``
-runs one Spark task per broker: it parses the broker's files with pyarrow's JSON reader (the job's
-fields only), groups the rows by replica (a stable order of the row numbers, which keeps each
-replica's samples in file order), checks that each replica's ``ts_ms`` never goes back, and computes
-with numpy every column ``lag_job.replica_samples`` derives (counter deltas, interval, incarnation
-start, role at the newest record) plus the follower-status lags (``FOLLOWER_PREV_COLUMNS``). The
-output has ``replica_samples``' columns and values, row for row, without its shuffle and sort.
+runs one Spark task per broker (``mapInArrow`` over the list of brokers): it parses the broker's files
+with pyarrow's JSON reader (the job's fields only), groups the rows by replica (a stable order of the
+row numbers, which keeps each replica's samples in file order), checks that each replica's ``ts_ms``
+never goes back, and computes with numpy every column ``lag_job.replica_samples`` derives (counter
+deltas, interval, incarnation start, role at the newest record) plus the follower-status lags
+(``FOLLOWER_PREV_COLUMNS``). The output has ``replica_samples``' columns and values, row for row
+(``tests/metrics/test_file_pass.py`` compares every table), without its shuffle and sort.
 
 Order: a file in which some replica's ``ts_ms`` goes back (a wall-clock step) is sorted alone, by
 replica and ``ts_ms``; if a replica's samples go back across two files, the broker's rows are sorted
 by replica and ``ts_ms``. Either is counted (``FilePassStats.files_sorted``). A record whose
 ``broker_id`` is not its file's broker (a file not written by the emitter) makes the result unusable:
-``FilePassStats.foreign_records`` counts them and the caller falls back to ``replica_samples``.
+``FilePassStats.foreign_records`` counts them, and a job would fall back to ``replica_samples``.
 
 Lines pyarrow cannot parse (a line cut by a crash) are dropped, as the Spark reader's DROPMALFORMED
 drops them, and so are rows without kind or ts_ms (``spark_app.read_records``).
+
+Why it is not the job (docs/benchmarks.md, issue 33): the Python pass itself is cheap (parse and
+derive ~5 CPU-s for 1M records in one process), but Spark taking its rows back, caching them, and
+tables that are no longer clustered by partition (each aggregation shuffles, the leader rows are
+shuffled for the sequences that cross brokers) cost more CPU than the shuffle and sort they replace.
+
+Run: .venv/bin/python -m bench.lag_file_pass --data DIR (DIR as ``bench.lag_job --by-broker --data``
+left it; prints one JSON object as the last line)
 """
 
 from __future__ import annotations
@@ -41,7 +51,13 @@ from metrics import schema as s
 
 # Columns beyond ``replica_samples``': a follower sample's lags within the follower samples of its
 # replica, which ``follower_status_of_samples`` otherwise reads with a window (null on other rows).
-FS_PREV_TS_MS, FS_PREV_FETCH_OFFSET, FS_PREV_LAG_MESSAGES, FS_EPOCH_BEFORE, FS_LAST_TS_MS = lag_job.FOLLOWER_LAG_COLUMNS
+# (With a ``lag_job.follower_status_of_samples`` that reads these instead of its window, the follower rows
+# need no sort either; the job's function does not, so here they are shuffled and sorted again.)
+FS_PREV_TS_MS = "_fs_prev_ts_ms"
+FS_PREV_FETCH_OFFSET = "_fs_prev_fetch_offset"
+FS_PREV_LAG_MESSAGES = "_fs_prev_lag_messages"
+FS_EPOCH_BEFORE = "_fs_epoch_before"
+FS_LAST_TS_MS = "_fs_last_ts_ms"
 FOLLOWER_PREV_COLUMNS: tuple[StructField, ...] = (
     StructField(FS_PREV_TS_MS, LongType()),
     StructField(FS_PREV_FETCH_OFFSET, LongType()),
@@ -279,3 +295,86 @@ def _follower_lags(t: pa.Table, follower: np.ndarray, rep: np.ndarray, ts: np.nd
         FS_EPOCH_BEFORE: spread(before, before_valid, pa.int32()),
         FS_LAST_TS_MS: spread(last_ts, np.ones(m, dtype=bool), pa.int64()),
     }
+
+
+def _read_and_tables(
+    spark: SparkSession, files: Sequence[Path], out: Path, per_file: bool, clock: Any
+) -> dict[str, float]:
+    """The job's first two phases on one path: the per-replica facts cached and the broker runs
+    collected (``read``), then every table written as Parquet (``tables``); wall and CPU seconds of each."""
+    from pyspark.storagelevel import StorageLevel
+
+    from metrics import dashboard, spark_app
+    from metrics.lag_job import LagJobConfig
+
+    config = LagJobConfig(window_ms=10_000)
+    records = spark_app.read_records(spark, files)
+    held: dict[str, Any] = {}
+    cached: list[DataFrame] = []
+
+    def read() -> None:
+        derived = replica_samples_of_files(spark, files)[0] if per_file else lag_job.replica_samples(records)
+        held["samples"] = derived.persist(StorageLevel.MEMORY_AND_DISK)
+        held["runs"] = dashboard.broker_runs(held["samples"])
+
+    def keep(df: DataFrame) -> DataFrame:
+        cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return df
+
+    def tables() -> None:
+        now_ms = max(run.last_ts_ms for run in held["runs"])
+        spark_app.write_tables(lag_job.tables_of_samples(held["samples"], config, now_ms=now_ms, keep=keep), out)
+
+    first, second = clock.measure(read), clock.measure(tables)
+    for df in [*cached, held["samples"]]:
+        df.unpersist()
+    return {"read_s": first.wall_s, "read_cpu_s": first.cpu_s, "tables_s": second.wall_s, "tables_cpu_s": second.cpu_s}
+
+
+def main() -> None:
+    import argparse
+    import json
+    import os
+    import shutil
+    import sys
+    import tempfile
+
+    from bench.lag_job import Clock
+    from metrics import spark_app
+
+    parser = argparse.ArgumentParser(description="the per-file pass against the sorted path: read and tables")
+    parser.add_argument("--data", type=Path, required=True, help="a bench.lag_job --by-broker --data DIR")
+    parser.add_argument("--repeat", type=int, default=2, metavar="N")
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = spark_app.create_session("local[2]", "minibroker-bench-lag-file-pass")
+    clock = Clock(spark)
+    files = spark_app.list_metric_files(args.data / "1m-by-broker" / "metrics")
+    out = Path(tempfile.mkdtemp(prefix="bench-lag-file-pass-"))
+    load_start = os.getloadavg()[0]
+    runs: dict[str, list[dict[str, float]]] = {"per_file": [], "sorted": []}
+    try:
+        for n in range(args.repeat):
+            for name in runs:
+                runs[name].append(_read_and_tables(spark, files, out / f"{name}-{n}", name == "per_file", clock))
+                print(name, runs[name][-1], file=sys.stderr, flush=True)
+    finally:
+        spark.stop()
+        shutil.rmtree(out, ignore_errors=True)
+
+    def best(name: str) -> dict[str, float]:
+        return min(runs[name], key=lambda r: r["read_cpu_s"] + r["tables_cpu_s"])
+
+    result = {
+        "files": len(files),
+        "per_file": best("per_file"),
+        "sorted": best("sorted"),
+        "runs": runs,
+        "load_avg_1m_start": round(load_start, 2),
+        "load_avg_1m_end": round(os.getloadavg()[0], 2),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
