@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +15,8 @@ from pyspark.sql import SparkSession
 def spark() -> Iterator[SparkSession]:
     if shutil.which("java") is None:
         pytest.fail("java is not on PATH; the Spark tests need Java 17 (see scripts/setup.sh)")
+    # Python workers (the per-file pass) run this interpreter, with its pyarrow and numpy.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("minibroker-metrics-tests")
