@@ -162,7 +162,8 @@ class SimNetwork:
         # bytes a TCP connection has sent do, and is handled; only the answer then goes nowhere.
         delivery = asyncio.ensure_future(self._deliver(src, sender.incarnation, dst, _copy(request)))
         try:
-            return await _shielded(delivery)
+            response: Message | None = await _shielded(delivery)
+            return response
         except _Lost:
             await asyncio.Future()  # lost: the sender's timeout ends this
             raise  # unreachable: the timeout cancels the wait above
