@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ from network.request_context import ConnectionContext
 from protocol.codec import Message, from_wire, packb, to_wire, unpackb
 from protocol.messages import RequestHeader
 
-Handler = Callable[[ConnectionContext, RequestHeader, Message], Awaitable[Message | None]]
+Handler = Callable[[ConnectionContext, RequestHeader, Message], Coroutine[Any, Any, Message | None]]
 DEFAULT_TIMEOUT_MS = 30000
 
 
@@ -160,7 +160,8 @@ class SimNetwork:
         self.requests[type(request).__name__] += 1
         # Once sent, a request is on the wire: it arrives even if its sender dies or gives up meanwhile, as
         # bytes a TCP connection has sent do, and is handled; only the answer then goes nowhere.
-        delivery = asyncio.ensure_future(self._deliver(src, sender.incarnation, dst, _copy(request)))
+        loop = asyncio.get_running_loop()
+        delivery = loop.create_task(self._deliver(src, sender.incarnation, dst, _copy(request)))
         try:
             response: Message | None = await _shielded(delivery)
             return response
@@ -193,9 +194,10 @@ class SimNetwork:
         ctx = ConnectionContext(self._correlation, f"node-{src}", authenticated=True)
         # The handler runs in a task of its own: a sender that gives up (its timeout) does not stop the
         # work, as a closed connection does not stop a request a broker is already handling.
-        task = asyncio.ensure_future(handler(ctx, header, request))
+        loop = asyncio.get_running_loop()
+        task: asyncio.Task[Message | None] = loop.create_task(handler(ctx, header, request))
         target.inflight[task] = None
-        handled = task.get_loop().create_future()
+        handled = loop.create_future()
 
         def on_handled(done: asyncio.Task[Any]) -> None:
             # One callback where there were two (the inflight bookkeeping and asyncio.wait's): the same
