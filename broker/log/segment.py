@@ -59,6 +59,7 @@ NO_TIMESTAMP = -1
 _BATCH_LENGTH = struct.Struct(">i")
 
 _WALK_CHUNK_BYTES = 8192  # header walks start near an index entry, so they rarely need more
+_RECENT_BATCHES = 64  # LogSegment._recent: positions of the last batches appended, at most this many
 _RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
 
 logger = logging.getLogger(__name__)
@@ -101,6 +102,10 @@ class LogSegment:
         # from the file without being read (`span`, FileRecords).
         self._crc_verified_end = 0
         self._verified_next = base_offset
+        # Byte positions of the batches this process appended last, by base offset: where a tail fetch (a
+        # follower's or consumer's next offset) starts, found without walking headers from the index entry
+        # before it when batches are smaller than index.interval.bytes. Cleared whenever bytes may move.
+        self._recent: dict[int, int] = {}
         # Bumped whenever bytes already written may change (truncation, close): a FileRecords slice taken
         # before is then no longer what was read.
         self.generation = 0
@@ -240,9 +245,13 @@ class LogSegment:
         index = self.index
         interval = self._index_interval_bytes
         since = self._bytes_since_last_index_entry
+        recent = self._recent
+        if len(recent) + len(batches) > _RECENT_BATCHES:
+            recent.clear()
         for base_offset, size in batches:
             if since > interval and index.append_if_room(base_offset, position):
                 since = 0
+            recent[base_offset] = position
             since += size
             position += size
         self._bytes_since_last_index_entry = since
@@ -283,6 +292,10 @@ class LogSegment:
         since = self._bytes_since_last_index_entry
         if since > self._index_interval_bytes and self.index.append_if_room(base_offset, position):
             since = 0
+        recent = self._recent
+        if len(recent) >= _RECENT_BATCHES:
+            recent.clear()
+        recent[base_offset] = position
         self._bytes_since_last_index_entry = since + total
         self._size = size = position + total
         if self._crc_verified_end == position and base_offset == self._verified_next:
@@ -367,7 +380,11 @@ class LogSegment:
         # A fetch from a batch's first offset (a follower's or consumer's next offset) that takes everything up
         # to `limit`, a batch boundary: when the index names that batch, no header needs reading, and the
         # read is the one pread of the data (the tail fetches that keep replicas in sync are all like this).
-        indexed_offset, indexed_position = self.index.lookup(start_offset)
+        indexed_position = self._recent.get(start_offset)
+        if indexed_position is None:
+            indexed_offset, indexed_position = self.index.lookup(start_offset)
+        else:
+            indexed_offset = start_offset
         if indexed_offset == start_offset and indexed_position < limit and limit - indexed_position <= max_bytes:
             return indexed_position, limit
         found = self._locate(start_offset, by_base=False)
@@ -425,7 +442,10 @@ class LogSegment:
 
     def _locate(self, offset: int, by_base: bool) -> tuple[int, int, int] | None:
         """(position, size, base offset) of the first batch whose last (or base) offset is ≥ `offset`."""
-        _, position = self.index.lookup(offset)
+        # A batch appended here that starts at `offset` is that batch either way: the ones before it end below.
+        position = self._recent.get(offset)
+        if position is None:
+            _, position = self.index.lookup(offset)
         for batch_position, size, base, last, _, _ in self._walk(position):
             if (base if by_base else last) >= offset:
                 return batch_position, size, base
@@ -584,6 +604,7 @@ class LogSegment:
         removed = self._size - position
         os.ftruncate(self._fd, position)
         self._size = position
+        self._recent.clear()
         self.generation += 1
         self.index.truncate_to(base)
         self._recompute_tail()
@@ -661,6 +682,7 @@ class LogSegment:
             os.ftruncate(self._fd, position)
             self._storage.fsync(self._fd, position)
         self._size = position
+        self._recent.clear()
         # Recovery checked every CRC it kept; a gap in the offsets ends what counts as verified there.
         self._crc_verified_end, self._verified_next = gap if gap is not None else (position, next_offset)
         self._next_offset = next_offset

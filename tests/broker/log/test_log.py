@@ -217,6 +217,28 @@ def test_a_read_stops_before_the_upper_bound(open_log: OpenLog) -> None:
     assert batch_bases(log.read(0, 10_000, upper_bound=3)) == [0, 1, 2]
 
 
+def test_reads_from_a_recently_appended_batch_agree_with_a_walk_from_the_index_through_truncations(
+    open_log: OpenLog,
+) -> None:
+    # Batches far smaller than index.interval.bytes: reads at their base offsets start from the positions the
+    # segment remembers of its last appends, reads elsewhere walk headers from an index entry; both must give
+    # the same bytes, also after a truncation moved the batches that follow.
+    log = open_log()
+    fill(log, 100, records_per_batch=2)
+    expected = all_values(log)
+    for offset in (0, 2, 3, 150, 196, 198, 199):
+        assert values_by_offset(log.read(offset, 1 << 20)) == [v for v in expected if v[0] >= offset - offset % 2]
+        assert batch_bases(log.read(offset, 10, min_one_message=True)) == [offset - offset % 2]
+        assert (
+            log.offset_metadata(offset).relative_position == log.offset_metadata(offset - offset % 2).relative_position
+        )
+    log.truncate_to(150)
+    fill(log, 10, records_per_batch=3, size=40)
+    assert batch_bases(log.read(150, 1 << 20)) == list(range(150, 180, 3))
+    assert values_by_offset(log.read(153, 1 << 20))[0] == (153, b"000153".ljust(40, b"."))
+    assert batch_bases(log.read(100, 1 << 20, upper_bound=156)) == [*range(100, 150, 2), 150, 153]
+
+
 def test_offset_metadata_says_where_an_offset_lives(open_log: OpenLog) -> None:
     size = len(batch(b"0" * 10))
     log = open_log(segment_bytes=size * 3)
