@@ -21,6 +21,10 @@ has learned was committed. Checks, by the name a violation reports:
   count) while the follower's log did not hold offset P-1 in the leader epoch the leader's log holds it
   in. Judged when the leader records it (`on_follower_position`), against the follower's log then, for a
   fetch from the follower's current incarnation that still follows this leader at the epoch it named;
+- `stale_incarnation_recorded`: a leader recorded a follower's fetch (its position, what the HW and ISR
+  count) whose broker epoch is older than the one the leader last heard that follower fetch with: a late
+  fetch of an earlier incarnation, whose log a crash may have cut, which KIP-903 refuses
+  (`on_follower_fetch_recorded`);
 - `stale_epoch_served`: a leader answered a follower's FETCH that names an older leader epoch than its own
   without an error (records, a diverging epoch, or nothing, its position counted), where KIP-320's fencing
   answers FENCED_LEADER_EPOCH (`on_fetch_answered`).
@@ -64,6 +68,7 @@ CHECKS = (
     "consumer_went_back",
     "consumer_saw_changed_record",
     "follower_position_not_held",
+    "stale_incarnation_recorded",
     "stale_epoch_served",
     "no_progress",  # sim.runner's liveness check
 )
@@ -389,6 +394,24 @@ class Checker:
             "committed_record_changed",
             f"{tp} offset {offset}: committed {rid.decode()} but leader {leader} (epoch {epoch}) has "
             f"{have.decode() if have else 'nothing'}",
+        )
+
+    def on_follower_fetch_recorded(
+        self, partition: Any, follower: int, position: int, broker_epoch: int, heard_epoch: int
+    ) -> None:
+        """A leader just recorded `follower`'s fetch at `position`, sent at `broker_epoch`, having last heard the
+        follower fetch at broker epoch `heard_epoch` (-1: not in this leadership). A fetch sent at an older
+        broker epoch than that comes from an incarnation that has since restarted: KIP-903 refuses it, for
+        its position says what a log the crash may have cut held. Either epoch unknown (-1): not judged."""
+        if partition.topic_partition not in self.committed:
+            return
+        if broker_epoch == -1 or heard_epoch == -1 or broker_epoch >= heard_epoch:
+            return
+        self.fail(
+            "stale_incarnation_recorded",
+            f"{partition.topic_partition}: leader {partition.local_broker_id} (epoch {partition.leader_epoch}) "
+            f"recorded follower {follower} at position {position} from a fetch at broker epoch {broker_epoch}, "
+            f"after hearing it fetch at broker epoch {heard_epoch}",
         )
 
     def on_follower_position(

@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
             "kip279-failover",
             "kafka-7164",
             "kip320-stale-leader",
+            "kip903-late-fetch",
             "idempotent-resend",
         ],
         help="play a scripted KIP sequence",

@@ -14,6 +14,8 @@ Faults, all decided by the seeded random source or by an explicit schedule:
   as a silently lost packet does;
 - a paused node (SIGSTOP) neither handles nor sends: requests to it queue until it resumes, when they may
   long have timed out on the sender's side;
+- `new_connection(a, b)` ends a link's FIFO order with what is already on the wire, as a restarted
+  process's new connection does;
 - `delay(a, b, ms, jitter_ms)` and `drop(a, b, p)` shape one link; `slow(node, ms)` adds a stall before
   each request the node handles (a slow disk under a broker that writes on its request path).
 """
@@ -130,6 +132,11 @@ class SimNetwork:
         for node in self.nodes.values():
             node.slow_ms = 0.0
             node.resumed.set()
+
+    def new_connection(self, a: int, b: int) -> None:
+        """`a` opens a new connection to `b` (a restarted process does): what the old one still carries keeps
+        its delay, and what is sent from now on is not ordered after it."""
+        self._link_clock.pop((a, b), None)
 
     def shape(self, a: int, b: int) -> LinkShape:
         return self.shapes.get((a, b), self.base)

@@ -186,8 +186,8 @@ def _watched_follower_positions(
     checker: Checker, root: Path, report: Callable[[Violation], None], failed: Callable[[], bool]
 ) -> Iterator[None]:
     """Every follower position a leader under `root` records, and every answer to a follower's FETCH, goes to
-    the checker as it is made (`follower_position_not_held`, `stale_epoch_served`). A violation is reported
-    to the run, not raised into the broker's request handler."""
+    the checker as it is made (`stale_incarnation_recorded`, `follower_position_not_held`,
+    `stale_epoch_served`). A violation is reported to the run, not raised into the broker's request handler."""
     record = Partition.update_follower_fetch_state
     # The leader epoch each partition of the FETCH being answered names (read_and_record runs through
     # without yielding, so this is the request whose positions are being recorded).
@@ -202,11 +202,14 @@ def _watched_follower_positions(
         leader_end_offset: int,
         broker_epoch: int = -1,
     ) -> bool:
+        remote = self.remote_replicas.get(replica_id)
+        heard = remote.broker_epoch if remote is not None else -1  # what KIP-903's refusal compares with
         known = record(
             self, replica_id, fetch_offset, follower_log_start_offset, fetch_time_ms, leader_end_offset, broker_epoch
         )
         if known and not failed() and self.log.dir.is_relative_to(root):
             try:
+                checker.on_follower_fetch_recorded(self, replica_id, fetch_offset, broker_epoch, heard)
                 epoch = requested.get(self.topic_partition, -1)
                 checker.on_follower_position(self, replica_id, fetch_offset, broker_epoch, epoch)
             except Violation as v:

@@ -33,6 +33,10 @@ table.
   L hears of epoch 1 (truncating x) before it leads at 2. A leader answers a request naming a newer epoch
   than its own with UNKNOWN_LEADER_EPOCH, so F waits for L instead of truncating by, or fetching, L's
   stale log. The tests plant the absence of that fencing.
+- kip903-late-fetch: F's FETCH from offset 2 (its old broker epoch) is 5 s on the way to L while F
+  crashes, losing m2, which it never flushed, restarts with a new broker epoch and fetches from offset 1
+  (L's answers then lost, so F's log stays short of offset 2). The leader, which has heard the new
+  epoch, refuses the late fetch (KIP-903) instead of counting F at 2. The tests plant its absence.
 """
 
 from __future__ import annotations
@@ -347,6 +351,77 @@ async def kip320_stale_leader(run: SimRun) -> None:
     await asyncio.sleep(3.0)
 
 
+async def kip903_late_fetch(run: SimRun) -> None:
+    """KIP-903: a FETCH of a follower's earlier incarnation reaches the leader late, after the follower
+    crashed (losing what it never flushed), came back with a new broker epoch and fetched again. Its
+    offset says what the lost log held; the leader, which has heard the new epoch, refuses it."""
+    net = run.cluster.network
+    loop = asyncio.get_running_loop()
+    tp = run.partitions[0]
+    controller = run.cluster.controller
+    assert controller is not None
+    l_, f = controller.controller.image.partitions[tp].replicas
+    producer = run.producer(1001, acks=1)
+    leader = run.cluster.brokers[l_]
+
+    def heard_epoch() -> int:
+        part = _replica(run, l_, tp)
+        remote = part.remote_replicas.get(f) if part is not None else None
+        return remote.broker_epoch if remote is not None else -1
+
+    def broker_epoch(broker: int) -> int:
+        lifecycle = run.cluster.brokers[broker].lifecycle
+        assert lifecycle is not None
+        return lifecycle.broker_epoch
+
+    _step(run, f"L={l_} leads {tp}, F={f} follows, acks=1")
+    await _write(producer, tp)
+    await until(lambda: _replica(run, f, tp).log.high_watermark == 1, "m1 committed on both")
+    run.cluster.brokers[f].log_manager.flush_all()
+    old_epoch = broker_epoch(f)
+    await until(lambda: leader.replica_manager.fetch_purgatory.num_delayed > 0, "F's fetch waits at L")
+    net.shapes[(f, l_)] = LinkShape(5000.0, 0.0)  # what F sends L from now on takes 5 s
+    _step(run, f"m1 on both, flushed on F (broker epoch {old_epoch}); F's fetch waits at L for more")
+    await _write(producer, tp)
+    await until(lambda: _replica(run, f, tp).log.log_end_offset == 2, "F fetched m2")
+    await asyncio.sleep(0.01)  # F's next fetch, from offset 2, is on the wire
+    sent = loop.time()
+    del net.shapes[(f, l_)]
+    _step(
+        run, f"L writes m2; F fetches it (unflushed) and its fetch from offset 2, broker epoch {old_epoch}, is 5 s late"
+    )
+    await run.cluster.kill_broker(f, loses_unflushed=True)
+    await run.cluster.restart_broker(f)
+    net.new_connection(f, l_)  # the new process's fetches are not queued behind the old one's
+    _step(run, "F crashes, losing m2, and restarts")
+    # polled more often than a message crosses a link: L's answer to that fetch is still on the wire
+    await until(
+        lambda: broker_epoch(f) > old_epoch and heard_epoch() == broker_epoch(f), "L heard F's new epoch", step_s=0.0001
+    )
+    net.cut(l_, f)  # L's answers to F are lost: F's new log stays short of offset 2
+    new_epoch = broker_epoch(f)
+    part = _replica(run, l_, tp)
+    _step(
+        run,
+        f"F (LEO {_replica(run, f, tp).log.log_end_offset}) fetches at broker epoch {new_epoch} from offset "
+        f"{part.remote_replicas[f].log_end_offset}; L's answers to F are lost from now on",
+    )
+    if loop.time() - sent >= 5.0:
+        raise ScenarioStuck("F's new incarnation fetched only after the late fetch arrived")
+    await asyncio.sleep(sent + 5.5 - loop.time())
+    remote = _replica(run, l_, tp).remote_replicas[f]
+    _step(
+        run,
+        f"the late fetch (offset 2, broker epoch {old_epoch}) has reached L; L counts F at {remote.log_end_offset}, "
+        f"broker epoch {remote.broker_epoch}; F's LEO is {_replica(run, f, tp).log.log_end_offset}",
+    )
+    net.heal()
+    await until(lambda: _replica(run, f, tp).log.log_end_offset == 2, "F fetched m2 again", timeout_s=30)
+    await _write(producer, tp)
+    _step(run, "L's answers reach F again; F fetches m2 again; m3 written")
+    await asyncio.sleep(1.0)
+
+
 async def idempotent_resend(run: SimRun) -> None:
     """KIP-98: the answer to an acks=all write is lost and its leader dies; the producer resends the same
     batch to the new leader, which already fetched it and answers with the original offset."""
@@ -411,6 +486,10 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
     "kip320-stale-leader": (
         kip320_stale_leader,
         SimOptions(brokers=3, partitions=1, replication_factor=3, min_insync_replicas=1, acks=1, producers=0),
+    ),
+    "kip903-late-fetch": (
+        kip903_late_fetch,
+        SimOptions(brokers=2, partitions=1, replication_factor=2, min_insync_replicas=1, acks=1, producers=0),
     ),
     "idempotent-resend": (
         idempotent_resend,

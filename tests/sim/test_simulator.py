@@ -873,6 +873,21 @@ async def test_the_position_check_judges_only_a_fetch_from_the_log_that_is_there
     checker.on_follower_position(leader, 2, 2, 7, 2)  # down
 
 
+@pytest.mark.timeout(10)
+async def test_a_fetch_recorded_from_an_older_broker_epoch_than_the_leader_last_heard_fails_the_run() -> None:
+    tp = TopicPartition("t0", 0)
+    leader = SimpleNamespace(topic_partition=tp, local_broker_id=1, leader_epoch=2)
+    checker = Checker(SimpleNamespace(brokers={}, controller=None), [tp], WriteHistory(), Trace(keep=True))
+    checker.on_follower_fetch_recorded(leader, 2, 5, 7, 7)  # the incarnation it heard
+    checker.on_follower_fetch_recorded(leader, 2, 5, 8, 7)  # a newer one: what KIP-903 records
+    checker.on_follower_fetch_recorded(leader, 2, 5, 6, -1)  # not heard in this leadership
+    checker.on_follower_fetch_recorded(leader, 2, 5, -1, 7)  # a fetch naming no broker epoch
+    other = SimpleNamespace(topic_partition=TopicPartition("t1", 0), local_broker_id=1, leader_epoch=2)
+    checker.on_follower_fetch_recorded(other, 2, 5, 6, 7)  # not a partition of this run
+    with pytest.raises(Violation, match="recorded follower 2 at position 5 from a fetch at broker epoch 6, after"):
+        checker.on_follower_fetch_recorded(leader, 2, 5, 6, 7)
+
+
 # -- KAFKA-7164 and KIP-320 -------------------------------------------------------------------------------
 
 
@@ -1021,3 +1036,40 @@ def test_the_unmodified_leaders_fence_every_stale_fetch_of_those_seeds() -> None
     for seed in range(1, 11):
         result = run_seed(seed, replace(STALE_EPOCH, truncation="epoch"))
         assert result.violation is None, (seed, result.violation)
+
+
+# -- KIP-903 ------------------------------------------------------------------------------------------------
+
+
+def _no_broker_epoch_fencing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant the leader before KIP-903: a fetch from an earlier incarnation of the follower is recorded."""
+    monkeypatch.setattr(Partition, "stale_replica_epoch", lambda self, replica_id, broker_epoch: None)
+
+
+@pytest.mark.parametrize("truncation", ["fetch", "epoch"])
+@pytest.mark.timeout(60)
+def test_kip903_a_late_fetch_of_a_crashed_followers_earlier_incarnation_is_refused(truncation: str) -> None:
+    result = run_scenario("kip903-late-fetch", truncation=truncation)
+    assert result.violation is None, result.violation
+    assert result.converged
+    steps = [e["what"] for e in result.timeline if e["event"] == "step"]
+    # F's new log ends at 1; the late fetch names 2 and L keeps counting F where its new fetch put it
+    assert any(s.startswith("F (LEO 1) fetches at broker epoch") for s in steps), steps
+    assert any("has reached L; L counts F at 1" in s for s in steps), steps
+
+
+@pytest.mark.parametrize("truncation", ["fetch", "epoch"])
+@pytest.mark.timeout(60)
+def test_kip903_a_leader_that_records_the_late_fetch_is_named_as_it_records_it(
+    monkeypatch: pytest.MonkeyPatch, truncation: str
+) -> None:
+    _no_broker_epoch_fencing(monkeypatch)
+    result = run_scenario("kip903-late-fetch", truncation=truncation)
+    assert result.violation is not None and result.violation.check == "stale_incarnation_recorded", result.violation
+    assert "recorded follower 1 at position 2 from a fetch at broker epoch 1" in result.violation.message
+    # Without the check no other fires: F is out of the ISR since it registered again, and the leader's
+    # proposal to put it back on the late fetch names broker epoch 1, which the controller refuses
+    # (INELIGIBLE_REPLICA); F's next fetches put its position back to 1, and it catches up.
+    monkeypatch.setattr(Checker, "on_follower_fetch_recorded", lambda *args: None)
+    masked = run_scenario("kip903-late-fetch", truncation=truncation)
+    assert masked.violation is None and masked.converged, masked.violation
