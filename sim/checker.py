@@ -117,6 +117,10 @@ class Checker:
         self.last_epoch: dict[tuple[int, TopicPartition], int] = {}
         self.leader_seen: dict[TopicPartition, tuple[int, int, tuple[int, ...]]] = {}
         self.consumer_pos: dict[tuple[int, TopicPartition], int] = {}
+        # follower_position_not_held: (position, leader log, follower log, log_cuts) last found held, per
+        # (partition, leader, follower); log_cuts counts truncations and crashes.
+        self.log_cuts = 0
+        self.positions_judged: dict[tuple[TopicPartition, int, int], tuple[int, int, int, int]] = {}
         # Per partition, since it was last seen fully in sync: brokers that crashed, and whether a crash lost
         # unflushed data. A loss is excused once every replica crashed and one of them lost data.
         self.crashed: dict[TopicPartition, set[int]] = {tp: set() for tp in partitions}
@@ -164,7 +168,12 @@ class Checker:
                     view.records.append(record_id(record.value))
         return view.records
 
+    def on_log_cut(self) -> None:
+        """A replica's log was truncated: positions judged before are judged again."""
+        self.log_cuts += 1
+
     def on_crash(self, broker_id: int, lost_unflushed: bool) -> None:
+        self.log_cuts += 1
         for tp in self.partitions:
             self.crashed[tp].add(broker_id)
             if lost_unflushed:
@@ -452,12 +461,20 @@ class Checker:
         leader_log, follower_log = partition.log, replica.log
         if position <= max(leader_log.log_start_offset, follower_log.log_start_offset):
             return
+        # A position judged before, on the same two logs, with no log cut or crash since, holds what it held
+        # (appends change no offset below the end): most partitions of a FETCH come back unmoved.
+        judged = (position, id(leader_log), id(follower_log), self.log_cuts)
+        key = (tp, leader, follower)
+        if self.positions_judged.get(key) == judged:
+            return
         offset = position - 1
         expected = _epoch_at(leader_log, offset)
         if expected is None:
             return  # the leader does not hold it either: its read refuses such a fetch as out of range
         held = _epoch_at(follower_log, offset)
-        if held != expected:
+        if held == expected:
+            self.positions_judged[key] = judged
+        else:
             self.fail(
                 "follower_position_not_held",
                 f"{tp}: leader {leader} (epoch {partition.leader_epoch}) counts follower {follower} at position "

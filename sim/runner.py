@@ -146,13 +146,14 @@ class _Progress:
 
 
 @contextmanager
-def _traced_truncations(trace: Trace, root: Path) -> Iterator[None]:
+def _traced_truncations(trace: Trace, root: Path, on_cut: Callable[[], None] = lambda: None) -> Iterator[None]:
     """Every cut of a replica's log under `root` goes into the trace (broker, partition, where the log now
     ends), so runs that truncate differently have different hashes. Kafka logs the same line."""
     cut_to, cut_fully = Log.truncate_to, Log.truncate_fully_and_start_at
     inside = [0]
 
     def event(log: Log, offset: int) -> None:
+        on_cut()
         broker = log.dir.parent.name.removeprefix("broker-")
         if inside[0] == 0 and log.dir.is_relative_to(root) and broker.isdigit():
             tp = f"{log.topic}-{log.partition}"
@@ -470,7 +471,10 @@ async def _run(
         if not failure.done():
             failure.set_result(violation)
 
-    with _traced_truncations(trace, root), _watched_follower_positions(checker, root, report, failure.done):
+    with (
+        _traced_truncations(trace, root, checker.on_log_cut),
+        _watched_follower_positions(checker, root, report, failure.done),
+    ):
         main = guarded(scenario())
         guarded(ticker())
         await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)

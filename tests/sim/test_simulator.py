@@ -874,6 +874,30 @@ async def test_the_position_check_judges_only_a_fetch_from_the_log_that_is_there
 
 
 @pytest.mark.timeout(10)
+async def test_a_position_found_held_is_read_again_only_after_a_log_is_cut() -> None:
+    tp = TopicPartition("t0", 0)
+    leader = SimpleNamespace(topic_partition=tp, local_broker_id=1, leader_epoch=2, log=_EpochLog(0, 1, 2))
+    follower = SimpleNamespace(leader_id=1, leader_epoch=2, log=_EpochLog(0, 1, 2))
+    node = SimpleNamespace(
+        lifecycle=SimpleNamespace(broker_epoch=7), replica_manager=SimpleNamespace(partitions={tp: follower})
+    )
+    checker = Checker(SimpleNamespace(brokers={2: node}, controller=None), [tp], WriteHistory(), Trace(keep=True))
+    reads = []
+    read = follower.log.read
+    follower.log.read = lambda offset, max_bytes: reads.append(offset) or read(offset, max_bytes)
+    checker.on_follower_position(leader, 2, 3, 7, 2)
+    checker.on_follower_position(leader, 2, 3, 7, 2)  # the same position on the same logs: not read again
+    assert reads == [2]
+    # The follower's last batch replaced by one of another epoch, at the same log end: after the cut the
+    # position is judged again, and found not held.
+    follower.log.batches[2] = build_batch([b"1001-2"], base_offset=2, partition_leader_epoch=1)
+    checker.on_log_cut()
+    with pytest.raises(Violation, match="holds offset 2 in epoch 1, the leader's in epoch 2"):
+        checker.on_follower_position(leader, 2, 3, 7, 2)
+    assert reads == [2, 2]
+
+
+@pytest.mark.timeout(10)
 async def test_a_fetch_recorded_from_an_older_broker_epoch_than_the_leader_last_heard_fails_the_run() -> None:
     tp = TopicPartition("t0", 0)
     leader = SimpleNamespace(topic_partition=tp, local_broker_id=1, leader_epoch=2)
