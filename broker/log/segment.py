@@ -505,25 +505,16 @@ class LogSegment:
         expected = self.base_offset
         limit = self.base_offset + MAX_RELATIVE_OFFSET
         largest = NO_TIMESTAMP
-        unpack = HEADER.unpack_from
-        with mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) as view:
-            position = 0
-            while position < size:
-                if position + HEADER_SIZE > size:
-                    raise CorruptRecordError(f"torn batch header at byte {position} of {self.log_path}")
-                header = unpack(view, position)
-                base, length, magic, delta = header[0], header[1], header[3], header[6]
-                if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or position + LOG_OVERHEAD + length > size:
-                    raise CorruptRecordError(f"bad batch header at byte {position} of {self.log_path}")
-                if base != expected or delta < 0 or base + delta > limit:
-                    raise CorruptRecordError(
-                        f"batch at byte {position} of {self.log_path} holds offsets {base} to {base + delta}, "
-                        f"expected {expected} on"
-                    )
-                expected = base + delta + 1
-                position += LOG_OVERHEAD + length
-                if header[8] > largest:
-                    largest = header[8]
+        for position, _, header in self._mapped_headers():
+            base, delta = header[0], header[6]
+            if base != expected or delta < 0 or base + delta > limit:
+                raise CorruptRecordError(
+                    f"batch at byte {position} of {self.log_path} holds offsets {base} to {base + delta}, "
+                    f"expected {expected} on"
+                )
+            expected = base + delta + 1
+            if header[8] > largest:
+                largest = header[8]
         if self._max_timestamp is None:  # read anyway: what offsets by timestamp and retention go by
             self._max_timestamp = largest
 
@@ -559,10 +550,18 @@ class LogSegment:
 
     def _batches_reaching(self, timestamp: int, start_offset: int) -> Iterator[tuple[int, int, tuple[int, ...]]]:
         """(position, size, unpacked header) of each batch whose max timestamp is at least `timestamp` and
-        whose last offset is at least `start_offset`, in order. The headers are read through a read-only
-        mapping, as `check_offsets` reads them: a pread per header (`_walk_headers`, whose 8 KiB reads
-        hold one header of a 16 KiB batch) cost about 4 times as much (docs/benchmarks.md)."""
+        whose last offset is at least `start_offset`, in order."""
+        for position, batch_size, header in self._mapped_headers():
+            if header[8] >= timestamp and header[0] + header[6] >= start_offset:
+                yield position, batch_size, header
+
+    def _mapped_headers(self) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+        """(position, size, unpacked header) of every batch, its framing checked, read through a read-only
+        mapping: a pread per header (`_walk_headers`, whose 8 KiB reads hold one header of a 16 KiB batch)
+        cost about 4 times as much (docs/benchmarks.md)."""
         size = self._size
+        if size == 0:
+            return
         unpack = HEADER.unpack_from
         with mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) as view:
             position = 0
@@ -574,8 +573,7 @@ class LogSegment:
                 batch_size = LOG_OVERHEAD + length
                 if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or position + batch_size > size:
                     raise CorruptRecordError(f"bad batch header at byte {position} of {self.log_path}")
-                if header[8] >= timestamp and header[0] + header[6] >= start_offset:
-                    yield position, batch_size, header
+                yield position, batch_size, header
                 position += batch_size
 
     def producer_batches(self, from_offset: int = 0) -> Iterator[tuple[int, int, int, int, int, int]]:
