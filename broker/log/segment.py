@@ -193,10 +193,9 @@ class LogSegment:
         """The largest batch max timestamp in the segment (NO_TIMESTAMP when empty)."""
         if self._max_timestamp is None:
             largest = NO_TIMESTAMP
-            if self._size:
-                for _, _, header in self._batches_reaching(NO_TIMESTAMP, self.base_offset):
-                    if header[8] > largest:
-                        largest = header[8]
+            for _, _, header in self._mapped_headers():
+                if header[8] > largest:
+                    largest = header[8]
             self._max_timestamp = largest
         return self._max_timestamp
 
