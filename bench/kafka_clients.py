@@ -39,6 +39,12 @@ not asserted) and `consume_ratio_vs_native` compare like with like.
    library and the machine as much as the Kafka listener; this phase shows the listener with a request
    shape like the native client's (one partition per PRODUCE, several in flight).
 
+6. (last) one request shape through both listeners, twice each, alternating (`bench/listener_shape.py`): a
+   batch of 16 records per PRODUCE, one partition per request, two in flight per partition, acks=all, the same
+   batches, through the Kafka listener (Produce v8) and the msgpack one: `wire_kafka`, `wire_native`,
+   `wire_ratio_vs_native` (MB/s) and `wire_cpu_ratio_vs_native` (native broker CPU per batch / Kafka's),
+   what the Kafka wire costs the brokers with the clients' differences taken out.
+
 `*_broker_cpu_us_per_batch`: user + system CPU of the three broker processes (/proc/PID/stat, sampled
 every 50 ms and interpolated at the phase's start and end) divided by the 16 KiB-batch equivalents
 (16 records) the phase moved. The throughput of a shared 2-core machine follows its other work; this
@@ -70,6 +76,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench import listener_shape
 from bench.common import (
     ProcessReaper,
     filesystem_of,
@@ -93,10 +100,14 @@ from bench.replication import (
     create_topic,
     max_rate_phase,
 )
+from client.cluster_client import ClusterClient
 from cluster.local_cluster import LocalClusterState, start_cluster
 
 KAFKA_TOPIC = "bench-kafka"
 NATIVE_TOPIC = "bench-native"
+WIRE_TOPIC = "bench-wire"  # phase 6: one request shape through either listener
+WIRE_ROUNDS = 2
+INF = float("inf")
 MIB = 1024 * 1024
 SAMPLE_INTERVAL_S = 0.05
 IDLE_TIMEOUT_S = 15.0  # a consumer gives up after this long without a record
@@ -358,6 +369,10 @@ def child_main(args: argparse.Namespace) -> int:
         result = kafka_consume(args.bootstrap, produced)
     elif args.child == "native-produce":
         result = uvloop.run(native_produce(args.bootstrap, args.seconds))
+    elif args.child in ("wire-kafka", "wire-native"):
+        leaders = {int(p): (host, int(port)) for p, (host, port) in json.loads(args.targets).items()}
+        listener = args.child.removeprefix("wire-")
+        result = uvloop.run(listener_shape.wire_produce(listener, WIRE_TOPIC, leaders, args.seconds))
     else:
         assert produced is not None
         result = uvloop.run(native_consume(args.bootstrap, produced))
@@ -430,6 +445,57 @@ def phase_figures(result: dict[str, Any], cpu: BrokerCpu) -> dict[str, float | N
     }
 
 
+async def wire_leaders(state: LocalClusterState) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """Each WIRE_TOPIC partition's leader, as its msgpack and its Kafka address (JSON-ready)."""
+    by_id = {b.node_id: b for b in state.brokers}
+    async with ClusterClient(state.bootstrap, client_id="bench-wire") as client:
+        await client.refresh_metadata([WIRE_TOPIC])
+        leaders = {tp.partition: by_id[client.leader_of(tp).leader_id] for tp in client.partitions_of(WIRE_TOPIC)}
+    native = {str(p): [b.host, b.port] for p, b in leaders.items()}
+    kafka = {str(p): [b.host, b.kafka_port] for p, b in leaders.items()}
+    return native, kafka
+
+
+async def wire_phase(
+    reaper: ProcessReaper, work: Path, state: LocalClusterState, cpu: BrokerCpu, seconds: float
+) -> dict[str, Any]:
+    """Phase 6: the same PRODUCE shape through the Kafka listener and the msgpack one (bench.listener_shape),
+    WIRE_ROUNDS rounds each, alternating; of each listener the round with the lower broker CPU per batch."""
+    native, kafka = await wire_leaders(state)
+    best: dict[str, tuple[dict[str, Any], dict[str, float | None]]] = {}
+    for round_ in range(WIRE_ROUNDS):
+        for listener, targets in (("kafka", kafka), ("native", native)):
+            result = await run_child(
+                reaper,
+                work,
+                f"wire-{listener}",
+                state.bootstrap,
+                "--seconds",
+                str(seconds),
+                "--targets",
+                json.dumps(targets),
+            )
+            figures = phase_figures(result, cpu)
+            progress(
+                f"one request shape, {listener} listener (round {round_ + 1}): {figures['mb_s']:.1f} MiB/s, "
+                f"{figures['broker_cpu_us_per_batch']:.0f} µs broker CPU a batch, {result['failed']} failed"
+            )
+            kept = best.get(listener)
+            cpu_per_batch = figures["broker_cpu_us_per_batch"] or INF
+            if kept is None or cpu_per_batch < (kept[1]["broker_cpu_us_per_batch"] or INF):
+                best[listener] = (result, figures)
+    return {
+        listener: {
+            "mb_s": rounded(figures["mb_s"]),
+            "broker_cpu_us_per_batch": rounded(figures["broker_cpu_us_per_batch"], 1),
+            "client_cpu_us_per_batch": rounded(figures["client_cpu_us_per_batch"], 1),
+            "failed": result["failed"],
+            "errors": result["errors"],
+        }
+        for listener, (result, figures) in best.items()
+    }
+
+
 def py_spy_path() -> str | None:
     beside = Path(sys.executable).parent / "py-spy"
     return str(beside) if beside.exists() else shutil.which("py-spy")
@@ -471,7 +537,7 @@ async def run(
         )
         cluster_state = state
         reaper.watch(lambda: [p.pid for p in [cluster_state.controller, *cluster_state.brokers]])
-        for topic in (KAFKA_TOPIC, NATIVE_TOPIC):
+        for topic in (KAFKA_TOPIC, NATIVE_TOPIC, WIRE_TOPIC):
             await create_topic(state, PARTITIONS, topic)
         progress(f"topics {KAFKA_TOPIC}, {NATIVE_TOPIC}: {PARTITIONS} partitions, RF 3, ISRs full")
         cpu = BrokerCpu([b.pid for b in state.brokers])
@@ -518,6 +584,7 @@ async def run(
             )
             native_cf = phase_figures(native_c, cpu)
             progress(f"native consume: {native_cf['mb_s']:.1f} MiB/s, {native_c['acked_lost']} lost")
+            wire = await wire_phase(reaper, work, state, cpu, seconds)
         finally:
             await cpu.stop()
         profile: list[dict[str, Any]] | None = None
@@ -546,6 +613,12 @@ async def run(
             "kafka_plain_broker_cpu_us_per_batch": rounded(plain_pf["broker_cpu_us_per_batch"], 1),
             "kafka_plain_client_cpu_us_per_batch": rounded(plain_pf["client_cpu_us_per_batch"], 1),
             "kafka_plain_failed_produces": plain_p["failed"] + plain_p["unflushed"],
+            "wire_kafka": wire["kafka"],
+            "wire_native": wire["native"],
+            "wire_ratio_vs_native": rounded(ratio(wire["kafka"]["mb_s"], wire["native"]["mb_s"]), 3),
+            "wire_cpu_ratio_vs_native": rounded(
+                ratio(wire["native"]["broker_cpu_us_per_batch"], wire["kafka"]["broker_cpu_us_per_batch"]), 3
+            ),
             "kafka_broker_cpu_us_per_batch": rounded(kafka_pf["broker_cpu_us_per_batch"], 1),
             "native_broker_cpu_us_per_batch": rounded(native_pf["broker_cpu_us_per_batch"], 1),
             "kafka_consume_broker_cpu_us_per_batch": rounded(kafka_cf["broker_cpu_us_per_batch"], 1),
@@ -583,7 +656,7 @@ async def run(
             "partitions": PARTITIONS,
             "record_bytes": RECORD_BYTES,
             "log_dir_fs": filesystem_of(work),
-            "targets": {"ratio_vs_native": 0.8},
+            "targets": {"ratio_vs_native": 0.8, "wire_cpu_ratio_vs_native": 0.8},
             "unit": "MB = MiB of record values; a batch = 16 records",
         }
     finally:
@@ -610,13 +683,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--child",
-        choices=["kafka-produce", "kafka-consume", "native-produce", "native-consume"],
+        choices=["kafka-produce", "kafka-consume", "native-produce", "native-consume", "wire-kafka", "wire-native"],
         help=argparse.SUPPRESS,
     )
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, default=10.0, help=argparse.SUPPRESS)
     parser.add_argument("--partitions", type=int, default=PARTITIONS, help=argparse.SUPPRESS)
     parser.add_argument("--produced", help=argparse.SUPPRESS)
+    parser.add_argument("--targets", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
