@@ -20,6 +20,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SPARK_GROUP = "spark-session"
 
@@ -36,6 +38,7 @@ def uses_spark_session(module: str) -> bool:
     )
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown, and skipped, under `-p no:xdist`
 def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
