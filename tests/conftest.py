@@ -17,12 +17,29 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_process_outlives_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the session's end, kill what a test started under the session's temp dir and never stopped, and
+    say so (tests/integration/processes.py, `kill_processes_mentioning`)."""
+    yield
+    from tests.integration.processes import kill_processes_mentioning
+
+    base = str(tmp_path_factory.getbasetemp())
+    for pid, command in kill_processes_mentioning(base + os.sep):
+        warnings.warn(f"process {pid} outlived the test that started it; killed: {command[:300]}", stacklevel=1)
+
+
 SPARK_GROUP = "spark-session"
 
 

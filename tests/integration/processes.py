@@ -194,3 +194,29 @@ async def three_brokers(cluster_dir: Path, overrides: dict[str, str]) -> AsyncIt
         yield state
     finally:
         stop_cluster(state, timeout_s=10.0)
+
+
+def kill_processes_mentioning(text: str) -> list[tuple[int, str]]:
+    """SIGKILL every process (other than this one) whose command line contains `text`; what was killed.
+
+    The suite's safety net: every broker, controller and CLI a test starts names a directory under the
+    session's base temp dir in its arguments, so at the end of a session (or of an xdist worker's share of
+    it) whatever still mentions that dir outlived the test that started it (a test stopped by its timeout
+    during its fixture's teardown leaves its cluster running), and would hold ports and CPU afterwards."""
+    killed: list[tuple[int, str]] = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        command = " ".join(a.decode(errors="replace") for a in argv if a)
+        if text not in command:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(entry), signal.SIGKILL)
+            killed.append((int(entry), command))
+    return killed
