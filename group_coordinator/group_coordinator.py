@@ -179,6 +179,7 @@ class GroupCoordinator:
                 group = groups.setdefault(parsed.group, GroupMetadata(parsed.group))
                 if value is None:
                     group.members.clear()
+                    group.static_members.clear()
                     group.state = GroupState.EMPTY
                 else:
                     group.restore(read_group_value(value), now)
@@ -226,23 +227,36 @@ class GroupCoordinator:
             group = self.groups[group_id] = GroupMetadata(group_id)
         if not group.supports(protocol_type, protocols):
             return JoinGroupResult(int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL), member_id=member_id)
-        if not member_id:
+        if not member_id and group_instance_id is not None:
+            # KIP-345: a static member joins under a new member id without the MEMBER_ID_REQUIRED round; one
+            # whose instance id the group knows takes over that member's place (a restart, or a duplicate).
+            member_id = f"{group_instance_id}-{self.rng.getrandbits(128):032x}"
+            known = group.static_members.get(group_instance_id)
+            if known is not None and known in group.members:
+                return await self._rejoin_static(
+                    group, group_instance_id, known, member_id, protocols, session_timeout_ms, rebalance_timeout_ms
+                )
+        elif not member_id:
             member_id = f"{client_id}-{self.rng.getrandbits(128):032x}"
             if require_known_member_id:
                 # KIP-394: the member must come back with this id, so a join lost in a timeout does not
                 # leave a member the group waits for.
                 group.pending_members[member_id] = now + session_timeout_ms
                 return JoinGroupResult(int(ErrorCode.MEMBER_ID_REQUIRED), member_id=member_id)
+        elif group_instance_id is not None:
+            if error := group.member_error(member_id, group_instance_id):
+                return JoinGroupResult(error, member_id=member_id)
         elif member_id not in group.members and member_id not in group.pending_members:
             return JoinGroupResult(int(ErrorCode.UNKNOWN_MEMBER_ID), member_id=member_id)
         group.pending_members.pop(member_id, None)
         member = group.members.get(member_id)
         changed = member is None or member.protocols != protocols
         if member is None:
-            member = group.members[member_id] = Member(
+            member = Member(
                 member_id, group_instance_id, client_id, client_host, session_timeout_ms,
                 rebalance_timeout_ms, protocol_type, protocols,
             )  # fmt: skip
+            group.add(member)
             if group.protocol_type is None:
                 group.protocol_type = protocol_type
         member.protocols = protocols
@@ -263,6 +277,48 @@ class GroupCoordinator:
             group.initial_delay_deadline_ms = min(
                 now + cfg.group_initial_rebalance_delay_ms, group.rebalance_deadline_ms
             )
+        self._maybe_complete_join(group, now)
+        return await future
+
+    async def _rejoin_static(
+        self,
+        group: GroupMetadata,
+        instance: str,
+        old_id: str,
+        new_id: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> JoinGroupResult:
+        """Kafka's updateStaticMemberAndRebalance: the member of `instance` goes on under `new_id`. In a Stable
+        group whose protocol this does not change, nothing rebalances: the new id is written to the log and the
+        member gets the current generation back (with the old leader id, so that it does not assign), then its
+        own assignment from SyncGroup. Otherwise the group rebalances, the member taking part under its new id."""
+        now = self.time.milliseconds()
+        leader_before = group.leader_id or ""
+        member = group.replace_static_member(instance, old_id, new_id)
+        before = (member.protocols, member.session_timeout_ms, member.rebalance_timeout_ms)
+        member.protocols, member.session_timeout_ms, member.rebalance_timeout_ms = (
+            protocols, session_timeout_ms, rebalance_timeout_ms,
+        )  # fmt: skip
+        member.session_deadline_ms = now + session_timeout_ms
+        log.info("group %s: static member %s rejoined as %s (was %s)", group.group_id, instance, new_id, old_id)
+        if group.state == GroupState.STABLE and group.select_protocol() == group.protocol_name:
+            value = group_value(group.to_value(now))
+            code = await self.append(self.partition_for(group.group_id), [(group_key(group.group_id), value)])
+            if code:
+                if self.groups.get(group.group_id) is group and group.static_members.get(instance) == new_id:
+                    back = group.replace_static_member(instance, new_id, old_id)
+                    back.protocols, back.session_timeout_ms, back.rebalance_timeout_ms = before
+                return JoinGroupResult(_append_error(code), member_id="")
+            return JoinGroupResult(
+                0, group.generation_id, group.protocol_type, group.protocol_name, leader_before, new_id, []
+            )
+        future: asyncio.Future[JoinGroupResult] = asyncio.get_running_loop().create_future()
+        member.join = future
+        if group.state != GroupState.PREPARING_REBALANCE:
+            # Stable with a protocol change, or CompletingRebalance (the leader may be assigning to the old id).
+            self._prepare_rebalance(group, now, f"static member {instance} rejoined as {new_id}")
         self._maybe_complete_join(group, now)
         return await future
 
@@ -287,7 +343,7 @@ class GroupCoordinator:
 
     def _complete_join(self, group: GroupMetadata, now: int) -> None:
         for member_id in [m.member_id for m in group.members.values() if m.join is None]:
-            del group.members[member_id]  # did not rejoin within the rebalance timeout
+            group.remove(member_id)  # did not rejoin within the rebalance timeout
         group.pending_members.clear()
         group.generation_id += 1
         group.initial_delay_deadline_ms = 0
@@ -324,12 +380,16 @@ class GroupCoordinator:
             else [],
         )
 
-    def _member_error(self, group_id: str, member_id: str, generation_id: int) -> tuple[int, GroupMetadata | None]:
+    def _member_error(
+        self, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None = None
+    ) -> tuple[int, GroupMetadata | None]:
         if error := self._not_owned(group_id):
             return error, None
         group = self.groups.get(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
             return int(ErrorCode.UNKNOWN_MEMBER_ID), group
+        if error := group.member_error(member_id, group_instance_id):
+            return error, group
         if generation_id != group.generation_id:
             return int(ErrorCode.ILLEGAL_GENERATION), group
         return 0, group
@@ -344,7 +404,7 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> SyncGroupResult:
-        error, group = self._member_error(group_id, member_id, generation_id)
+        error, group = self._member_error(group_id, member_id, generation_id, group_instance_id)
         if error or group is None:
             return SyncGroupResult(error or int(ErrorCode.UNKNOWN_MEMBER_ID))
         if protocol_type is not None and protocol_type != group.protocol_type:
@@ -387,8 +447,10 @@ class GroupCoordinator:
         if error := self._not_owned(group_id):
             return error
         group = self.groups.get(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
             return int(ErrorCode.UNKNOWN_MEMBER_ID)
+        if error := group.member_error(member_id, group_instance_id):
+            return error
         member = group.members[member_id]
         member.session_deadline_ms = self.time.milliseconds() + member.session_timeout_ms
         if group.state == GroupState.PREPARING_REBALANCE:
@@ -406,12 +468,20 @@ class GroupCoordinator:
         results = []
         left = []
         for member_id, instance in members:
-            member = group.members.get(member_id) if group is not None else None
-            if member is None:
+            if group is None:
                 results.append((member_id, instance, int(ErrorCode.UNKNOWN_MEMBER_ID)))
                 continue
+            if not member_id and instance is not None:
+                # KIP-345: an admin removes a static member by its instance id alone.
+                member_id = group.static_members.get(instance, "")
+                instance_error = 0 if member_id else int(ErrorCode.UNKNOWN_MEMBER_ID)
+            else:
+                instance_error = group.member_error(member_id, instance)
+            if instance_error:
+                results.append((member_id, instance, instance_error))
+                continue
             results.append((member_id, instance, 0))
-            left.append(member)
+            left.append(group.members[member_id])
         if group is not None and left:
             now = self.time.milliseconds()
             for member in left:
@@ -421,7 +491,7 @@ class GroupCoordinator:
     def _remove(self, group: GroupMetadata, member: Member, now: int, reason: str) -> None:
         member.answer_join(JoinGroupResult(int(ErrorCode.UNKNOWN_MEMBER_ID), member_id=member.member_id))
         member.answer_sync(SyncGroupResult(int(ErrorCode.UNKNOWN_MEMBER_ID)))
-        group.members.pop(member.member_id, None)
+        group.remove(member.member_id)
         log.info("group %s: removing member %s: %s", group.group_id, member.member_id, reason)
         if group.state == GroupState.PREPARING_REBALANCE:
             self._maybe_complete_join(group, now)
@@ -455,8 +525,10 @@ class GroupCoordinator:
             if group is None:
                 group = self.groups[group_id] = GroupMetadata(group_id)
         else:
-            if group is None or member_id not in group.members:
+            if group is None:
                 return every(int(ErrorCode.UNKNOWN_MEMBER_ID))
+            if error := group.member_error(member_id, group_instance_id):
+                return every(error)
             if generation_id != group.generation_id:
                 return every(int(ErrorCode.ILLEGAL_GENERATION))
             if group.state == GroupState.COMPLETING_REBALANCE:

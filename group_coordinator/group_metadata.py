@@ -16,6 +16,10 @@ subscription, assigns, and sends the assignments in its SyncGroup; each member t
 A member's session is kept alive by its heartbeats (and by its pending JoinGroup or SyncGroup); one that
 stays silent past its session timeout is removed, which starts a rebalance for the others. The state
 machine lives here; the coordinator (group_coordinator.py) drives it with requests and `tick`.
+
+Static members (KIP-345) carry a `group.instance.id`; `static_members` maps each to the member id that holds
+it now. One that rejoins without a member id takes its instance's place under a new id
+(`replace_static_member`), and any request under the old id is fenced (`member_error`: FENCED_INSTANCE_ID).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from enum import Enum
 from typing import Any
 
 from group_coordinator.coordinator_records import GroupValue, MemberValue, OffsetValue
+from protocol.errors import ErrorCode
 
 
 class GroupState(Enum):
@@ -123,6 +128,42 @@ class GroupMetadata:
     initial_delay_deadline_ms: int = 0  # an empty group waits this long for more members (initial delay)
     sync_deadline_ms: int = 0  # CompletingRebalance: members that have not synced by then are removed
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # group.instance.id -> its member id now
+
+    def add(self, member: Member) -> None:
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+
+    def remove(self, member_id: str) -> Member | None:
+        member = self.members.pop(member_id, None)
+        if member is not None and member.group_instance_id is not None:
+            if self.static_members.get(member.group_instance_id) == member_id:
+                del self.static_members[member.group_instance_id]
+        return member
+
+    def member_error(self, member_id: str, group_instance_id: str | None) -> int:
+        """Kafka's validateCurrentMember: a static member's instance id must map to `member_id`
+        (FENCED_INSTANCE_ID when another member id holds it now), any other member must be in the group."""
+        if group_instance_id is not None:
+            current = self.static_members.get(group_instance_id)
+            if current is None:
+                return int(ErrorCode.UNKNOWN_MEMBER_ID)
+            return int(ErrorCode.FENCED_INSTANCE_ID) if current != member_id else 0
+        return 0 if member_id in self.members else int(ErrorCode.UNKNOWN_MEMBER_ID)
+
+    def replace_static_member(self, group_instance_id: str, old_member_id: str, new_member_id: str) -> Member:
+        """A static member that came back (a restart, or a duplicate) takes over its instance's place under a
+        new member id: same assignment and leadership; whoever still waits under the old id is fenced."""
+        member = self.members.pop(old_member_id)
+        member.answer_join(JoinGroupResult(int(ErrorCode.FENCED_INSTANCE_ID), member_id=old_member_id))
+        member.answer_sync(SyncGroupResult(int(ErrorCode.FENCED_INSTANCE_ID)))
+        member.member_id = new_member_id
+        self.members[new_member_id] = member
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        self.static_members[group_instance_id] = new_member_id
+        return member
 
     def is_empty(self) -> bool:
         return not self.members
@@ -197,6 +238,9 @@ class GroupMetadata:
                 assignment=m.assignment,
             )
             for m in value.members
+        }
+        self.static_members = {
+            m.group_instance_id: m.member_id for m in self.members.values() if m.group_instance_id is not None
         }
         self.state = GroupState.STABLE if self.members else GroupState.EMPTY
 

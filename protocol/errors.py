@@ -35,6 +35,7 @@ class ErrorCode(IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     MEMBER_ID_REQUIRED = 79
+    FENCED_INSTANCE_ID = 82
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
     NOT_ENOUGH_REPLICAS = 19
@@ -124,6 +125,7 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.INVALID_SESSION_TIMEOUT: "the session timeout is outside group.min/max.session.timeout.ms",
     ErrorCode.REBALANCE_IN_PROGRESS: "the group is rebalancing: rejoin (JoinGroup) to take part",
     ErrorCode.MEMBER_ID_REQUIRED: "JoinGroup v4+: join again with the member id this answer gives",
+    ErrorCode.FENCED_INSTANCE_ID: "another member has joined with this group.instance.id (KIP-345): this one stops",
     ErrorCode.COORDINATOR_NOT_AVAILABLE: "FindCoordinator (Kafka listener): no group coordinator can answer now; retry",
     ErrorCode.LEADER_NOT_AVAILABLE: "the partition has no leader right now (METADATA leader_id -1): retry later",
     ErrorCode.NOT_LEADER_OR_FOLLOWER: "this broker does not lead (or hold) the partition: refresh METADATA, retry",

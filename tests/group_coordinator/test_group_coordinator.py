@@ -250,3 +250,102 @@ def test_a_record_that_does_not_parse_is_skipped_on_load(bad: bytes) -> None:
         assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == 1
 
     asyncio.run(scenario())
+
+
+# -- static membership (KIP-345) ------------------------------------------------------------------------
+
+
+async def static_group_of_two(c: GroupCoordinator, clock: ManualTime) -> dict[str, str]:
+    """Instances i-a and i-b joined (no MEMBER_ID_REQUIRED round for static members), i-a leading, assigned
+    b"A" and b"B"; their member ids by instance."""
+    ja, jb = await join(c, group_instance_id="i-a"), await join(c, group_instance_id="i-b")
+    await settle(c, clock)
+    ra, rb = await ja, await jb
+    assert ra.error_code == rb.error_code == 0 and ra.member_id.startswith("i-a-") and ra.leader == ra.member_id
+    assert [(m, i) for m, i, _ in ra.members] == [(ra.member_id, "i-a"), (rb.member_id, "i-b")]
+    fs = asyncio.create_task(c.sync_group("g", rb.generation_id, rb.member_id, "i-b", None, None, {}))
+    await asyncio.sleep(0)
+    ls = await c.sync_group("g", ra.generation_id, ra.member_id, "i-a", None, None,
+                            {ra.member_id: b"A", rb.member_id: b"B"})  # fmt: skip
+    assert (ls.assignment, (await fs).assignment) == (b"A", b"B")
+    return {"i-a": ra.member_id, "i-b": rb.member_id}
+
+
+async def test_a_restarted_static_member_gets_its_assignment_back_without_a_rebalance_and_fences_its_old_id() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    ids = await static_group_of_two(c, clock)
+    generation = c.groups["g"].generation_id
+    again = await (await join(c, group_instance_id="i-a"))  # the leader's process restarted: no member id
+    assert again.error_code == 0 and again.generation_id == generation and again.members == []
+    assert again.member_id != ids["i-a"] and again.member_id.startswith("i-a-")
+    assert again.leader == ids["i-a"]  # the old id: the new one must not think it leads and assign
+    assert c.describe_group("g").state == "Stable"
+    synced = await c.sync_group("g", generation, again.member_id, "i-a", None, None, {})
+    assert (synced.error_code, synced.assignment) == (0, b"A")
+    assert c.heartbeat("g", generation, again.member_id, "i-a") == 0
+    assert c.heartbeat("g", generation, ids["i-b"], "i-b") == 0  # the other member saw no rebalance
+    # The old process, still alive somewhere, is told to stop.
+    assert c.heartbeat("g", generation, ids["i-a"], "i-a") == ErrorCode.FENCED_INSTANCE_ID
+    commit = {("t", 0): (5, -1, None)}
+    fenced = {("t", 0): ErrorCode.FENCED_INSTANCE_ID}
+    assert await c.commit_offsets("g", generation, ids["i-a"], "i-a", commit) == fenced
+    old_sync = await c.sync_group("g", generation, ids["i-a"], "i-a", None, None, {})
+    assert old_sync.error_code == ErrorCode.FENCED_INSTANCE_ID
+    rejoin_old = await (await join(c, ids["i-a"], group_instance_id="i-a"))
+    assert rejoin_old.error_code == ErrorCode.FENCED_INSTANCE_ID
+    # The new member id was written: a coordinator that loads the group knows the instance by it.
+    new = await coordinator(log, clock)
+    assert new.heartbeat("g", generation, again.member_id, "i-a") == 0
+    assert new.heartbeat("g", generation, ids["i-a"], "i-a") == ErrorCode.FENCED_INSTANCE_ID
+
+
+async def test_a_static_member_rejoining_while_the_leader_assigns_rebalances_and_fences_the_waiting_old_id() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    ja, jb = await join(c, group_instance_id="i-a"), await join(c, group_instance_id="i-b")
+    await settle(c, clock)
+    ra, rb = await ja, await jb
+    waiting = asyncio.create_task(c.sync_group("g", rb.generation_id, rb.member_id, "i-b", None, None, {}))
+    await asyncio.sleep(0)
+    assert c.describe_group("g").state == "CompletingRebalance"
+    rejoin = await join(c, group_instance_id="i-b")
+    assert (await waiting).error_code == ErrorCode.FENCED_INSTANCE_ID
+    assert c.describe_group("g").state == "PreparingRebalance"
+    leader_again = await join(c, ra.member_id, group_instance_id="i-a")
+    await settle(c, clock)
+    r1, r2 = await leader_again, await rejoin
+    assert r1.error_code == r2.error_code == 0 and r1.generation_id == r2.generation_id == ra.generation_id + 1
+    assert {m for m, _, _ in r1.members} == {ra.member_id, r2.member_id}
+
+
+async def test_an_admin_removes_a_static_member_by_its_instance_id_and_an_expired_one_loses_its_place() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    ids = await static_group_of_two(c, clock)
+    assert await c.leave_group("g", [("", "i-b"), ("", "i-zz")]) == (
+        0,
+        [(ids["i-b"], "i-b", 0), ("", "i-zz", ErrorCode.UNKNOWN_MEMBER_ID)],
+    )
+    assert c.describe_group("g").state == "PreparingRebalance"
+    assert c.heartbeat("g", 0, ids["i-b"], "i-b") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert (await c.leave_group("g", [(ids["i-b"], "i-a")]))[1] == [(ids["i-b"], "i-a", ErrorCode.FENCED_INSTANCE_ID)]
+    # i-a goes silent past its session: the group forgets the instance, so it joins afresh later.
+    clock.advance(11_000)
+    c.tick(clock.milliseconds())
+    assert "i-a" not in c.groups["g"].static_members and c.describe_group("g").state == "Empty"
+    fresh = await join(c, group_instance_id="i-a")
+    await settle(c, clock)
+    assert (await fresh).error_code == 0 and (await fresh).member_id != ids["i-a"]
+
+
+async def test_a_static_rejoin_whose_write_fails_keeps_the_old_member_id() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    ids = await static_group_of_two(c, clock)
+    generation = c.groups["g"].generation_id
+    log.fail_with = int(ErrorCode.NOT_ENOUGH_REPLICAS)
+    failed = await (await join(c, group_instance_id="i-b"))
+    assert failed.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE and failed.member_id == ""
+    assert c.heartbeat("g", generation, ids["i-b"], "i-b") == 0
+    assert c.groups["g"].static_members == ids

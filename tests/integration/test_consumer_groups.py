@@ -281,3 +281,77 @@ def test_minibroker_consume_group_and_the_group_commands_use_the_same_coordinato
     tail = cli(*args, "--timeout-ms", "5000").stdout.decode().splitlines()
     assert len(head) == 20 and len(tail) == 10
     assert sorted(head + tail) == sorted(f"p{p}-{i}" for p in range(3) for i in range(10))
+
+
+def static_consumer(cluster: LocalClusterState, group: str, instance: str) -> object:
+    return confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": group,
+            "group.instance.id": instance,  # KIP-345
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 30000,
+            "heartbeat.interval.ms": 300,
+            "partition.assignment.strategy": "range",
+        }
+    )
+
+
+def poll_until(consumers: list[object], done: object, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        for consumer in consumers:
+            consumer.poll(0.1)  # type: ignore[attr-defined]
+
+
+def partitions_of(consumer: object) -> list[int]:
+    return sorted(tp.partition for tp in consumer.assignment())  # type: ignore[attr-defined]
+
+
+def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance_and_a_duplicate_is_fenced(
+    cluster: LocalClusterState,
+) -> None:
+    create_topic(cluster, "static", 4)
+    b_events: list[tuple[str, list[int]]] = []
+    a, b = static_consumer(cluster, "sg", "inst-a"), static_consumer(cluster, "sg", "inst-b")
+    a.subscribe(["static"])  # type: ignore[attr-defined]
+    b.subscribe(  # type: ignore[attr-defined]
+        ["static"],
+        on_assign=lambda _c, ps: b_events.append(("assign", sorted(p.partition for p in ps))),
+        on_revoke=lambda _c, ps: b_events.append(("revoke", sorted(p.partition for p in ps))),
+    )
+    poll_until([a, b], lambda: len(partitions_of(a)) + len(partitions_of(b)) == 4 and partitions_of(a))
+    a_had, b_had, b_seen = partitions_of(a), partitions_of(b), list(b_events)
+    member_a = a.memberid()  # type: ignore[attr-defined]
+
+    a.close()  # type: ignore[attr-defined]  # a static member leaves no LeaveGroup: its place is kept
+    restarted = static_consumer(cluster, "sg", "inst-a")
+    restarted.subscribe(["static"])  # type: ignore[attr-defined]
+    poll_until([restarted, b], lambda: partitions_of(restarted) != [])
+    assert partitions_of(restarted) == a_had
+    assert restarted.memberid() != member_a  # type: ignore[attr-defined]
+    for _ in range(10):
+        b.poll(0.1)  # type: ignore[attr-defined]
+    assert (partitions_of(b), b_events) == (b_had, b_seen), "the other member saw a rebalance"
+
+    duplicate = static_consumer(cluster, "sg", "inst-a")
+    duplicate.subscribe(["static"])  # type: ignore[attr-defined]
+    # librdkafka makes a fenced static member's error fatal: poll() returns it, and the consumer stops.
+    fenced: list[object] = []
+    deadline = time.monotonic() + 60
+    while not fenced and time.monotonic() < deadline:
+        duplicate.poll(0.1)  # type: ignore[attr-defined]
+        try:
+            message = restarted.poll(0.1)  # type: ignore[attr-defined]
+        except confluent_kafka.KafkaException as exc:
+            fenced.append(exc.args[0])
+            continue
+        if message is not None and message.error() is not None:
+            fenced.append(message.error())
+    assert fenced, "the older member with the same group.instance.id was not fenced"
+    error = fenced[0]
+    assert error.code() == confluent_kafka.KafkaError._FATAL and "fenced" in error.str(), error  # type: ignore[attr-defined]
+    for consumer in (b, duplicate, restarted):
+        consumer.close()  # type: ignore[attr-defined]
