@@ -221,6 +221,15 @@ class BrokerNode:
                 {"message": f"background task {task.get_name()} failed", "exception": task.exception(), "task": task}
             )
 
+    async def _offsets_retention_loop(self) -> None:
+        """Kafka's offsets.retention.check.interval.ms: expired committed offsets get their tombstones."""
+        while True:
+            await self.time.sleep(max(self.config["offsets.retention.check.interval.ms"], 1) / 1000.0)
+            try:
+                await self.group_coordinator.expire_offsets()
+            except Exception:
+                log.exception("offsets retention failed")
+
     def _every(self, period_ms: int, action: Callable[[], object], name: str) -> None:
         async def loop() -> None:
             while True:
@@ -249,6 +258,7 @@ class BrokerNode:
         self._spawn(self._checkpoint_loop(), "hw-checkpoint")
         self._every(GROUP_TICK_MS, lambda: self.group_coordinator.tick(self.time.milliseconds()), "group-coordinator")
         self._every(self.config["log.retention.check.interval.ms"], self.log_manager.cleanup_logs, "log-retention")
+        self._spawn(self._offsets_retention_loop(), "offsets-retention")
         if self.controller is not None:
             self.lifecycle = BrokerLifecycleManager(
                 self.broker_id,

@@ -214,7 +214,10 @@ BROKER_CONFIG = ConfigDef(
         ),
         ConfigKey("offsets.topic.num.partitions", int, 50, "partitions of __consumer_offsets (group coordinators)"),
         ConfigKey("offsets.topic.replication.factor", int, 3, "replication factor of __consumer_offsets"),
-        ConfigKey("offsets.retention.minutes", int, 10080, "how long a group's committed offsets are kept"),
+        ConfigKey("offsets.retention.minutes", int, 10080, "how long an Empty group's committed offsets are kept"),
+        ConfigKey(
+            "offsets.retention.check.interval.ms", int, 600000, "how often expired committed offsets are removed"
+        ),
         ConfigKey(
             "group.initial.rebalance.delay.ms", int, 3000, "how long an empty group waits for more members to join"
         ),

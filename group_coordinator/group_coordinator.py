@@ -26,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from collections import Counter
+from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from group_coordinator.coordinator_records import (
     GroupKey,
@@ -69,7 +71,7 @@ class GroupConfig:
     group_max_session_timeout_ms: int = 1800000
     group_initial_rebalance_delay_ms: int = 3000
     offsets_topic_num_partitions: int = 50
-    offsets_retention_minutes: int = 10080  # kept for the config's sake: offsets do not expire yet
+    offsets_retention_minutes: int = 10080  # committed offsets of an Empty group expire after this
 
 
 def java_string_hash(text: str) -> int:
@@ -117,6 +119,20 @@ class GroupCoordinator:
         self._owned: set[int] = set()
         self._loading: set[int] = set()
         self._epochs: dict[int, int] = {}  # partition -> how many times elected: a stale load stops
+        self._tasks: set[asyncio.Task[None]] = set()  # writes nobody waits for (an empty group's record)
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _store_empty(self, group: GroupMetadata) -> None:
+        now = self.time.milliseconds()
+        code = await self.append(
+            self.partition_for(group.group_id), [(group_key(group.group_id), group_value(group.to_value(now)))]
+        )
+        if code:
+            log.warning("group %s: its empty state was not written (error %d)", group.group_id, code)
 
     # -- where groups live ------------------------------------------------------------------------------
 
@@ -180,7 +196,7 @@ class GroupCoordinator:
                 if value is None:
                     group.members.clear()
                     group.static_members.clear()
-                    group.state = GroupState.EMPTY
+                    group.set_state(GroupState.EMPTY, now)
                 else:
                     group.restore(read_group_value(value), now)
         except (RecordFormatError, UnicodeDecodeError) as exc:
@@ -327,7 +343,7 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.answer_sync(SyncGroupResult(int(ErrorCode.REBALANCE_IN_PROGRESS)))
         was_empty = group.state == GroupState.EMPTY
-        group.state = GroupState.PREPARING_REBALANCE
+        group.set_state(GroupState.PREPARING_REBALANCE, now)
         group.rebalance_deadline_ms = now + group.rebalance_timeout_ms()
         group.initial_delay_deadline_ms = (
             min(now + self.config.group_initial_rebalance_delay_ms, group.rebalance_deadline_ms) if was_empty else 0
@@ -348,14 +364,17 @@ class GroupCoordinator:
         group.generation_id += 1
         group.initial_delay_deadline_ms = 0
         if group.is_empty():
-            group.state = GroupState.EMPTY
+            group.set_state(GroupState.EMPTY, now)
             group.protocol_name = None
             group.leader_id = None
+            # Written as Kafka writes it: the empty group and since when (offset retention counts from it, on
+            # whichever broker coordinates the group by then).
+            self._spawn(self._store_empty(group), f"store empty group {group.group_id}")
             return
         group.protocol_name = group.select_protocol()
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
-        group.state = GroupState.COMPLETING_REBALANCE
+        group.set_state(GroupState.COMPLETING_REBALANCE, now)
         group.sync_deadline_ms = now + group.rebalance_timeout_ms()
         for member in group.members.values():
             member.assignment = b""
@@ -439,7 +458,7 @@ class GroupCoordinator:
                 m.answer_sync(SyncGroupResult(error))
             self._prepare_rebalance(group, self.time.milliseconds(), f"its assignment was not written ({code})")
             return
-        group.state = GroupState.STABLE
+        group.set_state(GroupState.STABLE, self.time.milliseconds())
         for m in group.members.values():
             m.answer_sync(SyncGroupResult(0, group.protocol_type, group.protocol_name, m.assignment))
 
@@ -541,12 +560,54 @@ class GroupCoordinator:
             (offset_key(group_id, topic, partition), offset_value(value))
             for (topic, partition), value in values.items()
         ]
-        code = await self.append(self.partition_for(group_id), records)
+        group.pending_commits.update(values.keys())
+        try:
+            code = await self.append(self.partition_for(group_id), records)
+        finally:
+            group.pending_commits.subtract(values.keys())
+            group.pending_commits += Counter()  # drops the zero counts
         if code:
             return every(_append_error(code))
         if self.groups.get(group_id) is group:
             group.offsets.update(values)
         return every(0)
+
+    # -- offset retention -------------------------------------------------------------------------------
+
+    async def expire_offsets(self) -> int:
+        """Kafka's cleanupGroupMetadata: the committed offsets past `offsets.retention.minutes`
+        (`GroupMetadata.expired_offsets`) get tombstones in __consumer_offsets, and an Empty group left with
+        no offsets gets one too and is gone (a new member starts it afresh, from auto.offset.reset). Returns
+        how many offsets expired."""
+        retention_ms = self.config.offsets_retention_minutes * 60_000
+        expired_total = 0
+        for group in list(self.groups.values()):
+            partition = self.partition_for(group.group_id)
+            if partition not in self._owned:
+                continue
+            now = self.time.milliseconds()
+            expired = group.expired_offsets(now, retention_ms)
+            values = {tp: group.offsets[tp] for tp in expired}
+            gone = group.state == GroupState.EMPTY and len(expired) == len(group.offsets) and not group.pending_commits
+            records: list[tuple[bytes | None, bytes | None]] = [
+                (offset_key(group.group_id, topic, p), None) for topic, p in expired
+            ]
+            if gone:
+                records.append((group_key(group.group_id), None))
+            if not records:
+                continue
+            code = await self.append(partition, records)
+            if code or self.groups.get(group.group_id) is not group:
+                continue  # not written (tried again next round), or the group moved meanwhile
+            for tp, value in values.items():
+                if group.offsets.get(tp) is value:  # not committed again while the tombstones were written
+                    del group.offsets[tp]
+                    expired_total += 1
+            if gone and group.state == GroupState.EMPTY and not group.offsets and not group.members:
+                del self.groups[group.group_id]
+            removed = ", group removed" if gone else ""
+            log.info("group %s: %d committed offsets expired%s", group.group_id, len(values), removed)
+        return expired_total
 
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None

@@ -129,6 +129,31 @@ class GroupMetadata:
     sync_deadline_ms: int = 0  # CompletingRebalance: members that have not synced by then are removed
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # group.instance.id -> its member id now
+    state_timestamp_ms: int = 0  # when the group entered its state (Kafka's currentStateTimestamp)
+    pending_commits: Counter[tuple[str, int]] = field(default_factory=Counter)  # commits being written
+
+    def set_state(self, state: GroupState, now_ms: int) -> None:
+        if state != self.state:
+            self.state = state
+            self.state_timestamp_ms = now_ms
+
+    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+        """Kafka's removeExpiredOffsets: a group with members keeps its offsets; one that has had a protocol
+        (a consumer group) and is Empty loses them `retention_ms` after it became Empty; a standalone group
+        (commits only: assign() and admin tools) loses each `retention_ms` after its commit. Never one whose
+        commit is being written."""
+        if self.protocol_type is not None and self.state == GroupState.EMPTY:
+            since = self.state_timestamp_ms or None
+        elif self.protocol_type is None and self.state == GroupState.EMPTY:
+            since = None
+        else:
+            return []
+        return [
+            tp
+            for tp, value in self.offsets.items()
+            if not self.pending_commits[tp]
+            and now_ms - (since if since is not None else value.commit_timestamp) >= retention_ms
+        ]
 
     def add(self, member: Member) -> None:
         self.members[member.member_id] = member
@@ -201,7 +226,7 @@ class GroupMetadata:
             self.generation_id,
             self.protocol_name,
             self.leader_id,
-            now_ms,
+            self.state_timestamp_ms or now_ms,
             tuple(
                 MemberValue(
                     m.member_id,
@@ -243,6 +268,7 @@ class GroupMetadata:
             m.group_instance_id: m.member_id for m in self.members.values() if m.group_instance_id is not None
         }
         self.state = GroupState.STABLE if self.members else GroupState.EMPTY
+        self.state_timestamp_ms = value.current_state_timestamp
 
     def describe(self) -> GroupDescription:
         return GroupDescription(

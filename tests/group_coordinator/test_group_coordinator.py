@@ -349,3 +349,61 @@ async def test_a_static_rejoin_whose_write_fails_keeps_the_old_member_id() -> No
     assert failed.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE and failed.member_id == ""
     assert c.heartbeat("g", generation, ids["i-b"], "i-b") == 0
     assert c.groups["g"].static_members == ids
+
+
+# -- offset retention -------------------------------------------------------------------------------------
+
+RETENTION = GroupConfig(
+    group_initial_rebalance_delay_ms=100, offsets_topic_num_partitions=3, offsets_retention_minutes=1
+)
+
+
+async def test_an_empty_groups_offsets_expire_a_retention_after_it_emptied_and_the_group_is_gone() -> None:
+    clock, log = ManualTime(), Log()
+    c = GroupCoordinator(1, clock, log.append, RETENTION, random.Random(7))
+    await c.on_elected(c.partition_for("g"), [])
+    leader, follower, generation = await stable_group_of_two(c, clock)
+    assert await c.commit_offsets("g", generation, leader, None, {("t", 0): (10, 1, None)}) == {("t", 0): 0}
+    clock.advance(120_000)  # long after the commit: a group with members keeps its offsets
+    assert await c.expire_offsets() == 0
+    await c.leave_group("g", [(leader, None), (follower, None)])
+    await asyncio.sleep(0)  # the empty group's record is written
+    assert c.describe_group("g").state == "Empty"
+    clock.advance(59_000)
+    assert await c.expire_offsets() == 0  # retention counts from when the group became Empty
+    clock.advance(1_000)
+    assert await c.expire_offsets() == 1
+    assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == -1 and "g" not in c.groups
+    # Tombstones in the log: a coordinator that loads it finds neither the offset nor the group's members.
+    new = GroupCoordinator(1, clock, log.append, RETENTION)
+    await new.on_elected(new.partition_for("g"), list(log.records[new.partition_for("g")]))
+    assert new.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == -1
+    assert new.describe_group("g").state in ("Dead", "Empty") and new.describe_group("g").members == []
+
+
+async def test_a_standalone_groups_offsets_expire_by_their_commit_time_but_not_while_a_commit_is_written() -> None:
+    clock, log = ManualTime(), Log()
+    c = GroupCoordinator(1, clock, log.append, RETENTION, random.Random(7))
+    await c.on_elected(c.partition_for("g"), [])
+    assert await c.commit_offsets("g", -1, "", None, {("t", 0): (5, -1, None)}) == {("t", 0): 0}
+    clock.advance(30_000)
+    assert await c.commit_offsets("g", -1, "", None, {("t", 1): (6, -1, None)}) == {("t", 1): 0}
+    clock.advance(30_000)
+    assert await c.expire_offsets() == 1  # t-0's commit is a minute old, t-1's half a minute
+    assert sorted(c.fetch_offsets("g", None)[1]) == [("t", 1)]
+    clock.advance(30_000)
+    gate = asyncio.Event()
+    original = log.append
+
+    async def slow_append(partition: int, records: list[tuple[bytes | None, bytes | None]]) -> int:
+        await gate.wait()
+        return await original(partition, records)
+
+    c.append = slow_append  # type: ignore[method-assign]
+    recommit = asyncio.create_task(c.commit_offsets("g", -1, "", None, {("t", 1): (7, -1, None)}))
+    await asyncio.sleep(0)
+    c.append = original  # type: ignore[method-assign]
+    assert await c.expire_offsets() == 0  # t-1's new commit is being written: not expired under it
+    gate.set()
+    assert await recommit == {("t", 1): 0}
+    assert c.fetch_offsets("g", None)[1] == {("t", 1): (7, -1, "", 0)}

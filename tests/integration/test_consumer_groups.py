@@ -355,3 +355,27 @@ def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance_
     assert error.code() == confluent_kafka.KafkaError._FATAL and "fenced" in error.str(), error  # type: ignore[attr-defined]
     for consumer in (b, duplicate, restarted):
         consumer.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(180)
+def test_committed_offsets_expire_after_offsets_retention_minutes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    overrides = {**GROUP_OVERRIDES, "offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "500"}
+    with kafka_cluster(tmp_path_factory.mktemp("retention") / "cluster", overrides) as cluster:
+        create_topic(cluster, "kept", 1)
+        consumer = group_consumer(cluster, "standalone")  # assign() and commits only: Kafka's standalone group
+        try:
+            tp = confluent_kafka.TopicPartition("kept", 0, 5)
+            consumer.commit(offsets=[tp], asynchronous=False)  # type: ignore[attr-defined]
+            committed_at = time.monotonic()
+            offsets: list[int] = []
+            while time.monotonic() - committed_at < 120:
+                answer = consumer.committed([confluent_kafka.TopicPartition("kept", 0)], timeout=20)  # type: ignore[attr-defined]
+                offsets.append(answer[0].offset)
+                if answer[0].offset < 0:
+                    break
+                time.sleep(1)
+            expired_after = time.monotonic() - committed_at
+        finally:
+            consumer.close()  # type: ignore[attr-defined]
+    assert offsets[0] == 5 and offsets[-1] == confluent_kafka.OFFSET_INVALID, offsets
+    assert 55 <= expired_after <= 75, expired_after  # a minute after the commit (the check runs twice a second)
