@@ -15,7 +15,7 @@ import asyncio
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,37 +90,32 @@ class RecordingProxy:
         broker, to_broker = await asyncio.open_connection(*self.upstream)
         asked: dict[int, tuple[int, int]] = {}
 
-        async def requests() -> None:
-            try:
-                while True:
-                    prefix = await client.readexactly(4)
-                    body = await client.readexactly(struct.unpack(">i", prefix)[0])
-                    key, version, correlation_id = struct.unpack_from(">hhi", body, 0)
-                    asked[correlation_id] = (key, version)  # before it is sent: its answer cannot come first
-                    to_broker.write(prefix + body)
-                    await to_broker.drain()
-            except (asyncio.IncompleteReadError, ConnectionError):
-                pass
-            finally:
-                to_broker.close()
+        def request(body: bytes) -> None:
+            key, version, correlation_id = struct.unpack_from(">hhi", body, 0)
+            asked[correlation_id] = (key, version)  # before it is sent on: its answer cannot come first
 
-        async def answers() -> None:
-            try:
-                while True:
-                    prefix = await broker.readexactly(4)
-                    body = await broker.readexactly(struct.unpack(">i", prefix)[0])
-                    (correlation_id,) = struct.unpack_from(">i", body, 0)
-                    key, version = asked.pop(correlation_id, (-1, -1))
-                    with self.lock:
-                        self.answers.append((key, version, body))
-                    to_client.write(prefix + body)
-                    await to_client.drain()
-            except (asyncio.IncompleteReadError, ConnectionError):
-                pass
-            finally:
-                to_client.close()
+        def answer(body: bytes) -> None:
+            (correlation_id,) = struct.unpack_from(">i", body, 0)
+            key, version = asked.pop(correlation_id, (-1, -1))
+            with self.lock:
+                self.answers.append((key, version, body))
 
-        await asyncio.gather(requests(), answers())
+        await asyncio.gather(_pump(client, to_broker, request), _pump(broker, to_client, answer))
+
+
+async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, seen: Callable[[bytes], None]) -> None:
+    """Size-prefixed frames from `source` to `sink`, each shown to `seen` first, until either side closes."""
+    try:
+        while True:
+            prefix = await source.readexactly(4)
+            body = await source.readexactly(struct.unpack(">i", prefix)[0])
+            seen(body)
+            sink.write(prefix + body)
+            await sink.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        sink.close()
 
 
 def read_with_kio(key: int, version: int, body: bytes) -> object:
