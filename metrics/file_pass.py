@@ -108,6 +108,8 @@ class FilePassStats:
     records: int
     files_sorted: int
     foreign_records: int
+    # (broker_id, broker_start_ms, records, first_ts_ms, last_ts_ms) per broker run (``broker_runs``)
+    runs: tuple[tuple[Any, ...], ...] = ()
 
 
 def broker_groups(paths: Sequence[Path]) -> list[tuple[int, list[str]]] | None:
@@ -147,14 +149,15 @@ def run(
 
     try:
         rows = spark.range(len(work), numPartitions=max(len(work), 1)).mapInArrow(task, _STATS_SCHEMA).collect()
+        foreign = sum(r["foreign"] for r in rows)
+        if foreign:
+            return None
         stats = FilePassStats(
             records=sum(r["records"] for r in rows),
             files_sorted=sum(r["files_sorted"] for r in rows),
-            foreign_records=sum(r["foreign"] for r in rows),
+            foreign_records=foreign,
+            runs=tuple(broker_runs(staging)),
         )
-        if stats.foreign_records:
-            shutil.rmtree(staging, ignore_errors=True)
-            return None
         finish(staging, config, schemas)
         paths_out = {}
         for name in s.TABLES:
@@ -244,9 +247,7 @@ def _starts(*keys: np.ndarray) -> np.ndarray:
     return first
 
 
-def ordered_rows(
-    files: Sequence[str], broker: int, in_schema: pa.Schema
-) -> tuple[pa.Table, np.ndarray, int, int]:
+def ordered_rows(files: Sequence[str], broker: int, in_schema: pa.Schema) -> tuple[pa.Table, np.ndarray, int, int]:
     """One broker's files → (its rows grouped by replica in time order, each replica's first row,
     files sorted, foreign records)."""
     tables = [parse_file(path, in_schema) for path in files]
@@ -357,7 +358,9 @@ def _table(columns: dict[str, Any], schema: pa.Schema) -> pa.Table:
 
 
 def _window_start(ts: np.ndarray, window_ms: int) -> np.ndarray:
-    return ts - np.mod(ts, window_ms)
+    """Start of the epoch-aligned window of ``window_ms`` holding each ``ts`` (``lag_job._window_start``)."""
+    start: np.ndarray = ts - np.mod(ts, window_ms)
+    return start
 
 
 def round_half_up(x: np.ndarray) -> np.ndarray:
@@ -365,7 +368,8 @@ def round_half_up(x: np.ndarray) -> np.ndarray:
     magnitude = np.abs(x)
     whole = np.floor(magnitude)
     up = (magnitude - whole) >= 0.5  # exact: x − floor(x) is a double without rounding
-    return np.sign(x) * (whole + up)
+    rounded: np.ndarray = np.sign(x) * (whole + up)
+    return rounded
 
 
 def _group_first_last(first: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -446,8 +450,8 @@ def follower_lag(r: _Rows, schema: pa.Schema) -> pa.Table:
 
 def replica_lag(r: _Rows, schema: pa.Schema) -> pa.Table:
     """``lag_job.replica_lag``: each leader sample's followers, one row each."""
-    keep = r.partition_row & _is(r.t[s.ROLE], s.ROLE_LEADER) & pc.is_valid(r.t[s.FOLLOWERS]).to_numpy(
-        zero_copy_only=False
+    keep = (
+        r.partition_row & _is(r.t[s.ROLE], s.ROLE_LEADER) & pc.is_valid(r.t[s.FOLLOWERS]).to_numpy(zero_copy_only=False)
     )
     rows = r.t.filter(pa.array(keep))
     lists = rows[s.FOLLOWERS].combine_chunks()
