@@ -2,18 +2,18 @@
 
 How this works: a broker writes its own samples, in time order, to its files (``broker-<id>-<first
 ts_ms>.jsonl``, then ``_active/broker-<id>.jsonl``). So every sample of a replica (topic, partition,
-broker_id, kind) is in the files of its broker, and in those files' order. ``run`` starts one Spark task
-per broker (``mapInArrow`` over the list of brokers). The task parses the broker's files with pyarrow's
-JSON reader (the job's fields only), groups the rows by replica (a stable order of the row numbers,
-which keeps each replica's samples in file order), checks that each replica's ``ts_ms`` never goes
-back, and computes with numpy what ``lag_job.replica_samples`` derives (counter deltas, interval,
-incarnation start, follower sample, role at the newest record). From those rows it computes, still in
-the task, every table or partial that one broker's rows decide:
+broker_id, kind) is in the files of its broker, and in those files' order. ``run`` starts a few Spark
+tasks per core (``mapInArrow`` over the list of brokers), each taking a run of brokers. For each broker,
+the task parses its files with pyarrow's JSON reader (the job's fields only), groups the rows by replica
+(a stable order of the row numbers, which keeps each replica's samples in file order), checks that each
+replica's ``ts_ms`` never goes back, and computes with numpy what ``lag_job.replica_samples`` derives
+(counter deltas, interval, incarnation start, follower sample, role at the newest record). From those
+rows it computes, still in the task, every table or partial that one broker's rows decide:
 
-- written as Parquet by the task (``part-<task>.parquet`` of the table's folder): ``follower_lag``,
-  ``replica_lag`` and ``broker_health`` (filters of the rows), ``lag_windows`` (per follower and
-  window) and ``byte_rates`` (per replica and window): a replica's rows are consecutive and in time
-  order, so each group is a run of rows;
+- written as Parquet by the task (``part-<task>.parquet`` of the table's folder, a row group per
+  broker): ``follower_lag``, ``replica_lag`` and ``broker_health`` (filters of the rows),
+  ``lag_windows`` (per follower and window) and ``byte_rates`` (per replica and window): a replica's
+  rows are consecutive and in time order, so each group is a run of rows;
 - written as small Arrow files for the driver (``_partials``): the follower status of each follower
   but for STOP (which compares with the newest record of any broker), the ``leader_timeline``
   counts per (topic, partition, epoch, leader), the broker runs, each partition's first and last
@@ -79,6 +79,8 @@ P_SEEN = "partitions_seen"
 P_LEADERS = "leader_samples"
 PARTIALS: tuple[str, ...] = (P_STATUS, P_TIMELINE, P_RUNS, P_SEEN, P_LEADERS)
 
+# Tasks of the pass per core Spark has (each task takes a run of brokers).
+TASKS_PER_CORE = 2
 _BROKER_FILE = re.compile(r"^broker-(-?\d+)(?:-.*)?$")
 _STATS_SCHEMA = "records long, files_sorted long, foreign long"
 
@@ -141,14 +143,24 @@ def run(
     where = str(staging)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                broker, files = work[index]
-                stats = broker_pass(files, broker, in_schema, schemas, config, Path(where), index)
-                yield pa.RecordBatch.from_pydict({k: [v] for k, v in stats.items()})
+        from pyspark import TaskContext
 
+        context = TaskContext.get()
+        out = PartWriter(Path(where), f"part-{context.partitionId() if context else 0:05d}")
+        try:
+            for batch in batches:
+                for index in batch.column(0).to_pylist():
+                    broker, files = work[index]
+                    stats = broker_pass(files, broker, in_schema, schemas, config, out)
+                    yield pa.RecordBatch.from_pydict({k: [v] for k, v in stats.items()})
+        finally:
+            out.close()
+
+    # A few tasks per core, each taking a run of brokers: a task per broker costs a task's start-up and
+    # a file per table for each broker, which the page's queries then open one by one.
+    tasks = max(1, min(len(work), spark.sparkContext.defaultParallelism * TASKS_PER_CORE))
     try:
-        rows = spark.range(len(work), numPartitions=max(len(work), 1)).mapInArrow(task, _STATS_SCHEMA).collect()
+        rows = spark.range(len(work), numPartitions=tasks).mapInArrow(task, _STATS_SCHEMA).collect()
         foreign = sum(r["foreign"] for r in rows)
         if foreign:
             return None
@@ -399,42 +411,59 @@ def _percentiles(
     return out, (v[top] if len(v) else np.zeros(groups, dtype=np.int64), has)
 
 
+class PartWriter:
+    """A task's output files, one per table and partial, each broker's rows appended as written (a
+    Parquet row group, an Arrow record batch), so a task of many brokers holds one broker's rows at a time."""
+
+    def __init__(self, staging: Path, part: str) -> None:
+        self._staging = staging
+        self._part = part
+        self._tables: dict[str, pq.ParquetWriter] = {}
+        self._partials: dict[str, tuple[pa.NativeFile, pa.ipc.RecordBatchFileWriter]] = {}
+
+    def table(self, name: str, table: pa.Table) -> None:
+        if name not in self._tables:
+            self._tables[name] = pq.ParquetWriter(self._staging / name / f"{self._part}.parquet", table.schema)
+        self._tables[name].write_table(table)
+
+    def partial(self, name: str, table: pa.Table) -> None:
+        if name not in self._partials:
+            sink = pa.OSFile(str(self._staging / PARTIALS_DIR / f"{name}-{self._part}.arrow"), "wb")
+            self._partials[name] = (sink, pa.ipc.new_file(sink, table.schema))
+        self._partials[name][1].write_table(table)
+
+    def close(self) -> None:
+        for writer in self._tables.values():
+            writer.close()
+        for sink, batches in self._partials.values():
+            batches.close()
+            sink.close()
+
+
 def broker_pass(
     files: Sequence[str],
     broker: int,
     in_schema: pa.Schema,
     schemas: dict[str, pa.Schema],
     config: LagJobConfig,
-    staging: Path,
-    index: int,
+    out: PartWriter,
 ) -> dict[str, int]:
-    """One broker task: its tables and partials under ``staging``; returns its statistics."""
+    """One broker's tables and partials, appended to its task's files; returns its statistics."""
     t, first, files_sorted, foreign = ordered_rows(files, broker, in_schema)
     stats = {"records": t.num_rows, "files_sorted": files_sorted, "foreign": foreign}
     if foreign:
         return stats  # the pass is not used: nothing to write
     r = derive(t, first)
-    part = f"part-{index:05d}"
-    outputs = {
-        s.TABLE_FOLLOWER_LAG: follower_lag(r, schemas[s.TABLE_FOLLOWER_LAG]),
-        s.TABLE_REPLICA_LAG: replica_lag(r, schemas[s.TABLE_REPLICA_LAG]),
-        s.TABLE_BROKER_HEALTH: broker_health(r, schemas[s.TABLE_BROKER_HEALTH]),
-        s.TABLE_LAG_WINDOWS: lag_windows(r, config, schemas[s.TABLE_LAG_WINDOWS]),
-        s.TABLE_BYTE_RATES: byte_rates(r, config, schemas[s.TABLE_BYTE_RATES]),
-    }
-    for name, table in outputs.items():
-        pq.write_table(table, staging / name / f"{part}.parquet")
-    partials = {
-        P_STATUS: follower_status_partial(r, config, schemas[s.TABLE_FOLLOWER_STATUS]),
-        P_TIMELINE: leader_timeline_partial(r),
-        P_RUNS: broker_runs_partial(r),
-        P_SEEN: partitions_seen_partial(r),
-        P_LEADERS: leader_samples_partial(r),
-    }
-    for name, table in partials.items():
-        with pa.OSFile(str(staging / PARTIALS_DIR / f"{name}-{part}.arrow"), "wb") as sink:
-            with pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
+    out.table(s.TABLE_FOLLOWER_LAG, follower_lag(r, schemas[s.TABLE_FOLLOWER_LAG]))
+    out.table(s.TABLE_REPLICA_LAG, replica_lag(r, schemas[s.TABLE_REPLICA_LAG]))
+    out.table(s.TABLE_BROKER_HEALTH, broker_health(r, schemas[s.TABLE_BROKER_HEALTH]))
+    out.table(s.TABLE_LAG_WINDOWS, lag_windows(r, config, schemas[s.TABLE_LAG_WINDOWS]))
+    out.table(s.TABLE_BYTE_RATES, byte_rates(r, config, schemas[s.TABLE_BYTE_RATES]))
+    out.partial(P_STATUS, follower_status_partial(r, config, schemas[s.TABLE_FOLLOWER_STATUS]))
+    out.partial(P_TIMELINE, leader_timeline_partial(r))
+    out.partial(P_RUNS, broker_runs_partial(r))
+    out.partial(P_SEEN, partitions_seen_partial(r))
+    out.partial(P_LEADERS, leader_samples_partial(r))
     return stats
 
 

@@ -66,8 +66,12 @@ def test_every_table_of_the_file_pass_equals_the_sorted_one_row_for_row(spark: S
 
 
 @pytest.mark.timeout(300)
-def test_tables_match_with_other_windows_and_thresholds(spark: SparkSession, tmp_path: Path) -> None:
-    # Short windows and gaps: more windows, byte-rate shares and health buckets cut, STOP statuses.
+def test_tables_match_with_other_windows_and_thresholds(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Short windows and gaps: more windows, byte-rate shares and health buckets cut, STOP statuses. One
+    # task per core: a task takes several brokers, appending each one's rows to its files.
+    monkeypatch.setattr(file_pass, "TASKS_PER_CORE", 1)
     metrics = tmp_path / "metrics"
     write_metrics_dir(metrics)
     config = LagJobConfig(
