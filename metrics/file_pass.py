@@ -54,8 +54,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructField, StructType
 
 from metrics import lag_job
 from metrics import schema as s
@@ -91,16 +92,21 @@ def file_broker(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def table_schemas(spark: SparkSession, config: LagJobConfig) -> dict[str, pa.Schema]:
-    """Every table's Arrow schema as the sorted path writes it (its plan on an empty frame, every field
-    nullable as Spark reads Parquet back)."""
+def spark_schemas(spark: SparkSession, config: LagJobConfig) -> dict[str, StructType]:
+    """Every table's schema as the sorted path writes it (its plan on an empty frame), every field
+    nullable as Spark reads Parquet back. Reading the written tables with it spares Spark a job per
+    table that reads the Parquet footers for their schema."""
     empty = spark.createDataFrame([], s.LAG_JOB_SCHEMA)
     tables = lag_job.compute_tables(empty, config, now_ms=0)
-    out = {}
-    for name, df in tables.items():
-        arrow = to_arrow_schema(df.schema)
-        out[name] = pa.schema([f.with_nullable(True) for f in arrow])
-    return out
+    return {
+        name: StructType([StructField(f.name, f.dataType, True) for f in df.schema.fields])
+        for name, df in tables.items()
+    }
+
+
+def table_schemas(spark_schemas: dict[str, StructType]) -> dict[str, pa.Schema]:
+    """The Arrow schemas the tables are written with (``spark_schemas``' types)."""
+    return {name: to_arrow_schema(schema) for name, schema in spark_schemas.items()}
 
 
 @dataclass(frozen=True)
@@ -128,9 +134,10 @@ def broker_groups(paths: Sequence[Path]) -> list[tuple[int, list[str]]] | None:
 
 def run(
     spark: SparkSession, paths: Sequence[Path], out_dir: Path, config: LagJobConfig
-) -> tuple[dict[str, str], FilePassStats] | None:
-    """Every table of ``paths`` under ``out_dir/<table>`` (see the module docstring); (table paths, stats),
-    or None when the pass cannot be used (nothing is then left in ``out_dir``)."""
+) -> tuple[dict[str, DataFrame], dict[str, str], FilePassStats] | None:
+    """Every table of ``paths`` under ``out_dir/<table>`` (see the module docstring): (the tables as frames
+    reading them, their paths, stats), or None when the pass cannot be used (nothing is then left in
+    ``out_dir``)."""
     work = broker_groups(paths)
     if work is None:
         return None
@@ -138,7 +145,8 @@ def run(
     shutil.rmtree(staging, ignore_errors=True)
     for name in (*TASK_TABLES, PARTIALS_DIR):
         (staging / name).mkdir(parents=True)
-    schemas = table_schemas(spark, config)
+    read_schemas = spark_schemas(spark, config)
+    schemas = table_schemas(read_schemas)
     in_schema = to_arrow_schema(s.LAG_JOB_SCHEMA)
     where = str(staging)
 
@@ -179,7 +187,8 @@ def run(
             paths_out[name] = str(final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return paths_out, stats
+    tables = {name: spark.read.schema(read_schemas[name]).parquet(path) for name, path in paths_out.items()}
+    return tables, paths_out, stats
 
 
 # ---------------------------------------------------------------------------------------------------------

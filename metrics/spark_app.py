@@ -263,7 +263,7 @@ def publish_files(
     done = file_pass.run(spark, files, out_dir, config)
     if done is None:
         return None
-    paths, stats = done
+    tables, paths, stats = done
     if stats.records == 0:
         raise NoMetricsError("the metrics files hold no readable records")
     mark("file_pass")
@@ -273,7 +273,6 @@ def publish_files(
     )
     progress("building the page")
     runs = [dashboard.BrokerRun(*row) for row in stats.runs]
-    tables = {name: spark.read.parquet(path) for name, path in paths.items()}
     data = dashboard.collect_dashboard_data(
         title, tables, config.window_ms, runs, faults=faults, health_bucket_ms=config.health_bucket_ms
     )

@@ -34,12 +34,13 @@ def _assert_same_tables(spark: SparkSession, metrics: Path, out: Path, config: L
     old = lag_job.compute_tables(records, config, now_ms=now_ms)
     done = file_pass.run(spark, files, out, config)
     assert done is not None
-    paths, stats = done
+    tables, paths, stats = done
     assert sorted(paths) == sorted(old) == sorted(s.TABLES)
     assert stats.records == records.count()
     assert not (out / file_pass.STAGING_DIR).exists()
     for name in s.TABLES:
-        new = spark.read.parquet(paths[name])
+        new = tables[name]
+        assert new.schema == spark.read.parquet(paths[name]).schema, name
         assert new.columns == old[name].columns, name
         old_rows, new_rows = _rows(old[name]), _rows(new)
         assert old_rows, name
