@@ -75,6 +75,8 @@ def test_tables_match_with_other_windows_and_thresholds(
     monkeypatch.setattr(file_pass, "TASKS_PER_CORE", 1)
     metrics = tmp_path / "metrics"
     write_metrics_dir(metrics)
+    # A broker whose only file holds nothing readable (a line cut by a crash): its task has no rows.
+    (metrics / f"broker-9-{T0}.jsonl").write_text('{"kind": "partition", "ts_ms": 17')
     config = LagJobConfig(
         window_ms=3_000, status_min_samples=2, sample_gap_max_ms=1_500, allowed_lag_messages=5, health_bucket_ms=700
     )
