@@ -31,7 +31,11 @@ no file holds two samples of one replica. ``--by-broker`` writes the same record
 does instead, one broker's samples per file in time order (one file per broker at 1M, ten rolled files
 per broker at 10M), which is the layout a job that reads each file in order as one unit relies on.
 
-Run: .venv/bin/python -m bench.lag_job [--quick] [--repeat N] [--data DIR] [--by-broker]
+The job runs on its default path, the per-broker file pass (``metrics.file_pass``; on the 16 slices,
+whose files are not one broker's each, it falls back to the sort), or with ``--sorted`` on the
+shuffle-and-sort path, so the two can be compared on the same data (``path`` in the output).
+
+Run: .venv/bin/python -m bench.lag_job [--quick] [--repeat N] [--data DIR] [--by-broker] [--sorted]
 (prints one JSON object as the last line)
 """
 
@@ -272,13 +276,17 @@ def file_floor(spark: SparkSession, metrics: Path) -> None:
     files.mapInArrow(parse, "rows long").write.format("noop").mode("overwrite").save()
 
 
-def job(spark: SparkSession, metrics: Path, out: Path) -> dict[str, float]:
-    """The whole batch job: read, every table, Parquet, dashboard. Returns its phase times."""
-    result = spark_app.run_batch(spark, metrics, out, LagJobConfig(window_ms=10_000))
+def job(spark: SparkSession, metrics: Path, out: Path, per_file: bool = True) -> dict[str, float]:
+    """The whole batch job: read, every table, Parquet, dashboard. Returns its phase times.
+
+    ``per_file``: the job's path (``spark_app.run_batch``); on the 16 slices it falls back to the sort."""
+    result = spark_app.run_batch(spark, metrics, out, LagJobConfig(window_ms=10_000), per_file=per_file)
     return result.extra
 
 
-def compare(clock: Clock, spark: SparkSession, metrics: Path, out: Path, records: int, repeat: int) -> dict[str, Any]:
+def compare(
+    clock: Clock, spark: SparkSession, metrics: Path, out: Path, records: int, repeat: int, per_file: bool = True
+) -> dict[str, Any]:
     """Scan, ordering floor and job in turn, ``repeat`` times each; the fastest run of each is the figure."""
     scans: list[Timing] = []
     orders: list[Timing] = []
@@ -290,7 +298,7 @@ def compare(clock: Clock, spark: SparkSession, metrics: Path, out: Path, records
         orders.append(clock.measure(lambda: order(spark, metrics)))
         arrows.append(clock.measure(lambda: arrow_floor(spark, metrics)))
         file_parses.append(clock.measure(lambda: file_floor(spark, metrics)))
-        jobs.append(clock.measure(lambda: job(spark, metrics, out)))
+        jobs.append(clock.measure(lambda: job(spark, metrics, out, per_file)))
     best_scan = min(scans, key=lambda t: t.wall_s)
     best_order = min(orders, key=lambda t: t.wall_s)
     best_arrow = min(arrows, key=lambda t: t.wall_s)
@@ -329,6 +337,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, metavar="N", help="timed runs of job and scan (default 2)")
     parser.add_argument("--data", type=Path, metavar="DIR", help="keep the generated records here and reuse them")
     parser.add_argument(
+        "--sorted", action="store_true", help="the job's shuffle-and-sort path, not the per-broker file pass"
+    )
+    parser.add_argument(
         "--by-broker",
         action="store_true",
         help="write the records as the emitter does: files of one broker each, its samples in time order",
@@ -357,15 +368,19 @@ def main() -> None:
             order(spark, small)
             arrow_floor(spark, small)
             file_floor(spark, small)
-            job(spark, small, out / "warm-up")
+            job(spark, small, out / "warm-up", not args.sorted)
 
         warm_up = clock.measure(warm)
-        result: dict[str, Any] = {"session_start_s": round(session_start_s, 2), "warm_up_s": warm_up.wall_s}
-        one_m = compare(clock, spark, small, out / "1m", 1_000_000, args.repeat)
+        result: dict[str, Any] = {
+            "path": "sorted" if args.sorted else "per_file",
+            "session_start_s": round(session_start_s, 2),
+            "warm_up_s": warm_up.wall_s,
+        }
+        one_m = compare(clock, spark, small, out / "1m", 1_000_000, args.repeat, not args.sorted)
         if big is None:
             result.update(one_m)
         else:
-            result.update(compare(clock, spark, big, out / "10m", 10_000_000, args.repeat))
+            result.update(compare(clock, spark, big, out / "10m", 10_000_000, args.repeat, not args.sorted))
             result["at_1m"] = one_m
             result["growth_1m_to_10m"] = round(result["job_s"] / one_m["job_s"], 2)
         result["load_avg_1m_start"] = round(load_start, 2)

@@ -2,9 +2,13 @@
 
 How this works:
 - Batch: list the rolled ``broker-<id>-<first_ts_ms>.jsonl`` files and the ``_active/broker-<id>.jsonl``
-  files (Spark's own listing skips ``_`` paths, so the job passes explicit paths) and read them once
-  with the fixed schema, projected to the fields the tables use (lines cut by a crash are dropped).
-  ``publish`` then runs the one window pass (``lag_job.replica_samples``: one shuffle, one sort) and
+  files (Spark's own listing skips ``_`` paths, so the job passes explicit paths). When every file is
+  one broker's (the emitter's layout), ``publish_files`` computes every table in one Spark task per
+  broker (``metrics.file_pass``: its files parsed in order, no shuffle or sort, the tables written as
+  Parquet by the tasks and the driver, Spark never holding the records), then runs the page's queries
+  over the written tables. Otherwise (or with ``--sorted``) the records are read once by Spark
+  with the fixed schema, projected to the fields the tables use (lines cut by a crash are dropped), and
+  ``publish`` runs the one window pass (``lag_job.replica_samples``: one shuffle, one sort) and
   keeps its result in memory; a first small job collects the broker runs (records, time span, restarts)
   and fills that cache; the nine tables are aggregations over it, written as Parquet by concurrent
   jobs (the small aggregated tables cached as they are written); row counts come from the Parquet
@@ -49,7 +53,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.storagelevel import StorageLevel
 
-from metrics import dashboard, follow, lag_job
+from metrics import dashboard, file_pass, follow, lag_job
 from metrics import schema as s
 from metrics.lag_job import LagJobConfig
 
@@ -240,6 +244,45 @@ def publish(
     return paths, counts, data.status_counts, n
 
 
+def publish_files(
+    spark: SparkSession,
+    files: Sequence[Path],
+    out_dir: Path,
+    config: LagJobConfig,
+    title: str,
+    faults: Sequence[dashboard.TimelineEvent] = (),
+    phases: dict[str, float] | None = None,
+) -> tuple[dict[str, str], dict[str, int], dict[str, int], int] | None:
+    """``publish`` on the per-broker file pass (``file_pass.run``): every table computed in one task per
+    broker's files and written as Parquet without Spark holding the records, then the page's queries
+    over the written tables. Returns what ``publish`` returns, or None when the files are not in the
+    emitter's layout (a file named after no broker, a record of another broker): the caller then takes
+    the sorted path."""
+    mark = _PhaseTimer(phases)
+    progress("reading each broker's files in order")
+    done = file_pass.run(spark, files, out_dir, config)
+    if done is None:
+        return None
+    tables, paths, stats = done
+    if stats.records == 0:
+        raise NoMetricsError("the metrics files hold no readable records")
+    mark("file_pass")
+    progress(
+        f"{stats.records} records from {len(stats.runs)} broker runs, {stats.files_sorted} files sorted; "
+        f"{len(paths)} tables written"
+    )
+    progress("building the page")
+    runs = [dashboard.BrokerRun(*row) for row in stats.runs]
+    data = dashboard.collect_dashboard_data(
+        title, tables, config.window_ms, runs, faults=faults, health_bucket_ms=config.health_bucket_ms
+    )
+    mark("page_queries")
+    counts = {name: parquet_row_count(Path(path)) for name, path in paths.items()}
+    write_page(out_dir, data)
+    mark("page_render")
+    return paths, counts, data.status_counts, stats.records
+
+
 def write_page(out_dir: Path, data: dashboard.DashboardData) -> Path:
     """Render ``dashboard.html`` from ``data``, replacing the old page in one rename."""
     page = out_dir / DASHBOARD_FILE
@@ -319,7 +362,14 @@ def snapshot_metric_files(
     return rolled + kept
 
 
-def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: LagJobConfig) -> DashboardResult:
+def run_batch(
+    spark: SparkSession, metrics_dir: Path, out_dir: Path, config: LagJobConfig, per_file: bool = True
+) -> DashboardResult:
+    """The batch job: every table and the page from the metrics files there now.
+
+    ``per_file`` (the default): each broker's files in one task (``publish_files``), falling back to the
+    shuffle and sort (``publish``) when the files are not in the emitter's layout; False: the sort always.
+    """
     started = time.monotonic()
     phases: dict[str, float] = {}
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -329,15 +379,14 @@ def run_batch(spark: SparkSession, metrics_dir: Path, out_dir: Path, config: Lag
         progress(f"{len(files)} metrics files from {metrics_dir}")
         if not files:
             raise NoMetricsError(f"no broker-*.jsonl files in {metrics_dir} or {metrics_dir / ACTIVE_DIR}")
-        records = read_records(spark, files)
-        paths, counts, statuses, n = publish(
-            records,
-            out_dir,
-            config,
-            _title(metrics_dir),
-            dashboard.fault_events(metrics_dir / s.FAULTS_FILE),
-            phases=phases,
-        )
+        title, faults = _title(metrics_dir), dashboard.fault_events(metrics_dir / s.FAULTS_FILE)
+        done = publish_files(spark, files, out_dir, config, title, faults, phases) if per_file else None
+        if done is None:
+            if per_file:
+                progress("the files are not one broker's each: shuffling and sorting the records instead")
+            phases.clear()
+            done = publish(read_records(spark, files), out_dir, config, title, faults, phases=phases)
+        paths, counts, statuses, n = done
     finally:
         shutil.rmtree(snapshot, ignore_errors=True)
     return DashboardResult(
@@ -682,8 +731,11 @@ def run_dashboard(
     spark: SparkSession | None = None,
     allowed_lag: int = 0,
     incremental_from: int = INCREMENTAL_FROM_RECORDS,
+    per_file: bool = True,
 ) -> DashboardResult:
     """Build the tables and ``dashboard.html`` once (batch) or keep refreshing them (follow).
+
+    ``per_file``: the batch job's path (``run_batch``).
 
     Uses ``spark`` when given (tests share one session); otherwise gets one on ``master`` and stops
     it afterwards if it started it. Raises NoMetricsError when the metrics dir is missing or holds no records.
@@ -702,7 +754,7 @@ def run_dashboard(
             return run_follow(
                 session, metrics_path, out_path, config, trigger_s, max_batches, incremental_from=incremental_from
             )
-        return run_batch(session, metrics_path, out_path, config)
+        return run_batch(session, metrics_path, out_path, config, per_file=per_file)
     finally:
         if owned:
             session.stop()
@@ -747,6 +799,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="follower status: a lag of at most N messages counts as caught up (Burrow's allowed-lag; default 0)",
     )
+    p.add_argument(
+        "--sorted",
+        action="store_true",
+        help="batch: shuffle and sort the records instead of reading each broker's files in order",
+    )
     p.add_argument("--json", action="store_true", help="print the run summary as one JSON line")
     return p
 
@@ -773,6 +830,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_batches=args.max_batches,
             allowed_lag=args.allowed_lag,
             incremental_from=args.incremental_from,
+            per_file=not args.sorted,
         )
     except NoMetricsError as e:
         print(f"minibroker dashboard: {e}", file=sys.stderr)

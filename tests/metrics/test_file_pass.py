@@ -1,4 +1,4 @@
-"""The per-file pass prototype (``bench.lag_file_pass``) against the shuffle-and-sort path: every table, row for row."""
+"""The per-broker file pass (``metrics.file_pass``) against the shuffle-and-sort path: every table, row for row."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from bench import lag_file_pass as file_pass
-from metrics import lag_job, spark_app
+from metrics import file_pass, lag_job, spark_app
 from metrics import schema as s
 from metrics.lag_job import LagJobConfig
 from tests.metrics.test_dashboard import T0, write_metrics_dir
@@ -21,30 +20,36 @@ def _rows(df: DataFrame) -> list[tuple[Any, ...]]:
     return sorted((tuple(r) for r in df.collect()), key=repr)
 
 
-def _both(
-    spark: SparkSession, metrics: Path, config: LagJobConfig
-) -> tuple[dict[str, DataFrame], dict[str, DataFrame], int]:
-    files = spark_app.list_metric_files(metrics)
-    records = spark_app.read_records(spark, files)
-    now_ms = records.agg({s.TS_MS: "max"}).first()[0]  # type: ignore[index]
-    old = lag_job.compute_tables(records, config, now_ms=now_ms)
-    samples, stats = file_pass.replica_samples_of_files(spark, files)
-    samples = samples.cache()
-    samples.count()
-    new = lag_job.tables_of_samples(samples, config, now_ms=now_ms)
-    return old, new, stats.files_sorted.value
-
-
 def _shuffle_lines(path: Path, seed: int) -> None:
     lines = path.read_text().splitlines(keepends=True)
     random.Random(seed).shuffle(lines)
     path.write_text("".join(lines))
 
 
+def _assert_same_tables(spark: SparkSession, metrics: Path, out: Path, config: LagJobConfig) -> int:
+    """Every table of the file pass equals the sorted path's, row for row; returns the files sorted."""
+    files = spark_app.list_metric_files(metrics)
+    records = spark_app.read_records(spark, files)
+    now_ms = records.agg({s.TS_MS: "max"}).first()[0]  # type: ignore[index]
+    old = lag_job.compute_tables(records, config, now_ms=now_ms)
+    done = file_pass.run(spark, files, out, config)
+    assert done is not None
+    tables, paths, stats = done
+    assert sorted(paths) == sorted(old) == sorted(s.TABLES)
+    assert stats.records == records.count()
+    assert not (out / file_pass.STAGING_DIR).exists()
+    for name in s.TABLES:
+        new = tables[name]
+        assert new.schema == spark.read.parquet(paths[name]).schema, name
+        assert new.columns == old[name].columns, name
+        old_rows, new_rows = _rows(old[name]), _rows(new)
+        assert old_rows, name
+        assert new_rows == old_rows, name
+    return stats.files_sorted
+
+
 @pytest.mark.timeout(300)
-def test_every_table_of_the_per_file_pass_equals_the_sorted_one_row_for_row(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_every_table_of_the_file_pass_equals_the_sorted_one_row_for_row(spark: SparkSession, tmp_path: Path) -> None:
     # Three brokers, broker 1 restarted, leadership of orders-0 moved from 1 to 2, a follower stalled, rolled
     # and active files with a line cut by a crash. Broker 3's second rolled file is written out of order
     # (sorted alone), and broker 2's first two rolled files hold each other's records (its replicas go back
@@ -57,21 +62,49 @@ def test_every_table_of_the_per_file_pass_equals_the_sorted_one_row_for_row(
     first.write_text(b)
     second.write_text(a)
     broker_2_files = sum(1 for p in spark_app.list_metric_files(metrics) if file_pass.file_broker(p) == 2)
-    old, new, sorted_files = _both(spark, metrics, LagJobConfig(window_ms=10_000))
+    sorted_files = _assert_same_tables(spark, metrics, tmp_path / "out", LagJobConfig(window_ms=10_000))
     assert sorted_files == 1 + broker_2_files
-    assert sorted(old) == sorted(new) == sorted(s.TABLES)
-    for name in s.TABLES:
-        assert new[name].columns == old[name].columns, name
-        old_rows, new_rows = _rows(old[name]), _rows(new[name])
-        assert old_rows, name
-        assert new_rows == old_rows, name
 
 
-def test_records_of_another_broker_are_counted_for_the_fallback(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.timeout(300)
+def test_tables_match_with_other_windows_and_thresholds(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Short windows and gaps: more windows, byte-rate shares and health buckets cut, STOP statuses. One
+    # task per core: a task takes several brokers, appending each one's rows to its files.
+    monkeypatch.setattr(file_pass, "TASKS_PER_CORE", 1)
+    metrics = tmp_path / "metrics"
+    write_metrics_dir(metrics)
+    # A broker whose only file holds nothing readable (a line cut by a crash): its task has no rows.
+    (metrics / f"broker-9-{T0}.jsonl").write_text('{"kind": "partition", "ts_ms": 17')
+    config = LagJobConfig(
+        window_ms=3_000, status_min_samples=2, sample_gap_max_ms=1_500, allowed_lag_messages=5, health_bucket_ms=700
+    )
+    assert _assert_same_tables(spark, metrics, tmp_path / "out", config) == 0
+
+
+@pytest.mark.timeout(120)
+def test_records_of_another_broker_make_the_pass_step_aside(spark: SparkSession, tmp_path: Path) -> None:
     metrics = tmp_path / "metrics"
     metrics.mkdir()
     record = {"kind": "partition", "ts_ms": T0, "broker_id": 2, "topic": "t", "partition": 0, "role": "leader"}
     (metrics / f"broker-1-{T0}.jsonl").write_text(json.dumps(record) + "\n")
-    samples, stats = file_pass.replica_samples_of_files(spark, spark_app.list_metric_files(metrics))
-    assert samples.count() == 1
-    assert stats.foreign_records.value == 1
+    out = tmp_path / "out"
+    assert file_pass.run(spark, spark_app.list_metric_files(metrics), out, LagJobConfig()) is None
+    assert not any(out.iterdir())
+
+
+@pytest.mark.timeout(60)
+def test_a_file_named_after_no_broker_makes_the_pass_step_aside(spark: SparkSession, tmp_path: Path) -> None:
+    assert file_pass.broker_groups([tmp_path / "broker-1-5.jsonl", tmp_path / "other.jsonl"]) is None
+    assert file_pass.broker_groups([tmp_path / "broker-1-5.jsonl", tmp_path / "broker-1.jsonl"]) == [
+        (1, [str(tmp_path / "broker-1-5.jsonl"), str(tmp_path / "broker-1.jsonl")])
+    ]
+
+
+@pytest.mark.timeout(10)
+def test_round_half_up_matches_spark_not_numpy() -> None:
+    import numpy as np
+
+    values = np.array([0.5, 1.5, 2.5, 2.4999999999999996, -0.5, -2.5, 3.0, 0.49999999999999994])
+    assert file_pass.round_half_up(values).tolist() == [1.0, 2.0, 3.0, 2.0, -1.0, -3.0, 3.0, 0.0]
