@@ -196,6 +196,14 @@ async def three_brokers(cluster_dir: Path, overrides: dict[str, str]) -> AsyncIt
         stop_cluster(state, timeout_s=10.0)
 
 
+def default_sigint() -> None:
+    """`preexec_fn` for a child a test stops with SIGINT, as Ctrl-C would: SIGINT back to its default. A shell
+    without job control starts background commands with SIGINT ignored (`nohup`, `cmd &` in a script), every
+    process below inherits that, and a Python started so keeps ignoring it: asyncio's Ctrl-C handling is then
+    never installed, and the test's SIGINT does nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def kill_processes_mentioning(text: str) -> list[tuple[int, str]]:
     """SIGKILL every process (other than this one) whose command line contains `text`; what was killed.
 

@@ -22,7 +22,7 @@ from cluster.local_cluster import LocalClusterState, free_ports, random_base_add
 from cluster.network_faults import CHAIN_PREFIX, NetworkFaults, leftovers
 from metrics.dashboard import fault_events
 from metrics.fields import FAULTS_FILE
-from tests.integration.processes import ROOT
+from tests.integration.processes import ROOT, default_sigint
 
 pytestmark = [
     pytest.mark.slow,
@@ -135,6 +135,7 @@ def test_ctrl_c_in_the_middle_of_a_partition_removes_every_rule(tmp_path: Path) 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,  # stopped by SIGINT below, as Ctrl-C stops it
     )
     try:
         deadline = time.monotonic() + 40

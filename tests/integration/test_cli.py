@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cluster.local_cluster import free_ports
-from tests.integration.processes import ROOT
+from tests.integration.processes import ROOT, default_sigint
 
 pytestmark = [pytest.mark.slow]
 
@@ -621,6 +621,7 @@ def test_a_consumer_stopped_by_a_signal_says_how_many_records_it_printed(
         text=True,
         cwd=ROOT,
         env=clean_env(),
+        preexec_fn=default_sigint,  # stopped by SIGINT below, as Ctrl-C stops it
     )
     try:
         assert proc.stdout is not None
