@@ -126,12 +126,13 @@ class GroupCoordinator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _write_group(self, group: GroupMetadata) -> int:
+        """Append the group's record (its membership now) to its __consumer_offsets partition; the error code."""
+        value = group_value(group.to_value(self.time.milliseconds()))
+        return await self.append(self.partition_for(group.group_id), [(group_key(group.group_id), value)])
+
     async def _store_empty(self, group: GroupMetadata) -> None:
-        now = self.time.milliseconds()
-        code = await self.append(
-            self.partition_for(group.group_id), [(group_key(group.group_id), group_value(group.to_value(now)))]
-        )
-        if code:
+        if code := await self._write_group(group):
             log.warning("group %s: its empty state was not written (error %d)", group.group_id, code)
 
     # -- where groups live ------------------------------------------------------------------------------
@@ -320,9 +321,7 @@ class GroupCoordinator:
         member.session_deadline_ms = now + session_timeout_ms
         log.info("group %s: static member %s rejoined as %s (was %s)", group.group_id, instance, new_id, old_id)
         if group.state == GroupState.STABLE and group.select_protocol() == group.protocol_name:
-            value = group_value(group.to_value(now))
-            code = await self.append(self.partition_for(group.group_id), [(group_key(group.group_id), value)])
-            if code:
+            if code := await self._write_group(group):
                 if self.groups.get(group.group_id) is group and group.static_members.get(instance) == new_id:
                     back = group.replace_static_member(instance, new_id, old_id)
                     back.protocols, back.session_timeout_ms, back.rebalance_timeout_ms = before
@@ -445,9 +444,7 @@ class GroupCoordinator:
 
     async def _store_assignment(self, group: GroupMetadata, generation_id: int) -> None:
         """Write the group's membership, then let every member have its assignment."""
-        partition = self.partition_for(group.group_id)
-        now = self.time.milliseconds()
-        code = await self.append(partition, [(group_key(group.group_id), group_value(group.to_value(now)))])
+        code = await self._write_group(group)
         if self.groups.get(group.group_id) is not group or group.generation_id != generation_id:
             return  # the group moved on (a rebalance, a resignation) while the write was in flight
         if group.state != GroupState.COMPLETING_REBALANCE:

@@ -142,17 +142,13 @@ class GroupMetadata:
         (a consumer group) and is Empty loses them `retention_ms` after it became Empty; a standalone group
         (commits only: assign() and admin tools) loses each `retention_ms` after its commit. Never one whose
         commit is being written."""
-        if self.protocol_type is not None and self.state == GroupState.EMPTY:
-            since = self.state_timestamp_ms or None
-        elif self.protocol_type is None and self.state == GroupState.EMPTY:
-            since = None
-        else:
+        if self.state != GroupState.EMPTY:
             return []
+        emptied_ms = self.state_timestamp_ms if self.protocol_type is not None else 0  # 0: per commit
         return [
             tp
             for tp, value in self.offsets.items()
-            if not self.pending_commits[tp]
-            and now_ms - (since if since is not None else value.commit_timestamp) >= retention_ms
+            if not self.pending_commits[tp] and now_ms - (emptied_ms or value.commit_timestamp) >= retention_ms
         ]
 
     def add(self, member: Member) -> None:
