@@ -53,7 +53,7 @@ from typing import Any, NoReturn
 from broker.broker_node import BrokerNode
 from protocol.errors import KafkaError
 from protocol.messages import TopicPartition
-from protocol.record_batch import iter_records, read_header
+from protocol.record_batch import iter_headers, iter_records
 from sim.trace import Trace
 from sim.workload import WriteHistory, record_id
 
@@ -89,20 +89,9 @@ class _ReplicaView:
     log: Any
     truncations: int
     records: list[bytes | None] = field(default_factory=list)
-
-
-def _epoch_at(log: Any, offset: int) -> int | None:
-    """The leader epoch of the batch holding `offset` in `log` (read from the batch itself, not the
-    epoch cache), None when the log does not hold it."""
-    if not log.log_start_offset <= offset < log.log_end_offset:
-        return None
-    try:
-        header = read_header(log.read(offset, 1))
-    except KafkaError:
-        return None
-    if not header.base_offset <= offset <= header.last_offset:
-        return None
-    return int(header.partition_leader_epoch)
+    # The leader epoch written in the batch that holds each offset (-1 below the log start), read from the
+    # batches themselves as they are read for `records`, never from the epoch cache.
+    epochs: list[int] = field(default_factory=list)
 
 
 class Checker:
@@ -153,20 +142,42 @@ class Checker:
 
     def records(self, broker_id: int, tp: TopicPartition, log: Any) -> list[bytes | None]:
         """The record ids of a replica's log by offset (None below its log start), read incrementally."""
+        return self._view(broker_id, tp, log).records
+
+    def _view(self, broker_id: int, tp: TopicPartition, log: Any) -> _ReplicaView:
         key = (broker_id, tp)
         view = self._views.get(key)
         if view is None or view.log is not log or view.truncations != log.truncations:
             view = self._views[key] = _ReplicaView(log, log.truncations)
         leo = log.log_end_offset
-        have = len(view.records)
+        records, epochs = view.records, view.epochs
+        have = len(records)
         if leo > have:
             start = max(have, log.log_start_offset)
-            view.records.extend([None] * (start - have))
-            data = log.read(start, 1 << 30)
-            for record in iter_records(data):
-                if record.offset >= len(view.records):
-                    view.records.append(record_id(record.value))
-        return view.records
+            records.extend([None] * (start - have))
+            epochs.extend([-1] * (start - have))
+            data = memoryview(log.read(start, 1 << 30))
+            for header in iter_headers(data):
+                if header.last_offset < len(records):
+                    continue  # the batch holding `start` begins before it
+                epoch = int(header.partition_leader_epoch)
+                for record in iter_records(data[header.position : header.position + header.size_in_bytes]):
+                    if record.offset >= len(records):
+                        records.append(record_id(record.value))
+                        epochs.append(epoch)
+        return view
+
+    def _epoch_at(self, broker_id: int, tp: TopicPartition, log: Any, offset: int) -> int | None:
+        """The leader epoch of the batch holding `offset` in broker `broker_id`'s `log` (read from the batch
+        itself, not the epoch cache), None when the log does not hold it."""
+        if not log.log_start_offset <= offset < log.log_end_offset:
+            return None
+        try:
+            epochs = self._view(broker_id, tp, log).epochs
+        except KafkaError:
+            return None
+        epoch = epochs[offset] if offset < len(epochs) else -1
+        return None if epoch < 0 else epoch
 
     def on_log_cut(self) -> None:
         """A replica's log was truncated: positions judged before are judged again."""
@@ -468,10 +479,10 @@ class Checker:
         if self.positions_judged.get(key) == judged:
             return
         offset = position - 1
-        expected = _epoch_at(leader_log, offset)
+        expected = self._epoch_at(leader, tp, leader_log, offset)
         if expected is None:
             return  # the leader does not hold it either: its read refuses such a fetch as out of range
-        held = _epoch_at(follower_log, offset)
+        held = self._epoch_at(follower, tp, follower_log, offset)
         if held == expected:
             self.positions_judged[key] = judged
         else:
