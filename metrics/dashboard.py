@@ -193,7 +193,8 @@ def _partition_summaries(tables: Mapping[str, DataFrame]) -> DataFrame:
         tables[s.TABLE_LEADER_TIMELINE]
         .groupBy(*key)
         .agg(
-            F.max_by(s.LEADER_ID, F.struct("first_seen_ms", s.LEADER_EPOCH)).alias("leader_id"),
+            # the leader of the newest entry (ties: the larger leader id, so every run picks the same)
+            F.max_by(s.LEADER_ID, F.struct("first_seen_ms", s.LEADER_EPOCH, s.LEADER_ID)).alias("leader_id"),
             F.max(s.LEADER_EPOCH).alias("leader_epoch"),
             (F.count(F.lit(1)) - 1).alias("epoch_changes"),
         )
@@ -292,12 +293,18 @@ def _summary_rows(tables: Mapping[str, DataFrame]) -> list[Row]:
     everything = Window.partitionBy()
     name = F.concat_ws("-", F.col(s.TOPIC), F.col(s.PARTITION).cast("string"))
     worst = ("lag_messages_max", "lag_ms_max", "under_replicated_ms", "under_min_isr_ms")
+
+    def largest_first(c: str) -> Column:
+        # the largest value; of equal ones the first partition by topic and partition (max_by alone would
+        # take whichever row came last)
+        return F.when(F.col(c).isNotNull(), F.struct(-F.col(c), F.col(s.TOPIC), F.col(s.PARTITION)))
+
     with_totals = summaries.select(
         "*",
         F.count(F.lit(1)).over(everything).alias("_partitions_total"),
         *(F.sum(f"n_{x}").over(everything).alias(f"_total_{x}") for x in s.STATUSES),
         *(F.max(c).over(everything).alias(f"_max_{c}") for c in worst),
-        *(F.max_by(name, F.col(c)).over(everything).alias(f"_at_{c}") for c in worst),
+        *(F.min_by(name, largest_first(c)).over(everything).alias(f"_at_{c}") for c in worst),
     )
     ordered = with_totals.orderBy(F.col("worst"), F.col("lag_messages_max").desc_nulls_last(), s.TOPIC, s.PARTITION)
     return ordered.limit(TABLE_ROWS_MAX).collect()
@@ -447,9 +454,20 @@ def _collect_leader_changes(
         .where(F.col("previous_leader_id").isNotNull())
         .collect()
     )
-    changes.sort(key=lambda r: (r["first_seen_ms"], r[s.LEADER_EPOCH]))
+    return leader_change_events(changes)
+
+
+def _none_first(value: Any) -> tuple[bool, Any]:
+    return (value is not None, value)
+
+
+def leader_change_events(changes: Sequence[Mapping[str, Any] | Row]) -> dict[tuple[str, int], list[TimelineEvent]]:
+    """Leader changes (``leader_timeline`` rows with a previous leader) as chart events per partition, in
+    time order (then epoch; ties by partition and leader, so the order never depends on the rows' order)."""
+    keys = ("first_seen_ms", s.LEADER_EPOCH, s.TOPIC, s.PARTITION, s.LEADER_ID)
+    ordered = sorted(changes, key=lambda r: tuple(_none_first(r[k]) for k in keys))
     events: dict[tuple[str, int], list[TimelineEvent]] = {}
-    for r in changes:
+    for r in ordered:
         label = f"epoch {r[s.LEADER_EPOCH]}: leader {r[s.LEADER_ID]}"
         events.setdefault((r[s.TOPIC], r[s.PARTITION]), []).append(TimelineEvent(r["first_seen_ms"], label, "leader"))
     return events
