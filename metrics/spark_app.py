@@ -5,14 +5,16 @@ How this works:
   files (Spark's own listing skips ``_`` paths, so the job passes explicit paths). When every file is
   one broker's (the emitter's layout), ``publish_files`` computes every table in one Spark task per
   broker (``metrics.file_pass``: its files parsed in order, no shuffle or sort, the tables written as
-  Parquet by the tasks and the driver, Spark never holding the records), then runs the page's queries
-  over the written tables. Otherwise (or with ``--sorted``) the records are read once by Spark
-  with the fixed schema, projected to the fields the tables use (lines cut by a crash are dropped), and
-  ``publish`` runs the one window pass (``lag_job.replica_samples``: one shuffle, one sort) and
-  keeps its result in memory; a first small job collects the broker runs (records, time span, restarts)
-  and fills that cache; the nine tables are aggregations over it, written as Parquet by concurrent
-  jobs (the small aggregated tables cached as they are written); row counts come from the Parquet
-  footers; the page's aggregates read the small cached tables, never the records.
+  Parquet by the tasks and the driver, Spark never holding the records), then computes the page's
+  aggregates from the written tables with pyarrow in the driver (``metrics.dashboard_arrow``, no Spark
+  job); if the pass fails, the sorted path below does the job instead. Otherwise (or with ``--sorted``)
+  the records are read once by Spark with the fixed schema, projected to the fields the tables use
+  (lines cut by a crash are dropped), and ``publish`` runs the one window pass
+  (``lag_job.replica_samples``: one shuffle, one sort) and keeps its result in memory; a first small job
+  collects the broker runs (records, time span, restarts) and fills that cache; the nine tables are
+  aggregations over it, written as Parquet by concurrent jobs (the small aggregated tables cached as
+  they are written); row counts come from the Parquet footers; the page's aggregates read the small
+  cached tables, never the records.
 - Follow (``--follow``): Structured Streaming over the rolled files only (an active file is still being
   written), in rounds: every trigger interval one ``availableNow`` query takes the files there and
   stops by itself, so no query is stopped inside a batch (``_run_round``). Records get an event time
@@ -37,6 +39,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -53,7 +56,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.storagelevel import StorageLevel
 
-from metrics import dashboard, file_pass, follow, lag_job
+from metrics import dashboard, dashboard_arrow, file_pass, follow, lag_job
 from metrics import schema as s
 from metrics.lag_job import LagJobConfig
 
@@ -254,10 +257,10 @@ def publish_files(
     phases: dict[str, float] | None = None,
 ) -> tuple[dict[str, str], dict[str, int], dict[str, int], int] | None:
     """``publish`` on the per-broker file pass (``file_pass.run``): every table computed in one task per
-    broker's files and written as Parquet without Spark holding the records, then the page's queries
-    over the written tables. Returns what ``publish`` returns, or None when the files are not in the
-    emitter's layout (a file named after no broker, a record of another broker): the caller then takes
-    the sorted path."""
+    broker's files and written as Parquet without Spark holding the records, then the page's aggregates
+    read from the written tables with pyarrow in the driver (``dashboard_arrow``). Returns what
+    ``publish`` returns, or None when the files are not in the emitter's layout (a file named after no
+    broker, a record of another broker): the caller then takes the sorted path."""
     mark = _PhaseTimer(phases)
     progress("reading each broker's files in order")
     done = file_pass.run(spark, files, out_dir, config)
@@ -273,8 +276,9 @@ def publish_files(
     )
     progress("building the page")
     runs = [dashboard.BrokerRun(*row) for row in stats.runs]
-    data = dashboard.collect_dashboard_data(
-        title, tables, config.window_ms, runs, faults=faults, health_bucket_ms=config.health_bucket_ms
+    schemas = file_pass.table_schemas({name: df.schema for name, df in tables.items()})
+    data = dashboard_arrow.collect_dashboard_data(
+        title, paths, config.window_ms, runs, schemas, faults=faults, health_bucket_ms=config.health_bucket_ms
     )
     mark("page_queries")
     counts = {name: parquet_row_count(Path(path)) for name, path in paths.items()}
@@ -362,13 +366,50 @@ def snapshot_metric_files(
     return rolled + kept
 
 
+def _error_summary(error: BaseException) -> str:
+    """The error's type and first line, and the Python error a Spark task raised (the last line of its
+    traceback, which Spark puts in the message after the JVM's first line)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    summary = f"{type(error).__name__}: {lines[0] if lines else ''}"
+    cause = next((line for line in reversed(lines) if re.match(r"[\w.]+(Error|Exception)\b", line)), None)
+    if cause is not None and cause not in summary:
+        summary += f" {cause}"
+    return summary[:400]
+
+
+def _publish_files_or_none(
+    spark: SparkSession,
+    files: Sequence[Path],
+    out_dir: Path,
+    config: LagJobConfig,
+    title: str,
+    faults: Sequence[dashboard.TimelineEvent],
+    phases: dict[str, float],
+) -> tuple[dict[str, str], dict[str, int], dict[str, int], int] | None:
+    """``publish_files``, or None (logged) when the sorted path must do the job instead: the files are not
+    in the emitter's layout, or the pass failed. A failure is not the job's: the sorted path computes the
+    same tables from the same files (an empty metrics dir still fails, on either path)."""
+    try:
+        done = publish_files(spark, files, out_dir, config, title, faults, phases)
+    except NoMetricsError:
+        raise
+    except Exception as error:
+        progress(f"the per-broker pass failed ({_error_summary(error)}); shuffling and sorting instead")
+        shutil.rmtree(out_dir / file_pass.STAGING_DIR, ignore_errors=True)
+        return None
+    if done is None:
+        progress("the files are not one broker's each: shuffling and sorting the records instead")
+    return done
+
+
 def run_batch(
     spark: SparkSession, metrics_dir: Path, out_dir: Path, config: LagJobConfig, per_file: bool = True
 ) -> DashboardResult:
     """The batch job: every table and the page from the metrics files there now.
 
     ``per_file`` (the default): each broker's files in one task (``publish_files``), falling back to the
-    shuffle and sort (``publish``) when the files are not in the emitter's layout; False: the sort always.
+    shuffle and sort (``publish``) when the files are not in the emitter's layout or the pass fails (a
+    task or the driver's step raising: logged, its staging removed); False: the sort always.
     """
     started = time.monotonic()
     phases: dict[str, float] = {}
@@ -380,10 +421,8 @@ def run_batch(
         if not files:
             raise NoMetricsError(f"no broker-*.jsonl files in {metrics_dir} or {metrics_dir / ACTIVE_DIR}")
         title, faults = _title(metrics_dir), dashboard.fault_events(metrics_dir / s.FAULTS_FILE)
-        done = publish_files(spark, files, out_dir, config, title, faults, phases) if per_file else None
+        done = _publish_files_or_none(spark, files, out_dir, config, title, faults, phases) if per_file else None
         if done is None:
-            if per_file:
-                progress("the files are not one broker's each: shuffling and sorting the records instead")
             phases.clear()
             done = publish(read_records(spark, files), out_dir, config, title, faults, phases=phases)
         paths, counts, statuses, n = done

@@ -108,3 +108,30 @@ def test_round_half_up_matches_spark_not_numpy() -> None:
 
     values = np.array([0.5, 1.5, 2.5, 2.4999999999999996, -0.5, -2.5, 3.0, 0.49999999999999994])
     assert file_pass.round_half_up(values).tolist() == [1.0, 2.0, 3.0, 2.0, -1.0, -3.0, 3.0, 0.0]
+
+
+@pytest.mark.timeout(300)
+def test_a_pass_that_fails_in_a_task_falls_back_to_the_sorted_path(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The broker tasks call this (pickled with the task, so the replacement raises in the Spark worker).
+    def failing_broker_pass(*args: Any, **kwargs: Any) -> dict[str, int]:
+        raise RuntimeError("the broker pass broke")
+
+    monkeypatch.setenv("MINIBROKER_QUIET", "0")
+    monkeypatch.setattr(file_pass, "broker_pass", failing_broker_pass)
+    metrics, out = tmp_path / "metrics", tmp_path / "out"
+    rolled, active = write_metrics_dir(metrics)
+    result = spark_app.run_batch(spark, metrics, out, LagJobConfig(window_ms=10_000))
+    err = capsys.readouterr().err
+    assert "the per-broker pass failed (PythonException: " in err, err
+    assert "RuntimeError: the broker pass broke); shuffling and sorting instead" in err, err
+    assert "read_sort_s" in result.extra and "file_pass_s" not in result.extra  # the sorted path's phases
+    assert not (out / file_pass.STAGING_DIR).exists()
+    # every table and the page, from the same records
+    assert result.records == rolled + active
+    assert sorted(result.tables) == sorted(s.TABLES)
+    assert all(result.row_counts[name] > 0 for name in s.TABLES), result.row_counts
+    assert result.row_counts[s.TABLE_FOLLOWER_LAG] == 21 + 40 + 10 + 30 + 40  # as test_dashboard counts them
+    assert result.status_counts == {"OK": 3, "STALL": 1}
+    assert Path(result.dashboard_html).stat().st_size > 0
