@@ -687,80 +687,121 @@ def _short_label(e: TimelineEvent) -> str:
     )
 
 
-def _add_events(fig: go.Figure, events: Sequence[TimelineEvent], span_ms: int) -> int:
+def _add_events(layout: dict[str, Any], events: Sequence[TimelineEvent], span_ms: int) -> int:
     """Vertical lines across all subplots (yref paper), labelled at the top, stacked where they would
-    overlap; a chaos fault is a shaded window from its start to its end, labelled like the lines.
-    Returns the number of label rows used."""
+    overlap; a chaos fault is a shaded window from its start to its end (one per subplot), labelled like
+    the lines. Adds them to the figure's ``layout`` (JSON); returns the number of label rows used."""
     labels = [TimelineEvent(e.ts_ms, _short_label(e), e.kind, e.end_ts_ms) for e in events]
     levels = label_levels(labels, span_ms)
+    shapes: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
     for e, level in zip(labels, levels, strict=True):
         leader = e.kind == "leader"
         fault = e.kind == "fault" and e.end_ts_ms is not None
         colour = "#9a6700" if fault else "#0969da" if leader else "#d1242f"
         if fault:
-            fig.add_vrect(x0=e.ts_ms, x1=e.end_ts_ms, fillcolor="#bf8700", opacity=0.12, line_width=0, layer="below")
+            shapes += [
+                {
+                    "fillcolor": "#bf8700",
+                    "layer": "below",
+                    "line": {"width": 0},
+                    "opacity": 0.12,
+                    "type": "rect",
+                    "x0": e.ts_ms,
+                    "x1": e.end_ts_ms,
+                    "xref": x,
+                    "y0": 0,
+                    "y1": 1,
+                    "yref": f"{y} domain",
+                }
+                for x, y in (("x", "y"), ("x2", "y2"))
+            ]
         else:
-            fig.add_shape(
-                type="line",
-                xref="x",
-                yref="paper",
-                x0=e.ts_ms,
-                x1=e.ts_ms,
-                y0=0,
-                y1=1,
-                line={"color": colour, "width": 1.5, "dash": "dash" if leader else "dot"},
+            shapes.append(
+                {
+                    "line": {"color": colour, "dash": "dash" if leader else "dot", "width": 1.5},
+                    "type": "line",
+                    "x0": e.ts_ms,
+                    "x1": e.ts_ms,
+                    "xref": "x",
+                    "y0": 0,
+                    "y1": 1,
+                    "yref": "paper",
+                }
             )
-        fig.add_annotation(
-            x=e.ts_ms,
-            xref="x",
-            yref="paper",
-            y=1.01,
-            yshift=14 * level,
-            text=html.escape(e.label),
-            showarrow=False,
-            font={"size": 10, "color": colour},
-            xanchor="left",
-            yanchor="bottom",
+        annotations.append(
+            {
+                "font": {"color": colour, "size": 10},
+                "showarrow": False,
+                "text": html.escape(e.label),
+                "x": e.ts_ms,
+                "xanchor": "left",
+                "xref": "x",
+                "y": 1.01,
+                "yanchor": "bottom",
+                "yref": "paper",
+                "yshift": 14 * level,
+            }
         )
+    if shapes:
+        layout["shapes"] = shapes
+    if annotations:
+        layout["annotations"] = annotations
     return max(levels, default=-1) + 1
 
 
-def _lag_figure(key: tuple[str, int], series: Sequence[FollowerSeries], events: Sequence[TimelineEvent]) -> go.Figure:
+@functools.cache
+def _lag_axes() -> str:
+    """The axes of two subplots sharing x (``make_subplots``' layout), as JSON: built once, not per chart."""
+    with _no_default_template():
+        layout = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08).to_plotly_json()["layout"]
+    return json.dumps(layout)
+
+
+def _lag_figure(
+    key: tuple[str, int], series: Sequence[FollowerSeries], events: Sequence[TimelineEvent]
+) -> dict[str, Any]:
     """Lag in messages above, lag in ms (time since caught up) below. x values are epoch ms on a date axis
-    (plotly reads them as UTC), which keeps the figure's JSON small."""
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    (plotly reads them as UTC), which keeps the figure's JSON small. The figure is plotly's JSON, written
+    directly: plotly's figure objects validate every property as it is set, which cost most of the page's
+    render time with 60 charts."""
+    layout: dict[str, Any] = json.loads(_lag_axes())
     span = [t for one in series for t in one.ts_ms[:1] + one.ts_ms[-1:]] + [e.ts_ms for e in events]
     span += [e.end_ts_ms for e in events if e.end_ts_ms is not None]
+    traces: list[dict[str, Any]] = []
     for one in series:
         leader_view = one.view == "leader"
         name = f"follower {one.follower_id}" + ("" if leader_view else " (its own view)")
-        style: dict[str, Any] = {"color": _colour(one.follower_id), "width": 1.6 if leader_view else 1.0}
+        # keys in plotly's order (its JSON sorts a figure's properties), so the page is what it was
+        style: dict[str, Any] = {"color": _colour(one.follower_id), "width": 1.6}
         if not leader_view:
-            style["dash"] = "dot"
-        fig.add_trace(
-            go.Scatter(x=one.ts_ms, y=one.lag_messages, name=name, legendgroup=name, mode="lines", line=style),
-            row=1,
-            col=1,
+            style = {"color": style["color"], "dash": "dot", "width": 1.0}
+        trace = {"legendgroup": name, "line": style, "mode": "lines", "name": name}
+        traces.append({**trace, "x": one.ts_ms, "y": one.lag_messages, "type": "scatter", "xaxis": "x", "yaxis": "y"})
+        traces.append(
+            {
+                **trace,
+                "showlegend": False,
+                "x": one.ts_ms,
+                "y": one.lag_ms,
+                "type": "scatter",
+                "xaxis": "x2",
+                "yaxis": "y2",
+            }
         )
-        fig.add_trace(
-            go.Scatter(
-                x=one.ts_ms, y=one.lag_ms, name=name, legendgroup=name, mode="lines", line=style, showlegend=False
-            ),
-            row=2,
-            col=1,
-        )
-    rows = _add_events(fig, events, max(span, default=0) - min(span, default=0))
-    fig.update_xaxes(type="date")
-    fig.update_yaxes(title_text="lag (messages)", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="lag (ms) / since caught up", rangemode="tozero", row=2, col=1)
+    rows = _add_events(layout, events, max(span, default=0) - min(span, default=0))
+    for axis in ("xaxis", "xaxis2"):
+        layout[axis]["type"] = "date"
+    for axis, title in (("yaxis", "lag (messages)"), ("yaxis2", "lag (ms) / since caught up")):
+        layout[axis].update(title={"text": title}, rangemode="tozero")
     top = 50 + 14 * rows
-    fig.update_layout(
-        title={"text": f"<b>{html.escape(key[0])}-{key[1]}</b>", "x": 0.01, "y": 1, "yanchor": "top", "pad": {"t": 8}},
-        height=400 + top,
+    layout.update(
+        title={"pad": {"t": 8}, "text": f"<b>{html.escape(key[0])}-{key[1]}</b>", "x": 0.01, "y": 1, "yanchor": "top"},
         margin={"l": 70, "r": 20, "t": top + 20, "b": 40},
         legend={"orientation": "h", "y": -0.12},
+        height=400 + top,
     )
-    return fig
+    return {"data": traces, "layout": layout}
 
 
 def _health_figure(health: HealthSeries) -> go.Figure:
@@ -865,12 +906,12 @@ class _FigureWriter:
     def __init__(self) -> None:
         self.count = 0
 
-    def __call__(self, fig: go.Figure) -> str:
+    def __call__(self, fig: go.Figure | dict[str, Any]) -> str:
         first = self.count == 0
         self.count += 1
         # The template goes into the figure's JSON as it is written: set on the figure, plotly would
         # validate and deep-copy the whole template once per chart (most of the page's render time).
-        spec = fig.to_plotly_json()
+        spec = fig.to_plotly_json() if isinstance(fig, go.Figure) else {**fig, "layout": dict(fig["layout"])}
         spec["layout"]["template"] = _template_json()
         return str(
             pio.to_html(
@@ -1052,11 +1093,11 @@ window.addEventListener('hashchange',mbOpen);mbOpen();
 """
 
 
-def _lazy_chart(key: tuple[str, int], fig: go.Figure, lag_max: int | None) -> str:
+def _lazy_chart(key: tuple[str, int], fig: dict[str, Any], lag_max: int | None) -> str:
     """A closed <details> holding the figure's JSON (without its template: _LAZY_JS adds the page's one,
     written once beside the script) and drawn when opened."""
     name = html.escape(f"{key[0]}-{key[1]}")
-    figure_json = fig.to_json().replace("</", "<\\/")  # never ends the <script> early
+    figure_json = pio.to_json(fig, validate=False).replace("</", "<\\/")  # never ends the <script> early
     return (
         f'<details class="more-lag" id="lag-{name}"><summary>{name}: max lag {_fmt_int(lag_max)} messages</summary>'
         f'<div class="lag-chart" data-partition="{name}"></div>'
