@@ -44,9 +44,12 @@ class Tables:
     def __contains__(self, name: str) -> bool:
         return name in self._paths
 
-    def read(self, name: str, columns: Sequence[str], where: ds.Expression | None = None) -> pa.Table:
-        dataset = ds.dataset(self._paths[name], format="parquet", schema=self._schemas.get(name))
-        return dataset.to_table(columns=list(columns), filter=where)
+    def _dataset(self, name: str) -> ds.Dataset:
+        return ds.dataset(self._paths[name], format="parquet", schema=self._schemas.get(name))
+
+    def read(self, name: str, columns: Sequence[str] | None = None, where: ds.Expression | None = None) -> pa.Table:
+        """The table's ``columns`` (all when None), its rows where ``where`` holds."""
+        return self._dataset(name).to_table(columns=None if columns is None else list(columns), filter=where)
 
 
 def _order(table: pa.Table, keys: Sequence[tuple[str, str]]) -> pa.Array:
@@ -69,7 +72,8 @@ def _ascending(*names: str) -> list[tuple[str, str]]:
 def _max_of(table: pa.Table, keys: Sequence[str], columns: Mapping[str, str]) -> pa.Table:
     """Per ``keys``: the max of each column (null when all are null), named as ``columns`` maps them."""
     grouped = table.group_by(list(keys), use_threads=False).aggregate([(c, "max") for c in columns])
-    return grouped.rename_columns([*keys, *(columns[c] for c in columns)]) if columns else grouped
+    names = {f"{c}_max": name for c, name in columns.items()}
+    return grouped.rename_columns([names.get(c, c) for c in grouped.column_names])
 
 
 def _severity(status: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -90,7 +94,7 @@ def partition_summaries(tables: Tables) -> pa.Table:
     ordered = timeline.take(_order(timeline, _ascending(*KEY, "first_seen_ms", s.LEADER_EPOCH, s.LEADER_ID)))
     n = ordered.num_rows
     topic_codes = pc.dictionary_encode(ordered[s.TOPIC].combine_chunks()).indices.to_numpy(zero_copy_only=False)
-    part = ordered[s.PARTITION].to_numpy(zero_copy_only=False) if n else np.zeros(0)
+    part = pc.fill_null(ordered[s.PARTITION], 0).to_numpy(zero_copy_only=False) if n else np.zeros(0)
     part_null = pc.is_null(ordered[s.PARTITION]).to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
     last = np.ones(n, dtype=bool)
     if n:
@@ -211,7 +215,7 @@ def summary(tables: Tables) -> tuple[list[d.PartitionSummary], int, dict[str, in
 
 def worst_statuses(tables: Tables) -> list[dict[str, Any]]:
     """``dashboard._worst_statuses``: the ``TABLE_ROWS_MAX`` worst followers, every column."""
-    status = tables.read(s.TABLE_FOLLOWER_STATUS, _columns(tables, s.TABLE_FOLLOWER_STATUS))
+    status = tables.read(s.TABLE_FOLLOWER_STATUS)
     keys = status.append_column("_severity", _severity(status["status"]))
     order = _order(
         keys,
@@ -219,11 +223,6 @@ def worst_statuses(tables: Tables) -> list[dict[str, Any]]:
     )
     rows: list[dict[str, Any]] = status.take(order[: d.TABLE_ROWS_MAX]).to_pylist()
     return rows
-
-
-def _columns(tables: Tables, name: str) -> list[str]:
-    schema = tables._schemas.get(name) or ds.dataset(tables._paths[name], format="parquet").schema
-    return list(schema.names)
 
 
 def byte_rates(tables: Tables) -> list[d.BrokerRates]:
