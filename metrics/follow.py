@@ -119,12 +119,15 @@ class Round:
 
 def as_records(df: DataFrame) -> DataFrame:
     """``df``'s records in the columns and types of ``schema.LAG_JOB_SCHEMA`` (a follower entry keeps the
-    fields the job reads, a field it lacks as null), so records read with ``RECORD_SCHEMA`` and the stored
-    tail union."""
+    fields the job reads; a field a record or an entry lacks is null), so records read with ``RECORD_SCHEMA``
+    and the stored tail union."""
     columns = []
+    present = set(df.columns)
     for field in s.LAG_JOB_SCHEMA.fields:
-        given = df.schema[s.FOLLOWERS].dataType if field.name == s.FOLLOWERS else None
-        if isinstance(given, ArrayType) and isinstance(given.elementType, StructType) and given != field.dataType:
+        given = df.schema[s.FOLLOWERS].dataType if field.name == s.FOLLOWERS and field.name in present else None
+        if field.name not in present:
+            columns.append(F.lit(None).cast(field.dataType).alias(field.name))
+        elif isinstance(given, ArrayType) and isinstance(given.elementType, StructType) and given != field.dataType:
             entry = functools.partial(_follower_entry, frozenset(given.elementType.fieldNames()))
             columns.append(F.transform(s.FOLLOWERS, entry).alias(s.FOLLOWERS))
         else:
