@@ -281,3 +281,39 @@ def test_the_tail_keeps_a_followers_last_window_and_the_two_samples_before_it(sp
     rows = [follower(T0 + t * 1000, fetch_offset=t, lag_messages=1) for t in range(13)]
     kept = _tail_times(spark, rows, cut_s=30)
     assert kept == {(2, t) for t in range(7, 13)}  # 9..12 s in its last window (> 8 s), 7 and 8 s before
+
+
+@pytest.mark.timeout(900)  # five rounds of --follow, each a streaming query of its own
+def test_follow_round_by_round_over_arriving_files_ends_with_the_batch_jobs_tables(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Rolled files arrive as in ``arrivals``, two of its batches a round: each round brokers 1 and 2's files
+    # of 10 s, broker 3's 5 s behind. Every round merges (incremental_from=0): its facts come from the
+    # carried tail and its new records (``file_pass.replica_samples_of``); the horizon settles rows round
+    # after round (windows of 2 s, the watermark three of them).
+    import json
+
+    metrics = tmp_path / "metrics"
+    (metrics / "_active").mkdir(parents=True)
+    out = tmp_path / "out"
+    batches = arrivals()
+    for k in range(0, len(batches), 2):
+        for batch in batches[k : k + 2]:
+            by_broker: dict[int, list[dict[str, Any]]] = {}
+            for r in batch:
+                by_broker.setdefault(r[s.BROKER_ID], []).append(r)
+            for broker, rows in by_broker.items():
+                lines = "".join(json.dumps(r) + "\n" for r in rows)
+                (metrics / f"broker-{broker}-{rows[0][s.TS_MS]}.jsonl").write_text(lines)
+        spark_app.run_dashboard(
+            metrics, out, follow=True, window_s=2, trigger_s=1, max_batches=1, spark=spark, incremental_from=0
+        )
+    state = follow.FollowJob(out, LagJobConfig(window_ms=2000), 6000).state
+    assert state is not None and state.batch_id >= 4 and state.settled_ms > T0 + 20_000
+    batch = spark_app.run_dashboard(metrics, tmp_path / "batch", window_s=2, spark=spark)
+    assert batch.records == len(all_rows())
+    for name in s.TABLES:
+        want = spark.read.parquet(str(tmp_path / "batch" / name))
+        got = spark.read.parquet(str(out / name)).select(*want.columns)
+        assert want.count() > 0, name
+        assertDataFrameEqual(_comparable(got), _comparable(want))
