@@ -10,6 +10,7 @@ partials merge.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -289,10 +290,8 @@ def test_follow_round_by_round_over_arriving_files_ends_with_the_batch_jobs_tabl
 ) -> None:
     # Rolled files arrive as in ``arrivals``, two of its batches a round: each round brokers 1 and 2's files
     # of 10 s, broker 3's 5 s behind. Every round merges (incremental_from=0): its facts come from the
-    # carried tail and its new records (``file_pass.replica_samples_of``); the horizon settles rows round
-    # after round (windows of 2 s, the watermark three of them).
-    import json
-
+    # carried tail and its new records; the horizon settles rows round after round (windows of 2 s, the
+    # watermark three of them).
     metrics = tmp_path / "metrics"
     (metrics / "_active").mkdir(parents=True)
     out = tmp_path / "out"
