@@ -473,6 +473,25 @@ def leader_change_events(changes: Sequence[Mapping[str, Any] | Row]) -> dict[tup
     return events
 
 
+def partition_summary(r: Mapping[str, Any] | Row) -> PartitionSummary:
+    """One row of the partitions table from a summary row (nulls of counts and times as 0), as the Spark
+    queries and ``dashboard_arrow`` both give it."""
+    return PartitionSummary(
+        topic=r[s.TOPIC],
+        partition=r[s.PARTITION],
+        leader_id=r["leader_id"],
+        leader_epoch=r["leader_epoch"],
+        epoch_changes=r["epoch_changes"] or 0,
+        lag_messages_max=r["lag_messages_max"],
+        lag_ms_max=r["lag_ms_max"],
+        status_counts={x: r[f"n_{x}"] or 0 for x in s.STATUSES},
+        under_replicated_ms=r["under_replicated_ms"] or 0,
+        isr_shrinks=r["isr_shrinks"] or 0,
+        isr_expands=r["isr_expands"] or 0,
+        under_min_isr_ms=r["under_min_isr_ms"] or 0,
+    )
+
+
 def collect_dashboard_data(
     title: str,
     tables: Mapping[str, DataFrame],
@@ -509,23 +528,7 @@ def collect_dashboard_data(
                 )
         summary_rows = _summary_rows(tables)
         top = summary_rows[0] if summary_rows else None
-        summary = [
-            PartitionSummary(
-                topic=r[s.TOPIC],
-                partition=r[s.PARTITION],
-                leader_id=r["leader_id"],
-                leader_epoch=r["leader_epoch"],
-                epoch_changes=r["epoch_changes"] or 0,
-                lag_messages_max=r["lag_messages_max"],
-                lag_ms_max=r["lag_ms_max"],
-                status_counts={x: r[f"n_{x}"] or 0 for x in s.STATUSES},
-                under_replicated_ms=r["under_replicated_ms"] or 0,
-                isr_shrinks=r["isr_shrinks"] or 0,
-                isr_expands=r["isr_expands"] or 0,
-                under_min_isr_ms=r["under_min_isr_ms"] or 0,
-            )
-            for r in summary_rows
-        ]
+        summary = [partition_summary(r) for r in summary_rows]
         data = DashboardData(
             title=title,
             records=records,

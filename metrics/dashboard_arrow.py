@@ -193,23 +193,7 @@ def summary(tables: Tables) -> tuple[list[d.PartitionSummary], int, dict[str, in
         headline[at_field] = at
     order = _order(rows, [("worst", "ascending"), ("lag_messages_max", "descending"), *_ascending(*KEY)])
     top_rows = rows.take(order[: d.TABLE_ROWS_MAX]).to_pylist()
-    summaries = [
-        d.PartitionSummary(
-            topic=r[s.TOPIC],
-            partition=r[s.PARTITION],
-            leader_id=r["leader_id"],
-            leader_epoch=r["leader_epoch"],
-            epoch_changes=r["epoch_changes"] or 0,
-            lag_messages_max=r["lag_messages_max"],
-            lag_ms_max=r["lag_ms_max"],
-            status_counts={x: r[f"n_{x}"] or 0 for x in s.STATUSES},
-            under_replicated_ms=r["under_replicated_ms"] or 0,
-            isr_shrinks=r["isr_shrinks"] or 0,
-            isr_expands=r["isr_expands"] or 0,
-            under_min_isr_ms=r["under_min_isr_ms"] or 0,
-        )
-        for r in top_rows
-    ]
+    summaries = [d.partition_summary(r) for r in top_rows]
     return summaries, total, counts, d.Headline(**headline)
 
 
