@@ -42,6 +42,16 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    stop = {"now": False}
+    if not args.detach:
+        # Ctrl-C (or SIGTERM) from now on stops the cluster once it is up: a signal in the moment between
+        # its processes starting and the wait below would otherwise leave them running (or, where SIGINT
+        # is ignored, as in a shell's background job, be lost and the wait never end).
+        def on_signal(signum: int, frame: Any) -> None:
+            stop["now"] = True
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
     try:
         state: LocalClusterState = run_async(
             start_cluster(
@@ -72,13 +82,6 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     if args.detach:
         return EXIT_OK
-    stop = {"now": False}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
     while not stop["now"]:
         time.sleep(0.2)
     print("stopping the cluster ...", file=sys.stderr, flush=True)
