@@ -393,9 +393,15 @@ def _collect_restarts(
     return out
 
 
+def chart_bucket_ms(first_ms: int, last_ms: int, step_ms: int) -> int:
+    """The bucket a chart over [first_ms, last_ms] draws at most ``CHART_POINTS_MAX`` points with, never
+    finer than ``step_ms``."""
+    return max(step_ms, -(-(last_ms - first_ms) // CHART_POINTS_MAX))
+
+
 def _collect_health(health: DataFrame, first_ms: int, last_ms: int, step_ms: int) -> HealthSeries:
     """``cluster_health`` re-bucketed to at most ``CHART_POINTS_MAX`` points: the max of each count."""
-    bucket_ms = max(step_ms, -(-(last_ms - first_ms) // CHART_POINTS_MAX))
+    bucket_ms = chart_bucket_ms(first_ms, last_ms, step_ms)
     b = F.col("bucket_start_ms")
     rows = (
         health.groupBy((b - F.pmod(b, F.lit(bucket_ms))).alias("_b"))
@@ -430,7 +436,7 @@ def _collect_loop_lag(
 ) -> dict[int, tuple[list[int], list[float]]]:
     """``broker_health`` per broker, re-bucketed to at most ``CHART_POINTS_MAX`` points: the largest
     event-loop wait in each bucket."""
-    bucket_ms = max(step_ms, -(-(last_ms - first_ms) // CHART_POINTS_MAX))
+    bucket_ms = chart_bucket_ms(first_ms, last_ms, step_ms)
     ts = F.col(s.TS_MS)
     rows = (
         broker_health.groupBy(s.BROKER_ID, (ts - F.pmod(ts, F.lit(bucket_ms))).alias("_b"))
@@ -556,7 +562,7 @@ def collect_dashboard_data(
         if records and charted and first is not None and last is not None:
             spark = tables[s.TABLE_FOLLOWER_LAG].sparkSession
             chosen = spark.createDataFrame(charted, f"{s.TOPIC} string, {s.PARTITION} int")
-            bucket_ms = max(CHART_BUCKET_MIN_MS, -(-(last - first) // CHART_POINTS_MAX))
+            bucket_ms = chart_bucket_ms(first, last, CHART_BUCKET_MIN_MS)
             lag_done = pool.submit(
                 _collect_lag, tables[s.TABLE_FOLLOWER_LAG], chosen, bucket_ms, tables.get(s.TABLE_REPLICA_LAG)
             )

@@ -250,13 +250,9 @@ def _bucket_start(ts: pa.ChunkedArray | pa.Array, bucket_ms: int) -> pa.Array:
     return pa.array(start, type=pa.int64(), mask=pc.is_null(column).to_numpy(zero_copy_only=False))
 
 
-def chart_bucket_ms(first_ms: int, last_ms: int, step_ms: int) -> int:
-    return max(step_ms, -(-(last_ms - first_ms) // d.CHART_POINTS_MAX))
-
-
 def health(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> d.HealthSeries:
     """``dashboard._collect_health``: ``cluster_health`` re-bucketed, the max of each count."""
-    bucket_ms = chart_bucket_ms(first_ms, last_ms, step_ms)
+    bucket_ms = d.chart_bucket_ms(first_ms, last_ms, step_ms)
     columns = ["bucket_start_ms", "under_replicated_partitions", "under_min_isr_partitions", "offline_partitions"]
     rows = tables.read(s.TABLE_CLUSTER_HEALTH, [*columns, "leaders"])
     b = _bucket_start(rows["bucket_start_ms"], bucket_ms)
@@ -298,7 +294,7 @@ def health(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> d.Healt
 
 def loop_lag(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> dict[int, tuple[list[int], list[float]]]:
     """``dashboard._collect_loop_lag``: per broker, the largest event-loop wait in each bucket."""
-    bucket_ms = chart_bucket_ms(first_ms, last_ms, step_ms)
+    bucket_ms = d.chart_bucket_ms(first_ms, last_ms, step_ms)
     rows = tables.read(s.TABLE_BROKER_HEALTH, [s.BROKER_ID, s.TS_MS, "loop_lag_max_ms"])
     grouped = (
         pa.table(
@@ -485,7 +481,7 @@ def collect_dashboard_data(
         data.headline = headline
     charted = [(p.topic, p.partition) for p in summaries[: chart_partitions_max + chart_more_max]]
     if records and charted and first is not None and last is not None:
-        bucket_ms = max(d.CHART_BUCKET_MIN_MS, -(-(last - first) // d.CHART_POINTS_MAX))
+        bucket_ms = d.chart_bucket_ms(first, last, d.CHART_BUCKET_MIN_MS)
         series = lag(tables, charted, bucket_ms)
         data.lag = {key: series[key] for key in charted if key in series}  # worst first, as in the table
         data.events = leader_changes(tables, charted)
