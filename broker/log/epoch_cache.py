@@ -48,6 +48,10 @@ class LeaderEpochFileCache:
         if checkpoint is not None:
             for entry in checkpoint.read():
                 self._assign(entry)
+        # What the checkpoint file holds as far as this cache knows: None while there is no file.
+        self._written: list[EpochEntry] | None = (
+            list(self._epochs) if checkpoint is not None and checkpoint.path.exists() else None
+        )
 
     # -- queries -----------------------------------------------------------------------------------
 
@@ -142,6 +146,14 @@ class LeaderEpochFileCache:
     def flush(self) -> None:
         if self._checkpoint is not None:
             self._checkpoint.write(self._epochs)
+            self._written = list(self._epochs)
+
+    def flush_if_changed(self) -> None:
+        """Write the checkpoint unless it already holds these entries. A missing file and no entries are
+        the same thing (an open rebuilds an empty cache from a log with no batches), so a new log's empty
+        cache is not written: one fsynced write fewer for every replica a broker creates."""
+        if self._epochs != (self._written or []):
+            self.flush()
 
     def _assign(self, entry: EpochEntry) -> None:
         latest = self._epochs[-1] if self._epochs else None

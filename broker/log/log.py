@@ -191,9 +191,14 @@ class Log:
             log.truncate_fully_and_start_at(log_start)
         epoch_cache.truncate_from_end(log.log_end_offset)
         epoch_cache.truncate_from_start(log.log_start_offset)
-        epoch_cache.flush()
+        epoch_cache.flush_if_changed()
         log._rebuild_producer_state()
-        if checkpointed_start != log.log_start_offset:
+        # A missing checkpoint means "the first segment's base offset" (above), so a new log's is not
+        # written. With the epoch cache's flush_if_changed, creating a replica takes two atomic writes
+        # (four fsyncs) fewer.
+        if checkpointed_start != log.log_start_offset and not (
+            checkpointed_start is None and log.log_start_offset == log._segments[0].base_offset
+        ):
             log._persist_log_start_offset()
         if clean:
             marker.unlink()

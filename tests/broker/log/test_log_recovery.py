@@ -106,6 +106,24 @@ def test_a_cleanly_closed_log_rebuilds_a_lost_or_damaged_index(open_log: OpenLog
     assert values_by_offset(reopened.read(117, 1))[0] == (117, b"000117")
 
 
+def test_a_new_log_writes_no_checkpoint_until_it_has_something_to_keep(open_log: OpenLog) -> None:
+    # A missing leader-epoch-checkpoint and log-start-offset mean "no epochs" and "the first segment's base
+    # offset", so a new replica does not fsync them (a broker creates hundreds of replicas at once).
+    log = open_log()
+    assert not (log.dir / "leader-epoch-checkpoint").exists() and not (log.dir / "log-start-offset").exists()
+    crash(log)
+    reopened = open_log()
+    assert (reopened.log_start_offset, reopened.log_end_offset, reopened.epoch_cache.epoch_entries()) == (0, 0, [])
+    assert not (log.dir / "leader-epoch-checkpoint").exists()
+    # the first epoch is written before its batches, and survives a crash
+    reopened.maybe_assign_epoch_start_offset(3, 0)
+    assert (log.dir / "leader-epoch-checkpoint").read_text() == "0\n1\n3 0\n"
+    fill(reopened, 2, epoch=3)
+    crash(reopened)
+    again = open_log()
+    assert (again.log_end_offset, again.epoch_cache.epoch_entries()) == (2, [EpochEntry(3, 0)])
+
+
 def test_a_missing_epoch_checkpoint_is_rebuilt_from_the_batches(open_log: OpenLog) -> None:
     log = open_log(segment_bytes=300)
     fill(log, 3, epoch=0)
