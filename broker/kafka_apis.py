@@ -15,6 +15,7 @@ is answered here, from the topic configs the controller pushed and this broker's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -61,6 +62,7 @@ from protocol.messages import (
     IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    LeaderAndIsrPartitionResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
     ListOffsetsPartitionResponse,
@@ -89,6 +91,10 @@ from server_common.time import Time
 log = logging.getLogger(__name__)
 
 ForwardToController = Callable[[Message], Awaitable[Any]]
+
+#: Partitions of a LEADER_AND_ISR applied between two yields to the event loop (see
+#: `KafkaApis._become_leader_or_follower`): a few milliseconds of work each on a quiet disk.
+LEADER_AND_ISR_SLICE = 8
 
 
 T = TypeVar("T")
@@ -122,7 +128,6 @@ class KafkaApis:
         time: Time,
         cluster_secret: str | None = None,
         forward_to_controller: ForwardToController | None = None,
-        on_leader_and_isr: Callable[[LeaderAndIsrRequest], LeaderAndIsrResponse] | None = None,
     ) -> None:
         self.broker_id = broker_id
         # "leader" and "follower" replication quota managers, when the broker has them (set by BrokerNode).
@@ -133,7 +138,9 @@ class KafkaApis:
         self.time = time
         self.cluster_secret = cluster_secret
         self.forward_to_controller = forward_to_controller
-        self.on_leader_and_isr = on_leader_and_isr
+        # Kafka's replicaStateChangeLock: LEADER_AND_ISR is applied a slice at a time with the event loop let
+        # go between slices, so it and STOP_REPLICA take this lock to stay whole with respect to each other.
+        self._state_change_lock = asyncio.Lock()
         #: What this broker knows of the producer ids the controller handed out (set by BrokerNode when the
         #: broker has a controller): an idempotent batch with an id never handed out is refused.
         self.producer_ids: ProducerIdManager | None = None
@@ -360,12 +367,31 @@ class KafkaApis:
                     error_code=ErrorCode.STALE_BROKER_EPOCH,
                     error_message=f"request for broker epoch {request.broker_epoch}, this broker's is {current}",
                 )
-        self.metadata_cache.merge_partition_states(request.partitions, request.live_leaders)
-        if self.on_leader_and_isr is not None:
-            return self.on_leader_and_isr(request)
-        return self.replica_manager.become_leader_or_follower(
-            request, lambda b: self.metadata_cache.endpoint(b) is not None
-        )
+        async with self._state_change_lock:
+            return await self._become_leader_or_follower(request)
+
+    async def _become_leader_or_follower(self, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+        """Apply the request `LEADER_AND_ISR_SLICE` partitions at a time, letting the event loop run between
+        slices. A new replica costs a directory, files and fsyncs (milliseconds; tens of them on a busy
+        disk), and a broker asked to create hundreds at once (a topic with many partitions, the group
+        coordinator's 50 of __consumer_offsets) would otherwise hold its loop for all of them: no
+        heartbeat goes out meanwhile, and past broker.session.timeout.ms the controller fences the broker
+        and moves its leaderships. Kafka applies the request on a handler thread while its heartbeats go
+        from another. Requests and heartbeats go on between slices; each partition changes role whole, and
+        the metadata cache learns a slice's states with it."""
+        answers: list[LeaderAndIsrPartitionResponse] = []
+        for start in range(0, max(len(request.partitions), 1), LEADER_AND_ISR_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            piece = dataclasses.replace(request, partitions=request.partitions[start : start + LEADER_AND_ISR_SLICE])
+            self.metadata_cache.merge_partition_states(piece.partitions, request.live_leaders)
+            response = self.replica_manager.become_leader_or_follower(
+                piece, lambda b: self.metadata_cache.endpoint(b) is not None
+            )
+            if response.error_code != ErrorCode.NONE:
+                return response  # a stale controller epoch, found on the first slice before any change
+            answers.extend(response.partitions)
+        return LeaderAndIsrResponse(partitions=answers)
 
     async def handle_update_metadata(self, ctx: ConnectionContext, request: UpdateMetadataRequest) -> Message:
         refused = check_secret(ctx, self.cluster_secret)
@@ -391,7 +417,8 @@ class KafkaApis:
         refused = check_secret(ctx, self.cluster_secret)
         if refused is not None:
             return refused
-        return self.replica_manager.stop_replicas(request)
+        async with self._state_change_lock:
+            return self.replica_manager.stop_replicas(request)
 
     async def handle_create_topics(self, ctx: ConnectionContext, request: CreateTopicsRequest) -> Message:
         return await self._forward(ctx, request, "CREATE_TOPICS", CreateTopicsResponse)
