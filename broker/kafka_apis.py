@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from broker.config_helper import describe_broker_configs, describe_topic_configs, topic_config_defaults
@@ -80,7 +80,9 @@ from protocol.messages import (
     ReplicaLogInfo,
     RequestHeader,
     SaslAuthenticateRequest,
+    StopReplicaPartitionError,
     StopReplicaRequest,
+    StopReplicaResponse,
     TopicPartition,
     UpdateMetadataRequest,
     UpdateMetadataResponse,
@@ -92,9 +94,19 @@ log = logging.getLogger(__name__)
 
 ForwardToController = Callable[[Message], Awaitable[Any]]
 
-#: Partitions of a LEADER_AND_ISR applied between two yields to the event loop (see
-#: `KafkaApis._become_leader_or_follower`): a few milliseconds of work each on a quiet disk.
-LEADER_AND_ISR_SLICE = 8
+#: Partitions of a LEADER_AND_ISR or STOP_REPLICA applied between two yields to the event loop (see
+#: `KafkaApis.handle_leader_and_isr`): each is a millisecond or two of file work on a quiet disk.
+STATE_CHANGE_SLICE = 8
+
+S = TypeVar("S")
+
+
+async def _slices(items: list[S]) -> AsyncIterator[list[S]]:
+    """`items` by STATE_CHANGE_SLICE, letting the event loop run between two (one empty slice for none)."""
+    for start in range(0, max(len(items), 1), STATE_CHANGE_SLICE):
+        if start:
+            await asyncio.sleep(0)
+        yield items[start : start + STATE_CHANGE_SLICE]
 
 
 T = TypeVar("T")
@@ -138,8 +150,8 @@ class KafkaApis:
         self.time = time
         self.cluster_secret = cluster_secret
         self.forward_to_controller = forward_to_controller
-        # Kafka's replicaStateChangeLock: LEADER_AND_ISR is applied a slice at a time with the event loop let
-        # go between slices, so it and STOP_REPLICA take this lock to stay whole with respect to each other.
+        # Kafka's replicaStateChangeLock: LEADER_AND_ISR and STOP_REPLICA are applied a slice at a time with
+        # the event loop let go in between, so each takes this lock to stay whole with respect to the other.
         self._state_change_lock = asyncio.Lock()
         #: What this broker knows of the producer ids the controller handed out (set by BrokerNode when the
         #: broker has a controller): an idempotent batch with an id never handed out is refused.
@@ -367,30 +379,23 @@ class KafkaApis:
                     error_code=ErrorCode.STALE_BROKER_EPOCH,
                     error_message=f"request for broker epoch {request.broker_epoch}, this broker's is {current}",
                 )
-        async with self._state_change_lock:
-            return await self._become_leader_or_follower(request)
-
-    async def _become_leader_or_follower(self, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
-        """Apply the request `LEADER_AND_ISR_SLICE` partitions at a time, letting the event loop run between
-        slices. A new replica costs a directory, files and fsyncs (milliseconds; tens of them on a busy
-        disk), and a broker asked to create hundreds at once (a topic with many partitions, the group
-        coordinator's 50 of __consumer_offsets) would otherwise hold its loop for all of them: no
-        heartbeat goes out meanwhile, and past broker.session.timeout.ms the controller fences the broker
-        and moves its leaderships. Kafka applies the request on a handler thread while its heartbeats go
-        from another. Requests and heartbeats go on between slices; each partition changes role whole, and
-        the metadata cache learns a slice's states with it."""
+        # A new replica costs a directory, files and fsyncs (milliseconds; tens of them on a busy disk), and a
+        # broker asked to create hundreds at once (a topic of many partitions, the group coordinator's 50 of
+        # __consumer_offsets) would otherwise hold its loop for all of them: no heartbeat goes out meanwhile,
+        # and past broker.session.timeout.ms the controller fences it and moves its leaderships. Kafka
+        # applies the request on a handler thread while heartbeats go from another. Here it goes a slice at a
+        # time; each partition changes role whole, and the metadata cache learns a slice's states with it.
         answers: list[LeaderAndIsrPartitionResponse] = []
-        for start in range(0, max(len(request.partitions), 1), LEADER_AND_ISR_SLICE):
-            if start:
-                await asyncio.sleep(0)
-            piece = dataclasses.replace(request, partitions=request.partitions[start : start + LEADER_AND_ISR_SLICE])
-            self.metadata_cache.merge_partition_states(piece.partitions, request.live_leaders)
-            response = self.replica_manager.become_leader_or_follower(
-                piece, lambda b: self.metadata_cache.endpoint(b) is not None
-            )
-            if response.error_code != ErrorCode.NONE:
-                return response  # a stale controller epoch, found on the first slice before any change
-            answers.extend(response.partitions)
+        known = self.metadata_cache.endpoint
+        async with self._state_change_lock:
+            async for states in _slices(request.partitions):
+                self.metadata_cache.merge_partition_states(states, request.live_leaders)
+                response = self.replica_manager.become_leader_or_follower(
+                    dataclasses.replace(request, partitions=states), lambda b: known(b) is not None
+                )
+                if response.error_code != ErrorCode.NONE:
+                    return response  # a stale controller epoch, found on the first slice before any change
+                answers.extend(response.partitions)
         return LeaderAndIsrResponse(partitions=answers)
 
     async def handle_update_metadata(self, ctx: ConnectionContext, request: UpdateMetadataRequest) -> Message:
@@ -417,8 +422,15 @@ class KafkaApis:
         refused = check_secret(ctx, self.cluster_secret)
         if refused is not None:
             return refused
+        # Sliced as LEADER_AND_ISR is: deleting a topic deletes each of its replicas here.
+        answers: list[StopReplicaPartitionError] = []
         async with self._state_change_lock:
-            return self.replica_manager.stop_replicas(request)
+            async for items in _slices(request.partitions):
+                response = self.replica_manager.stop_replicas(dataclasses.replace(request, partitions=items))
+                if response.error_code != ErrorCode.NONE:
+                    return response  # a stale controller epoch, found on the first slice before any change
+                answers.extend(response.partitions)
+        return StopReplicaResponse(partitions=answers)
 
     async def handle_create_topics(self, ctx: ConnectionContext, request: CreateTopicsRequest) -> Message:
         return await self._forward(ctx, request, "CREATE_TOPICS", CreateTopicsResponse)
