@@ -83,7 +83,7 @@ PARTIALS: tuple[str, ...] = (P_STATUS, P_TIMELINE, P_RUNS, P_SEEN, P_LEADERS)
 # Tasks of the pass per core Spark has (each task takes a run of brokers).
 TASKS_PER_CORE = 2
 _BROKER_FILE = re.compile(r"^broker-(-?\d+)(?:-.*)?$")
-_STATS_SCHEMA = "records long, files_sorted long, foreign long"
+_STATS_SCHEMA = "records long, files_sorted long, foreign long, duplicates long"
 
 
 def file_broker(path: Path) -> int | None:
@@ -116,6 +116,7 @@ class FilePassStats:
     records: int
     files_sorted: int
     foreign_records: int
+    duplicates: int = 0  # records dropped as a repeat of one before them (an MQTT redelivery)
     # (broker_id, broker_start_ms, records, first_ts_ms, last_ts_ms) per broker run (``broker_runs``)
     runs: tuple[tuple[Any, ...], ...] = ()
 
@@ -176,6 +177,7 @@ def run(
             records=sum(r["records"] for r in rows),
             files_sorted=sum(r["files_sorted"] for r in rows),
             foreign_records=foreign,
+            duplicates=sum(r["duplicates"] for r in rows),
             runs=tuple(broker_runs(staging)),
         )
         finish(staging, config, schemas)
@@ -268,19 +270,23 @@ def _starts(*keys: np.ndarray) -> np.ndarray:
     return first
 
 
-def ordered_rows(files: Sequence[str], broker: int, in_schema: pa.Schema) -> tuple[pa.Table, np.ndarray, int, int]:
+def ordered_rows(files: Sequence[str], broker: int, in_schema: pa.Schema) -> tuple[pa.Table, np.ndarray, int, int, int]:
     """One broker's files → (its rows grouped by replica in time order, each replica's first row,
-    files sorted, foreign records)."""
+    files sorted, foreign records, duplicates dropped).
+
+    A record with the ts_ms of the replica's record before it is a duplicate (``schema.DEDUP_KEY``: an
+    MQTT QoS 1 redelivery, appended to the file again) and is dropped, as ``--follow`` drops it and as
+    ``lag_job.replica_samples`` does."""
     tables = [parse_file(path, in_schema) for path in files]
     table = pa.concat_tables(tables) if tables else in_schema.empty_table()
     n = table.num_rows
     if n == 0:
-        return table, np.zeros(0, dtype=bool), 0, 0
+        return table, np.zeros(0, dtype=bool), 0, 0, 0
     file_no = np.concatenate([np.full(t.num_rows, i, dtype=np.int64) for i, t in enumerate(tables)])
     broker_ids, broker_valid = _values(table[s.BROKER_ID])
     foreign = int(np.count_nonzero(~broker_valid | (broker_ids != broker)))
     if foreign:
-        return table, np.zeros(0, dtype=bool), 0, foreign
+        return table, np.zeros(0, dtype=bool), 0, foreign, 0
     keys = [_codes(table[name]) for name in lag_job.REPLICA_KEY]  # topic, partition, broker_id, kind
     ts = table[s.TS_MS].to_numpy().astype(np.int64)
     rows = np.arange(n)
@@ -302,7 +308,12 @@ def ordered_rows(files: Sequence[str], broker: int, in_schema: pa.Schema) -> tup
             # A replica's samples go back across files: the broker's rows by replica and ts_ms.
             order = np.lexsort((rows, ts, *reversed(keys)))
             files_sorted = len(tables)
-    return table.take(pa.array(order)), first, files_sorted, 0
+    repeated = np.zeros(n, dtype=bool)
+    repeated[1:] = (ts[order][1:] == ts[order][:-1]) & ~first[1:]
+    duplicates = int(np.count_nonzero(repeated))
+    if duplicates:
+        order, first = order[~repeated], first[~repeated]
+    return table.take(pa.array(order)), first, files_sorted, 0, duplicates
 
 
 @dataclass
@@ -458,8 +469,13 @@ def broker_pass(
     out: PartWriter,
 ) -> dict[str, int]:
     """One broker's tables and partials, appended to its task's files; returns its statistics."""
-    t, first, files_sorted, foreign = ordered_rows(files, broker, in_schema)
-    stats = {"records": t.num_rows, "files_sorted": files_sorted, "foreign": foreign}
+    t, first, files_sorted, foreign, duplicates = ordered_rows(files, broker, in_schema)
+    stats = {
+        "records": t.num_rows,
+        "files_sorted": files_sorted,
+        "foreign": foreign,
+        "duplicates": duplicates,
+    }
     if foreign:
         return stats  # the pass is not used: nothing to write
     r = derive(t, first)

@@ -221,7 +221,10 @@ def replica_samples(records: DataFrame) -> DataFrame:
             .alias(delta_column(name))
         )
     dropped = {*prev.values(), *s.PARTITION_COUNTERS}
-    return windowed.select(
+    # A record with its replica's previous ts_ms is a duplicate (``schema.DEDUP_KEY``: an MQTT QoS 1
+    # redelivery), dropped as ``--follow`` drops it. The row after it took it for its previous row, which
+    # is the same record again, so no other row changes.
+    return windowed.where(prev_ts.isNull() | (prev_ts != F.col(s.TS_MS))).select(
         *(c for c in windowed.columns if c not in dropped),
         F.coalesce(F.col(s.TS_MS) - prev_ts, F.lit(0)).alias(INTERVAL_MS),
         F.coalesce(prev_ts.isNull() | restarted, F.lit(True)).alias(INCARNATION_FIRST),

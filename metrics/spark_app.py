@@ -271,8 +271,8 @@ def publish_files(
         raise NoMetricsError("the metrics files hold no readable records")
     mark("file_pass")
     progress(
-        f"{stats.records} records from {len(stats.runs)} broker runs, {stats.files_sorted} files sorted; "
-        f"{len(paths)} tables written"
+        f"{stats.records} records from {len(stats.runs)} broker runs, {stats.files_sorted} files sorted, "
+        f"{stats.duplicates} duplicates dropped; {len(paths)} tables written"
     )
     progress("building the page")
     runs = [dashboard.BrokerRun(*row) for row in stats.runs]
