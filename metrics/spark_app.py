@@ -642,11 +642,14 @@ def merge_and_publish(
             batch = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(*(str(p) for p in parts))
         merged = job.merge(batch, batch_id)
         n = merged.records
-        data = dashboard.collect_dashboard_data(
+        # The page's aggregates from the written tables with pyarrow, as the batch job's file pass builds
+        # its page (``dashboard_arrow``): the Spark queries were a dozen small jobs every round.
+        data = dashboard_arrow.collect_dashboard_data(
             title,
-            merged.tables,
+            {name: str(out_dir / name) for name in s.TABLES},
             job.config.window_ms,
             merged.runs,
+            file_pass.table_schemas({name: df.schema for name, df in merged.tables.items()}),
             faults=faults,
             health_bucket_ms=job.config.health_bucket_ms,
         )

@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from metrics import follow, lag_job, spark_app
+from metrics import dashboard, dashboard_arrow, file_pass, follow, lag_job, spark_app
 from metrics import schema as s
 from metrics.lag_job import LagJobConfig
 from tests.metrics.test_dashboard import T0, cluster_records, roll_active_files, write_metrics_dir
@@ -316,3 +316,19 @@ def test_follow_round_by_round_over_arriving_files_ends_with_the_batch_jobs_tabl
         got = spark.read.parquet(str(out / name)).select(*want.columns)
         assert want.count() > 0, name
         assertDataFrameEqual(_comparable(got), _comparable(want))
+    # Each round builds its page from the tables with pyarrow (``dashboard_arrow``), as the batch file pass
+    # does: over the follow's folders of settled, recent and folded parts, hidden files left aside, it is
+    # the page the Spark queries build from the same tables.
+    config = LagJobConfig(window_ms=2000)
+    written = follow.FollowJob(out, config, 6000)._as_written(spark)
+    paths = {name: str(out / name) for name in s.TABLES}
+    schemas = file_pass.table_schemas({name: df.schema for name, df in written.tables.items()})
+    (out / s.TABLE_FOLLOWER_LAG / ".tmp-left-by-a-crash.parquet").write_bytes(b"half a file")
+    by_arrow = dashboard_arrow.collect_dashboard_data(
+        "t", paths, config.window_ms, written.runs, schemas, health_bucket_ms=config.health_bucket_ms
+    )
+    by_spark = dashboard.collect_dashboard_data(
+        "t", written.tables, config.window_ms, written.runs, health_bucket_ms=config.health_bucket_ms
+    )
+    assert by_arrow.summary and by_arrow.lag and by_arrow.health is not None
+    assert by_arrow == by_spark
