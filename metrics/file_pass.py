@@ -261,6 +261,16 @@ def _is(column: pa.ChunkedArray | pa.Array, value: str) -> np.ndarray:
     return result
 
 
+def in_range(ts: np.ndarray, lo: int | None, hi: int | None) -> np.ndarray:
+    """``lo <= ts < hi`` (either bound left out when None): ``lag_job.in_range`` over an array."""
+    keep = np.ones(len(ts), dtype=bool)
+    if lo is not None:
+        keep &= ts >= lo
+    if hi is not None:
+        keep &= ts < hi
+    return keep
+
+
 def _starts(*keys: np.ndarray) -> np.ndarray:
     """Over rows grouped by ``keys``: True at the first row of each group."""
     n = len(keys[0]) if keys else 0
@@ -700,7 +710,7 @@ def follower_status_partial(r: _Rows, config: LagJobConfig, schema: pa.Schema) -
     return _table(columns, schema)
 
 
-_TIMELINE_PARTIAL = pa.schema(
+TIMELINE_PARTIAL = pa.schema(
     [
         (s.TOPIC, pa.string()),
         (s.PARTITION, pa.int32()),
@@ -729,12 +739,12 @@ def _bool_max(values: np.ndarray, valid: np.ndarray, group: np.ndarray, groups: 
     return any_true, any_valid
 
 
-def leader_timeline_partial(r: _Rows) -> pa.Table:
-    """``lag_job.leader_timeline_partial`` of this broker's partition records."""
+def leader_timeline_partial(r: _Rows, lo: int | None = None, hi: int | None = None) -> pa.Table:
+    """``lag_job.leader_timeline_partial`` of the partition records (with ``lo <= ts_ms < hi``)."""
     t = r.t
     epoch_valid = pc.is_valid(t[s.LEADER_EPOCH]).to_numpy(zero_copy_only=False)
     leader_valid = pc.is_valid(t[s.LEADER_ID]).to_numpy(zero_copy_only=False)
-    idx = np.flatnonzero(r.partition_row & epoch_valid & leader_valid)
+    idx = np.flatnonzero(r.partition_row & epoch_valid & leader_valid & in_range(r.ts, lo, hi))
     rows = t.select([s.TOPIC, s.PARTITION, s.LEADER_EPOCH, s.LEADER_ID, s.ROLE]).take(pa.array(idx))
     keys = [_codes(rows[n]) for n in reversed(lag_job.LEADER_TIMELINE_KEY)]
     order, group, starts = _grouped(keys)
@@ -753,10 +763,10 @@ def leader_timeline_partial(r: _Rows) -> pa.Table:
             "confirmed": (confirmed, confirmed_valid),
         }
     )
-    return _table(columns, _TIMELINE_PARTIAL)
+    return _table(columns, TIMELINE_PARTIAL)
 
 
-_RUNS_PARTIAL = pa.schema(
+RUNS_PARTIAL = pa.schema(
     [
         (s.BROKER_ID, pa.int32()),
         (s.BROKER_START_MS, pa.int64()),
@@ -767,12 +777,13 @@ _RUNS_PARTIAL = pa.schema(
 )
 
 
-def broker_runs_partial(r: _Rows) -> pa.Table:
-    """``lag_job.broker_runs_partial`` of this broker's records (any kind)."""
-    t = r.t
+def broker_runs_partial(r: _Rows, lo: int | None = None, hi: int | None = None) -> pa.Table:
+    """``lag_job.broker_runs_partial`` of the records (any kind; with ``lo <= ts_ms < hi``)."""
+    idx = np.flatnonzero(in_range(r.ts, lo, hi))
+    t = r.t.select([s.BROKER_ID, s.BROKER_START_MS]).take(pa.array(idx))
     order, group, starts = _grouped([_codes(t[s.BROKER_START_MS]), _codes(t[s.BROKER_ID])])
     groups = len(starts)
-    ts = r.ts[order]
+    ts = r.ts[idx][order]
     firsts = pa.array(order[starts])
     return _table(
         {
@@ -782,18 +793,18 @@ def broker_runs_partial(r: _Rows) -> pa.Table:
             "first_ts_ms": np.minimum.reduceat(ts, starts) if groups else ts[:0],
             "last_ts_ms": np.maximum.reduceat(ts, starts) if groups else ts[:0],
         },
-        _RUNS_PARTIAL,
+        RUNS_PARTIAL,
     )
 
 
-_SEEN_PARTIAL = pa.schema(
+SEEN_PARTIAL = pa.schema(
     [(s.TOPIC, pa.string()), (s.PARTITION, pa.int32()), ("first_ts_ms", pa.int64()), ("last_ts_ms", pa.int64())]
 )
 
 
-def partitions_seen_partial(r: _Rows) -> pa.Table:
-    """Per partition, the first and last ts_ms of this broker's records of it (``lag_job.first_seen``)."""
-    idx = np.flatnonzero(r.partition_row)
+def partitions_seen_partial(r: _Rows, lo: int | None = None, hi: int | None = None) -> pa.Table:
+    """Per partition, the first and last ts_ms of its records (with ``lo <= ts_ms < hi``; ``lag_job.first_seen``)."""
+    idx = np.flatnonzero(r.partition_row & in_range(r.ts, lo, hi))
     rows = r.t.select([s.TOPIC, s.PARTITION]).take(pa.array(idx))
     order, group, starts = _grouped([_codes(rows[s.PARTITION]), _codes(rows[s.TOPIC])])
     groups = len(starts)
@@ -806,11 +817,11 @@ def partitions_seen_partial(r: _Rows) -> pa.Table:
             "first_ts_ms": np.minimum.reduceat(ts, starts) if groups else ts[:0],
             "last_ts_ms": np.maximum.reduceat(ts, starts) if groups else ts[:0],
         },
-        _SEEN_PARTIAL,
+        SEEN_PARTIAL,
     )
 
 
-_LEADERS_PARTIAL = pa.schema(
+LEADERS_PARTIAL = pa.schema(
     [
         (s.TOPIC, pa.string()),
         (s.PARTITION, pa.int32()),
@@ -830,7 +841,7 @@ def leader_samples_partial(r: _Rows) -> pa.Table:
     rows = r.t.take(pa.array(idx))
     columns = {n: rows[n] for n in rows.column_names}
     columns[lag_job.INTERVAL_MS] = pa.array(r.interval_ms[idx], pa.int64())
-    return _table(columns, _LEADERS_PARTIAL)
+    return _table(columns, LEADERS_PARTIAL)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -851,27 +862,27 @@ def _read_partials(staging: Path, name: str, schema: pa.Schema | None = None) ->
 def broker_runs(staging: Path) -> list[tuple[Any, ...]]:
     """(broker_id, broker_start_ms, records, first_ts_ms, last_ts_ms) per broker run, ordered by
     broker and first ts_ms (``dashboard.broker_runs``' rows)."""
-    runs = _read_partials(staging, P_RUNS, _RUNS_PARTIAL)
+    runs = _read_partials(staging, P_RUNS, RUNS_PARTIAL)
     rows = [tuple(row.values()) for row in runs.to_pylist()]
     return sorted(rows, key=lambda row: (row[0] is not None, row[0] or 0, row[3]))
 
 
 def finish(staging: Path, config: LagJobConfig, schemas: dict[str, pa.Schema]) -> None:
     """The tables that cross brokers, from the tasks' partials, written under ``staging``."""
-    runs = _read_partials(staging, P_RUNS, _RUNS_PARTIAL)
+    runs = _read_partials(staging, P_RUNS, RUNS_PARTIAL)
     now_ms = int(pc.max(runs["last_ts_ms"]).as_py() or 0) if runs.num_rows else 0
     isr = pq.read_table(
         staging / s.TABLE_REPLICA_LAG, columns=[s.TOPIC, s.PARTITION, "follower_id", s.TS_MS, s.IN_SYNC]
     )
     changes = isr_changes(isr, config, schemas[s.TABLE_ISR_CHANGES])
-    leaders = _read_partials(staging, P_LEADERS, _LEADERS_PARTIAL)
-    seen = _read_partials(staging, P_SEEN, _SEEN_PARTIAL)
+    leaders = _read_partials(staging, P_LEADERS, LEADERS_PARTIAL)
+    seen = _read_partials(staging, P_SEEN, SEEN_PARTIAL)
     outputs = {
         s.TABLE_FOLLOWER_STATUS: follower_status(
             _read_partials(staging, P_STATUS, schemas[s.TABLE_FOLLOWER_STATUS]), config, now_ms
         ),
         s.TABLE_LEADER_TIMELINE: leader_timeline(
-            _read_partials(staging, P_TIMELINE, _TIMELINE_PARTIAL), schemas[s.TABLE_LEADER_TIMELINE]
+            _read_partials(staging, P_TIMELINE, TIMELINE_PARTIAL), schemas[s.TABLE_LEADER_TIMELINE]
         ),
         s.TABLE_ISR_CHANGES: changes,
         s.TABLE_UNDER_REPLICATED: under_replicated(leaders, changes, config, schemas[s.TABLE_UNDER_REPLICATED]),
@@ -928,25 +939,44 @@ def _previous_duration(ts: np.ndarray, has_prev: np.ndarray, gap_max_ms: int) ->
     return np.where(has_prev, np.minimum(ts - _shift(ts, 1, 0), gap_max_ms), 0)
 
 
-def isr_changes(isr: pa.Table, config: LagJobConfig, schema: pa.Schema) -> pa.Table:
-    """``lag_job.isr_changes`` from ``replica_lag``'s rows (the same leader samples, exploded)."""
+ISR_PARTIAL = pa.schema(
+    [
+        (s.TOPIC, pa.string()),
+        (s.PARTITION, pa.int32()),
+        ("follower_id", pa.int32()),
+        ("samples", pa.int64()),
+        ("shrinks", pa.int64()),
+        ("expands", pa.int64()),
+        ("out_of_sync_ms", pa.int64()),
+        ("observed_ms", pa.int64()),
+        ("in_sync_last", pa.bool_()),
+        ("last_ts_ms", pa.int64()),
+    ]
+)
+
+
+def isr_changes_partial(isr: pa.Table, config: LagJobConfig, lo: int | None = None, hi: int | None = None) -> pa.Table:
+    """``lag_job.isr_changes_partial`` from ``replica_lag``'s rows (the same leader samples, exploded): each
+    follower's samples with ``lo <= ts_ms < hi``, each compared with the one before it, whatever its time."""
     ts_all = isr[s.TS_MS].to_numpy()
     keys = [ts_all, *(_codes(isr[n]) for n in reversed(lag_job.ISR_CHANGES_KEY))]
     order = np.lexsort(tuple(keys))
-    t = isr.take(pa.array(order))
     ts = ts_all[order]
     first = _starts(*(k[order] for k in keys[1:]))
-    group, starts, ends = _group_first_last(first)
-    groups = len(starts)
-    flag, valid = _values(t[s.IN_SYNC], False, bool)
+    flag, valid = _values(isr[s.IN_SYNC].take(pa.array(order)), False, bool)
     prev, prev_valid = _shift(flag, 1, False), _shift(valid, 1, False) & ~first
     shrink = prev_valid & prev & valid & ~flag
     expand = prev_valid & ~prev & valid & flag
     was_out = prev_valid & ~prev
     d = _previous_duration(ts, ~first, config.gap_max_ms)
+    kept = np.flatnonzero(in_range(ts, lo, hi))
+    group_of = np.cumsum(first) - 1
+    group, starts, ends = _group_first_last(_starts(group_of[kept]))
+    groups = len(starts)
+    t = isr.take(pa.array(order[kept]))
 
     def total(values: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(values.astype(np.int64), starts) if groups else np.zeros(0, dtype=np.int64)
+        return np.add.reduceat(values[kept].astype(np.int64), starts) if groups else np.zeros(0, dtype=np.int64)
 
     firsts = pa.array(starts)
     return _table(
@@ -958,9 +988,20 @@ def isr_changes(isr: pa.Table, config: LagJobConfig, schema: pa.Schema) -> pa.Ta
             "out_of_sync_ms": total(np.where(was_out, d, 0)),
             "observed_ms": total(d),
             "in_sync_last": t[s.IN_SYNC].take(pa.array(ends)),
+            "last_ts_ms": ts[kept][ends] if groups else ts[:0],
         },
-        schema,
+        ISR_PARTIAL,
     )
+
+
+def isr_changes(isr: pa.Table, config: LagJobConfig, schema: pa.Schema) -> pa.Table:
+    """``lag_job.isr_changes`` from ``replica_lag``'s rows."""
+    return isr_changes_of(isr_changes_partial(isr, config), schema)
+
+
+def isr_changes_of(partial: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``lag_job.isr_changes_of_partials`` of one partial (a row per follower)."""
+    return _table({name: partial[name] for name in schema.names}, schema)
 
 
 def _leader_order(leaders: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndarray]:
@@ -972,51 +1013,86 @@ def _leader_order(leaders: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     return leaders.take(pa.array(order)), ts_all[order], _starts(topic[order], partition[order])
 
 
-def under_replicated(leaders: pa.Table, changes: pa.Table, config: LagJobConfig, schema: pa.Schema) -> pa.Table:
-    """``lag_job.under_replicated`` from every broker's leader samples and ``isr_changes``."""
+UNDER_REPLICATED_PARTIAL = pa.schema(
+    [
+        (s.TOPIC, pa.string()),
+        (s.PARTITION, pa.int32()),
+        ("leader_samples", pa.int64()),
+        ("first_ts_ms", pa.int64()),
+        ("last_ts_ms", pa.int64()),
+        ("observed_ms", pa.int64()),
+        ("under_replicated_ms", pa.int64()),
+        ("under_min_isr_ms", pa.int64()),
+        ("isr_size_min", pa.int32()),
+    ]
+)
+
+
+def under_replicated_partial(
+    leaders: pa.Table, config: LagJobConfig, lo: int | None = None, hi: int | None = None
+) -> pa.Table:
+    """``lag_job.under_replicated_partial``: per partition, the sums over its leader samples (every broker's)
+    with ``lo <= ts_ms < hi``, each sample's duration counted at the next one."""
     t, ts, first = _leader_order(leaders)
-    group, starts, _ = _group_first_last(first)
-    groups = len(starts)
     d = _previous_duration(ts, ~first, config.gap_max_ms)
     ur, ur_valid = _values(t[s.UNDER_REPLICATED], False, bool)
     umi, umi_valid = _values(t[s.UNDER_MIN_ISR], False, bool)
     prev_ur = _shift(ur & ur_valid, 1, False) & ~first
     prev_umi = _shift(umi & umi_valid, 1, False) & ~first
-    big = np.iinfo(np.int64).max
     isr_size, isr_valid = _values(t[s.ISR_SIZE])
-    isr_min = np.minimum.reduceat(np.where(isr_valid, isr_size, big), starts) if groups else np.zeros(0, np.int64)
+    kept = np.flatnonzero(in_range(ts, lo, hi))
+    group, starts, _ = _group_first_last(_starts((np.cumsum(first) - 1)[kept]))
+    groups = len(starts)
+    big = np.iinfo(np.int64).max
+    isr_min = np.minimum.reduceat(np.where(isr_valid, isr_size, big)[kept], starts) if groups else np.zeros(0, np.int64)
 
     def total(values: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(values.astype(np.int64), starts) if groups else np.zeros(0, dtype=np.int64)
+        return np.add.reduceat(values[kept].astype(np.int64), starts) if groups else np.zeros(0, dtype=np.int64)
 
-    firsts = pa.array(starts)
-    columns: dict[str, Any] = {
-        s.TOPIC: t[s.TOPIC].take(firsts),
-        s.PARTITION: t[s.PARTITION].take(firsts),
-        "leader_samples": np.bincount(group, minlength=groups).astype(np.int64),
-        "first_ts_ms": np.minimum.reduceat(ts, starts) if groups else ts[:0],
-        "last_ts_ms": np.maximum.reduceat(ts, starts) if groups else ts[:0],
-        "observed_ms": total(d),
-        "under_replicated_ms": total(np.where(prev_ur, d, 0)),
-        "under_min_isr_ms": total(np.where(prev_umi, d, 0)),
-        "isr_size_min": (isr_min, isr_min != big),
-    }
-    # isr_shrinks / isr_expands: the partition's sums over its followers in isr_changes (0 when none).
-    summary = pa.table({k: v for k, v in columns.items() if k in (s.TOPIC, s.PARTITION)})
+    firsts = pa.array(kept[starts])
+    return _table(
+        {
+            s.TOPIC: t[s.TOPIC].take(firsts),
+            s.PARTITION: t[s.PARTITION].take(firsts),
+            "leader_samples": np.bincount(group, minlength=groups).astype(np.int64),
+            "first_ts_ms": np.minimum.reduceat(ts[kept], starts) if groups else ts[:0],
+            "last_ts_ms": np.maximum.reduceat(ts[kept], starts) if groups else ts[:0],
+            "observed_ms": total(d),
+            "under_replicated_ms": total(np.where(prev_ur, d, 0)),
+            "under_min_isr_ms": total(np.where(prev_umi, d, 0)),
+            "isr_size_min": (isr_min, isr_min != big),
+        },
+        UNDER_REPLICATED_PARTIAL,
+    )
+
+
+def under_replicated(leaders: pa.Table, changes: pa.Table, config: LagJobConfig, schema: pa.Schema) -> pa.Table:
+    """``lag_job.under_replicated`` from every broker's leader samples and ``isr_changes``."""
+    return under_replicated_of(under_replicated_partial(leaders, config), changes, schema)
+
+
+def under_replicated_of(partial: pa.Table, changes: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``lag_job.under_replicated_of_partials`` of one partial (a row per partition) and ``isr_changes``:
+    isr_shrinks / isr_expands are the partition's sums over its followers (0 when none)."""
     counts = changes.group_by([s.TOPIC, s.PARTITION], use_threads=False).aggregate(
         [("shrinks", "sum"), ("expands", "sum")]
     )
-    joined = summary.append_column("_row", pa.array(np.arange(groups))).join(
+    joined = partial.append_column("_row", pa.array(np.arange(partial.num_rows))).join(
         counts, [s.TOPIC, s.PARTITION], join_type="left outer", use_threads=False
     )
     joined = joined.sort_by("_row")
+    columns: dict[str, Any] = {name: joined[name] for name in UNDER_REPLICATED_PARTIAL.names}
     columns["isr_shrinks"] = pc.fill_null(joined["shrinks_sum"], 0)
     columns["isr_expands"] = pc.fill_null(joined["expands_sum"], 0)
     return _table(columns, schema)
 
 
-def cluster_health(leaders: pa.Table, seen: pa.Table, config: LagJobConfig, schema: pa.Schema) -> pa.Table:
-    """``lag_job.cluster_health`` from every broker's leader samples and partitions seen."""
+def cluster_health(
+    leaders: pa.Table, seen: pa.Table, config: LagJobConfig, schema: pa.Schema, from_ms: int | None = None
+) -> pa.Table:
+    """``lag_job.cluster_health`` from every broker's leader samples and partitions seen (``from_ms``, a
+    bucket start: only the buckets from there on; ``leaders`` must then hold every sample from
+    ``from_ms - gap_max_ms`` on, and ``seen`` every partition)."""
     bucket = config.health_bucket_ms
     if seen.num_rows == 0:
         return schema.empty_table()
@@ -1056,8 +1132,12 @@ def cluster_health(leaders: pa.Table, seen: pa.Table, config: LagJobConfig, sche
     seen_order = np.lexsort(tuple(seen_keys))
     partition_first = np.minimum.reduceat(first_ts[seen_order], seen_starts)
     span_from = _window_start(np.array([first_ts.min()]), bucket)[0]
+    if from_ms is not None:
+        span_from = max(span_from, from_ms)
     span_to = _window_start(np.array([last_ts.max()]), bucket)[0]
     buckets = np.arange(span_from, span_to + 1, bucket, dtype=np.int64)
+    if len(buckets) == 0:
+        return schema.empty_table()
     appeared = np.searchsorted(buckets, _window_start(partition_first, bucket))
     known = np.cumsum(np.bincount(appeared, minlength=len(buckets))[: len(buckets)]).astype(np.int64)
     # Per bucket: partitions led, under-replicated, under min ISR, and per leader.

@@ -5,8 +5,9 @@ row's facts are final once every earlier row has arrived. The stream drops a rec
 watermark, so after a micro-batch every record older than (newest ts_ms − watermark) has arrived.
 A round therefore:
 
-1. takes the new records and the **tail** kept from the last round, and computes the facts once
-   (``replica_samples``, ``leader_samples``);
+1. takes the new records (collected once through Arrow) and the **tail** kept from the last round, and
+   computes the facts once, with the batch file pass's numpy code (``follow_round``: no Spark job but
+   the collect; every output below is computed and written with numpy and pyarrow in the driver);
 2. moves the **settled horizon** S to (newest − watermark − ``gap_max_ms``), aligned down to the windows
    and health buckets, never backwards. A row before S is final, and so is every window, bucket and
    leader-sample duration before it;
@@ -29,7 +30,8 @@ Exactly-once: ``state.json`` (replaced in one rename, after everything else is w
 last merged batch, S and the folder holding the tail and the settled partials. A batch at or below
 that id is a rerun after a restart and is not merged again. On start, files a round wrote without
 reaching its commit are deleted: settled parts beyond S and replaced parts of another batch. A state
-computed with another ``LagJobConfig`` is rebuilt from the stored records.
+computed with another ``LagJobConfig`` (or stored in another ``STATE_FORMAT``) is rebuilt from the
+stored records.
 
 Folding: each round that moves S adds one settled part per timed table, so after each commit
 ``FOLD_FAN_IN`` consecutive parts of one level are folded into one part of the next level (level 0 is a
@@ -47,7 +49,6 @@ import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -57,16 +58,15 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
-from pyspark.storagelevel import StorageLevel
 
-from metrics import dashboard, lag_job
+from metrics import dashboard, file_pass, follow_round, lag_job
 from metrics import schema as s
 from metrics.lag_job import LagJobConfig
 
 STATE_FILE = "state.json"
 TAIL = "tail"
-PARTIAL_BROKER_RUNS = "broker_runs"
-PARTIAL_FIRST_SEEN = "first_seen"
+PARTIAL_BROKER_RUNS = follow_round.PARTIAL_BROKER_RUNS
+PARTIAL_FIRST_SEEN = follow_round.PARTIAL_FIRST_SEEN
 MERGED_BROKER_RUNS = "broker_runs_merged"
 SETTLED_PREFIX = "s"  # s<from>-<to>-[f<level>-]<part file>: the rows of [from, to), settled
 RECENT_PREFIX = "r"  # r<batch id>-<part file>: the rows after the settled horizon, replaced every round
@@ -84,15 +84,10 @@ TIMED_TABLES: dict[str, str] = {
     s.TABLE_CLUSTER_HEALTH: "bucket_start_ms",
     s.TABLE_BROKER_HEALTH: s.TS_MS,
 }
-# Partials merged into the settled state: name → (key, merge spec).
-PARTIALS: dict[str, tuple[tuple[str, ...], dict[str, lag_job.AggSpec]]] = {
-    s.TABLE_UNDER_REPLICATED: (lag_job.UNDER_REPLICATED_KEY, lag_job.UNDER_REPLICATED_MERGE),
-    s.TABLE_ISR_CHANGES: (lag_job.ISR_CHANGES_KEY, lag_job.ISR_CHANGES_MERGE),
-    s.TABLE_LEADER_TIMELINE: (lag_job.LEADER_TIMELINE_KEY, lag_job.LEADER_TIMELINE_MERGE),
-    PARTIAL_BROKER_RUNS: (lag_job.BROKER_RUNS_KEY, lag_job.BROKER_RUNS_MERGE),
-    PARTIAL_FIRST_SEEN: (lag_job.FIRST_SEEN_KEY, lag_job.FIRST_SEEN_MERGE),
-}
-RECORD_COLUMNS: tuple[str, ...] = tuple(s.LAG_JOB_SCHEMA.fieldNames())
+# Partials merged into the settled state (``follow_round.PARTIALS``).
+PARTIALS = follow_round.PARTIALS
+# How the state is computed and stored: a state written another way is rebuilt from the stored records.
+STATE_FORMAT = 2  # 2: the round in numpy (``follow_round``), its partials in the file pass's columns
 
 
 @dataclass(frozen=True)
@@ -155,71 +150,6 @@ def settled_horizon(newest_ms: int, watermark_ms: int, config: LagJobConfig) -> 
     return (newest_ms - watermark_ms - config.gap_max_ms) // unit * unit
 
 
-def tail_of(rows: DataFrame, cut_ms: int, config: LagJobConfig) -> DataFrame:
-    """The rows of ``rows`` (record columns) a later round needs when nothing before ``cut_ms`` can change:
-    every row from ``cut_ms`` on; before it, the partition records that are the newest of each replica
-    (and its newest with a role other than offline, which ``role_last`` reads), of each partition's
-    leader sequence and of each follower in the leaders' ISR lists (the previous row of each ordered
-    sequence the tables read), and each follower's samples in its last window plus the two before them
-    (``follower_status`` reads those). A broker record before the cut is needed by nothing.
-
-    The aggregations find row identities (``REPLICA_KEY`` and ts_ms) over narrow columns, then one
-    semi-join picks the rows: no sort of the tail, no aggregation carrying whole rows."""
-    ts = F.col(s.TS_MS)
-    key = list(lag_job.REPLICA_KEY)
-    ident = [*key, s.TS_MS]
-    before = rows.where((ts < cut_ms) & (F.col(s.KIND) == s.KIND_PARTITION))
-    leaders = before.where(F.col(s.ROLE) == s.ROLE_LEADER)
-    is_follower = lag_job.is_follower_sample()
-    # Each replica's newest record, and (``role_last`` skips offline records) its newest with a role: one
-    # grouping gives both.
-    newest = before.groupBy(*key).agg(
-        F.max(s.TS_MS).alias("_newest"),
-        F.max(F.when(F.col(s.ROLE) != s.ROLE_OFFLINE, ts)).alias("_newest_with_role"),
-    )
-    newest_of_replica = newest.select(*key, F.col("_newest").alias(s.TS_MS))
-    newest_with_role = newest.where(F.col("_newest_with_role").isNotNull()).select(
-        *key, F.col("_newest_with_role").alias(s.TS_MS)
-    )
-    # ``leader_samples`` orders a partition's leader rows by (ts_ms, broker_id).
-    newest_leader = (
-        leaders.groupBy(s.TOPIC, s.PARTITION)
-        .agg(F.max(F.struct(s.TS_MS, s.BROKER_ID)).alias("_n"))
-        .select(s.TOPIC, s.PARTITION, f"_n.{s.BROKER_ID}", F.lit(s.KIND_PARTITION).alias(s.KIND), f"_n.{s.TS_MS}")
-    )
-    newest_listing = (
-        leaders.where(F.col(s.FOLLOWERS).isNotNull())
-        .select(s.TOPIC, s.PARTITION, s.BROKER_ID, s.TS_MS, F.explode(f"{s.FOLLOWERS}.{s.BROKER_ID}").alias("_f"))
-        .groupBy(s.TOPIC, s.PARTITION, "_f")
-        .agg(F.max_by(s.BROKER_ID, s.TS_MS).alias(s.BROKER_ID), F.max(s.TS_MS).alias(s.TS_MS))
-        .select(s.TOPIC, s.PARTITION, s.BROKER_ID, F.lit(s.KIND_PARTITION).alias(s.KIND), s.TS_MS)
-    )
-    # Each follower's samples after (its newest − window), and the two newest before that (wherever they
-    # are: those from the cut on are kept anyway).
-    followers = rows.where(is_follower).select(*ident)
-    last = followers.groupBy(*key).agg(F.max(s.TS_MS).alias("_last"))
-    in_window = ts > F.col("_last") - config.window_ms
-    marked = followers.join(F.broadcast(last), key)
-    last_window = marked.where(in_window).select(*ident)
-    two_before = (
-        marked.where(~in_window)
-        .groupBy(*key)
-        .agg(F.explode(F.slice(F.sort_array(F.collect_list(s.TS_MS), asc=False), 1, 2)).alias(s.TS_MS))
-    )
-    wanted = (
-        newest_of_replica.select(*ident)
-        .unionByName(newest_with_role.select(*ident))
-        .unionByName(newest_leader.select(*ident))
-        .unionByName(newest_listing.select(*ident))
-        .unionByName(last_window)
-        .unionByName(two_before.select(*ident))
-        .where(ts < cut_ms)
-        .distinct()
-    )
-    context = before.join(F.broadcast(wanted), ident, "left_semi")
-    return rows.where(ts >= cut_ms).unionByName(context)
-
-
 class FollowJob:
     """The incremental lag job of ``--follow``: ``merge`` one micro-batch at a time (module docstring)."""
 
@@ -233,12 +163,13 @@ class FollowJob:
         self.state_dir = out_dir / s.STREAM_DIR / "state"
         self.staging = out_dir / s.STREAM_DIR / "staging"
         self.state = self._load()
+        self._schemas: dict[str, pa.Schema] | None = None  # the tables' Arrow schemas, on the first merge
         self._recover()
 
     # ---- state on disk ----
 
     def _config_dict(self) -> dict[str, int | None]:
-        return {**asdict(self.config), "watermark_ms": self.watermark_ms}
+        return {**asdict(self.config), "watermark_ms": self.watermark_ms, "state_format": STATE_FORMAT}
 
     def _load(self) -> FollowState | None:
         try:
@@ -309,7 +240,10 @@ class FollowJob:
     def merge(self, batch: DataFrame, batch_id: int, on_step: Callable[[str], None] = lambda _step: None) -> Round:
         """Merge ``batch`` (record columns, late rows already dropped) as micro-batch ``batch_id`` and write
         every table. A batch already merged (a rerun after a restart) is not merged again: the tables as
-        they are come back. ``on_step`` lets a test stop a round between its writes."""
+        they are come back. ``on_step`` lets a test stop a round between its writes.
+
+        The batch's rows are collected once through Arrow; the round is computed with the file pass's
+        numpy code (``follow_round``) and written with pyarrow."""
         spark = batch.sparkSession
         if self.state is not None and batch_id <= self.state.batch_id:
             return self._as_written(spark)
@@ -317,96 +251,42 @@ class FollowJob:
         if prev is None:
             self._recover()  # a rebuild: the tables' folders may hold another run's files
         config = self.config
-        new_rows = as_records(batch)
+        if self._schemas is None:
+            self._schemas = file_pass.table_schemas(file_pass.spark_schemas(spark, config))
+        rows = follow_round.conform(as_records(batch).toArrow())
         if prev is not None:
-            rows = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(str(self.state_dir / prev.version / TAIL))
-            rows = rows.select(*RECORD_COLUMNS).unionByName(new_rows)
-        else:
-            rows = new_rows
-        cached: list[DataFrame] = []
-
-        def keep(df: DataFrame) -> DataFrame:
-            cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
-            return df
-
-        try:
-            rows = keep(rows)
-            newest_row = rows.agg(F.max(s.TS_MS)).first()
-            newest = newest_row[0] if newest_row is not None else None
-            if newest is None:
-                return self._as_written(spark)
-            newest = max(newest, prev.newest_ms) if prev is not None else newest
-            since = prev.settled_ms if prev is not None else None
-            horizon = settled_horizon(newest, self.watermark_ms, config)
-            until = max(horizon, since) if since is not None else horizon
-
-            samples = keep(lag_job.replica_samples(rows))
-            parts = lag_job.partition_records(samples)
-            leaders = keep(lag_job.leader_samples(parts))
-
-            def partial(name: str, lo: int | None, hi: int | None) -> DataFrame:
-                if name == s.TABLE_UNDER_REPLICATED:
-                    return lag_job.under_replicated_partial(leaders, config, lo, hi)
-                if name == s.TABLE_ISR_CHANGES:
-                    return lag_job.isr_changes_partial(parts, config, lo, hi)
-                if name == s.TABLE_LEADER_TIMELINE:
-                    return lag_job.leader_timeline_partial(parts, lo, hi)
-                if name == PARTIAL_BROKER_RUNS:
-                    return lag_job.broker_runs_partial(samples, lo, hi)
-                return lag_job.first_seen(lag_job.in_range(parts, lo, hi))
-
-            settled: dict[str, DataFrame] = {}
-            merged: dict[str, DataFrame] = {}
-            for name, (key, spec) in PARTIALS.items():
-                added = partial(name, since, until)
-                if prev is not None:
-                    old = spark.read.parquet(str(self.state_dir / prev.version / name))
-                    added = lag_job.merge_partials(old.unionByName(added), key, spec)
-                settled[name] = keep(added)
-                merged[name] = keep(
-                    lag_job.merge_partials(settled[name].unionByName(partial(name, until, None)), key, spec)
-                )
-
-            lag = lag_job.follower_lag(parts)
-            isr = lag_job.isr_changes_of_partials(merged[s.TABLE_ISR_CHANGES])
-            timed = {
-                s.TABLE_FOLLOWER_LAG: lag_job.in_range(lag, since),
-                s.TABLE_REPLICA_LAG: lag_job.in_range(lag_job.replica_lag(parts), since),
-                s.TABLE_LAG_WINDOWS: lag_job.lag_windows(lag, config, since),
-                s.TABLE_BYTE_RATES: lag_job.byte_rates(parts, config, since),
-                s.TABLE_CLUSTER_HEALTH: lag_job.cluster_health(
-                    parts, config, leaders, since, merged[PARTIAL_FIRST_SEEN]
-                ),
-                s.TABLE_BROKER_HEALTH: lag_job.in_range(lag_job.broker_health(samples), since),
+            tail = pq.read_table(self.state_dir / prev.version / TAIL / PART_FILE, schema=follow_round.RECORDS)
+            rows = pa.concat_tables([tail, rows])
+        if rows.num_rows == 0:
+            return self._as_written(spark)
+        newest = int(pc.max(rows[s.TS_MS]).as_py())
+        newest = max(newest, prev.newest_ms) if prev is not None else newest
+        since = prev.settled_ms if prev is not None else None
+        horizon = settled_horizon(newest, self.watermark_ms, config)
+        until = max(horizon, since) if since is not None else horizon
+        settled_before = None
+        if prev is not None:
+            settled_before = {
+                name: pq.read_table(self.state_dir / prev.version / name / PART_FILE) for name in PARTIALS
             }
-            whole = {
-                s.TABLE_UNDER_REPLICATED: lag_job.under_replicated_of_partials(merged[s.TABLE_UNDER_REPLICATED], isr),
-                s.TABLE_ISR_CHANGES: isr,
-                s.TABLE_FOLLOWER_STATUS: lag_job.follower_status_of_samples(parts, config, newest),
-                s.TABLE_LEADER_TIMELINE: lag_job.leader_timeline_of_partials(merged[s.TABLE_LEADER_TIMELINE]),
-            }
-            version = f"v{batch_id}"
-            version_dir = self.state_dir / version
-            shutil.rmtree(version_dir, ignore_errors=True)
-            tail = tail_of(rows, until - config.gap_max_ms, config)
-            # The state: the tail, the settled partials, and the merged broker runs (a rerun batch's page).
-            writes: list[Callable[[], None]] = [
-                functools.partial(_write, tail, version_dir / TAIL),
-                functools.partial(_write, merged[PARTIAL_BROKER_RUNS], version_dir / MERGED_BROKER_RUNS),
-            ]
-            writes += [functools.partial(_write, df, version_dir / name) for name, df in settled.items()]
-            writes += [
-                functools.partial(self._add_timed, name, df, since, until, batch_id) for name, df in timed.items()
-            ]
-            writes += [functools.partial(self._replace_table, name, df) for name, df in whole.items()]
-            _run_all(writes)
-            on_step("written")
-            self._commit(FollowState(batch_id, until, newest, version, self._config_dict()))
-            on_step("committed")
-            runs = dashboard.broker_runs_of_partials(merged[PARTIAL_BROKER_RUNS])
-        finally:
-            for df in cached:
-                df.unpersist()
+        out = follow_round.compute(rows, settled_before, since, until, newest, config, self._schemas)
+
+        version = f"v{batch_id}"
+        version_dir = self.state_dir / version
+        shutil.rmtree(version_dir, ignore_errors=True)
+        # The state: the tail, the settled partials, and the merged broker runs (a rerun batch's page).
+        _write(out.tail, version_dir / TAIL)
+        _write(out.runs, version_dir / MERGED_BROKER_RUNS)
+        for name, table in out.settled.items():
+            _write(table, version_dir / name)
+        for name, table in out.timed.items():
+            self._add_timed(name, table, since, until, batch_id)
+        for name, table in out.whole.items():
+            self._replace_table(name, table)
+        on_step("written")
+        self._commit(FollowState(batch_id, until, newest, version, self._config_dict()))
+        on_step("committed")
+        runs = [dashboard.BrokerRun(*row) for row in follow_round.broker_runs(out.runs)]
         return Round(self._read_tables(spark), runs, sum(r.records for r in runs), until, newest)
 
     def _as_written(self, spark: SparkSession) -> Round:
@@ -414,18 +294,16 @@ class FollowJob:
         state = self.state
         if state is None:
             raise ValueError("nothing merged yet")
-        runs = dashboard.broker_runs_of_partials(
-            spark.read.parquet(str(self.state_dir / state.version / MERGED_BROKER_RUNS))
-        )
+        merged = pq.read_table(self.state_dir / state.version / MERGED_BROKER_RUNS / PART_FILE)
+        runs = [dashboard.BrokerRun(*row) for row in follow_round.broker_runs(merged)]
         return Round(self._read_tables(spark), runs, sum(r.records for r in runs), state.settled_ms, state.newest_ms)
 
     def _read_tables(self, spark: SparkSession) -> dict[str, DataFrame]:
         return {name: spark.read.parquet(str(self.out_dir / name)) for name in s.TABLES}
 
-    def _add_timed(self, name: str, df: DataFrame, since: int | None, until: int, batch_id: int) -> None:
-        """Collect a timed table's rows from ``since`` on and add them to its folder: the rows before
-        ``until`` as a settled part (when the horizon moved), the rest as this batch's recent part."""
-        rows = df.toArrow()
+    def _add_timed(self, name: str, rows: pa.Table, since: int | None, until: int, batch_id: int) -> None:
+        """Add a timed table's rows from ``since`` on to its folder: the rows before ``until`` as a settled
+        part (when the horizon moved), the rest as this batch's recent part."""
         folder = self.out_dir / name
         folder.mkdir(parents=True, exist_ok=True)
         column = rows[TIMED_TABLES[name]]
@@ -434,11 +312,11 @@ class FollowJob:
             _write_file(rows.filter(pc.less(column, until)), folder / name)
         _write_file(rows.filter(pc.greater_equal(column, until)), folder / f"{RECENT_PREFIX}{batch_id}-{PART_FILE}")
 
-    def _replace_table(self, name: str, df: DataFrame) -> None:
+    def _replace_table(self, name: str, table: pa.Table) -> None:
         """Write a whole (small) table aside, then put it in place of the old one."""
         staged = self.staging / name
         shutil.rmtree(staged, ignore_errors=True)
-        _write(df, staged)
+        _write(table, staged)
         final = self.out_dir / name
         shutil.rmtree(final, ignore_errors=True)
         staged.rename(final)
@@ -527,11 +405,10 @@ def finish_fold(folder: Path, hidden: Path) -> None:
     os.replace(hidden, folder / name)
 
 
-def _write(df: DataFrame, folder: Path) -> None:
-    """``df`` as one Parquet file in ``folder``. Every output of a round is small (bounded by the tail): one
-    collect through Arrow and a pyarrow write cost a fifth of a Spark write job (no commit protocol)."""
+def _write(rows: pa.Table, folder: Path) -> None:
+    """``rows`` as one Parquet file in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    _write_file(df.toArrow(), folder / PART_FILE)
+    _write_file(rows, folder / PART_FILE)
 
 
 def _write_file(rows: pa.Table, path: Path) -> None:
@@ -539,11 +416,3 @@ def _write_file(rows: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".tmp-{path.name}.tmp")
     pq.write_table(rows, tmp)
     os.replace(tmp, path)
-
-
-def _run_all(writes: list[Callable[[], None]]) -> None:
-    """Run the writes concurrently (each one small Spark job and a file write): the scheduler overlaps one's
-    planning with another's tasks."""
-    with ThreadPoolExecutor(max_workers=min(8, len(writes)) or 1, thread_name_prefix="follow-write") as pool:
-        for done in [pool.submit(write) for write in writes]:
-            done.result()

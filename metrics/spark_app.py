@@ -22,9 +22,9 @@ How this works:
   within the watermark. The source's offsets and the dedup state
   live in ``<out>/_stream/checkpoint``; each micro-batch is written to ``<out>/_stream/records/batch-<id>``
   (``write_batch``: a rerun of a batch after a restart replaces its folder, so nothing is stored
-  twice). Then ``merge_and_publish`` brings the tables and the page up to date: recomputed from
-  everything stored while the history is small, merged into carried state (``metrics.follow``) once it
-  holds ``INCREMENTAL_FROM_RECORDS`` records, so a round's cost stops growing with the history. Every
+  twice). Then ``merge_and_publish`` brings the tables and the page up to date: merged into carried
+  state (``metrics.follow``), so a round's cost does not grow with the history (or, while fewer than
+  ``--incremental-from`` records are stored, recomputed from all of them; 0 by default). Every
   ``COMPACT_AFTER_BATCHES`` batch folders are folded into one folder, and as many folds into one of the
   next level (``compact``), so a long follow keeps a few folders, not one per micro-batch, and rewrites
   each record a few times, not at every compaction. The page reloads itself every trigger
@@ -442,8 +442,9 @@ def run_batch(
 
 
 #: ``--follow`` recomputes the tables from every stored record until this many are stored, then merges
-#: each micro-batch into carried state (``merge_and_publish``; measured by ``bench.follow``).
-INCREMENTAL_FROM_RECORDS = 500_000
+#: each micro-batch into carried state (``merge_and_publish``). A merged round costs a tenth of a
+#: recompute from the first batch on (``bench.follow``), so by default it merges from the start.
+INCREMENTAL_FROM_RECORDS = 0
 BATCH_PREFIX = "batch-"
 COMPACTED_PREFIX = "upto-"  # upto-<K>: every batch up to K (what compaction wrote before it folded in levels)
 FOLDED_PREFIX = "span-"  # span-<first>-<last>-<level>: the batches first..last, folded `level` times

@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from metrics import dashboard, dashboard_arrow, file_pass, follow, lag_job, spark_app
+from metrics import dashboard, dashboard_arrow, file_pass, follow, follow_round, lag_job, spark_app
 from metrics import schema as s
 from metrics.lag_job import LagJobConfig
 from tests.metrics.test_dashboard import T0, cluster_records, roll_active_files, write_metrics_dir
@@ -234,8 +234,9 @@ def _leader_row(ts_s: int, broker: int, followers: tuple[int, ...]) -> dict[str,
 
 
 def _tail_times(spark: SparkSession, rows: list[dict[str, Any]], cut_s: int) -> set[tuple[int, int]]:
-    tail = follow.tail_of(follow.as_records(records(spark, rows)), T0 + cut_s * 1000, CONFIG)
-    return {(r[s.BROKER_ID], (r[s.TS_MS] - T0) // 1000) for r in tail.where(f"kind = '{s.KIND_PARTITION}'").collect()}
+    ordered = follow_round.ordered(follow_round.conform(follow.as_records(records(spark, rows)).toArrow()))
+    tail = follow_round.tail_of(ordered, T0 + cut_s * 1000, CONFIG).to_pylist()
+    return {(r[s.BROKER_ID], (r[s.TS_MS] - T0) // 1000) for r in tail if r[s.KIND] == s.KIND_PARTITION}
 
 
 def test_the_tail_keeps_each_replicas_newest_row_before_the_cut(spark: SparkSession) -> None:
