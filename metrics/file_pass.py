@@ -318,12 +318,19 @@ def ordered_rows(files: Sequence[str], broker: int, in_schema: pa.Schema) -> tup
             # A replica's samples go back across files: the broker's rows by replica and ts_ms.
             order = np.lexsort((rows, ts, *reversed(keys)))
             files_sorted = len(tables)
-    repeated = np.zeros(n, dtype=bool)
+    order, first, duplicates = drop_repeats(order, first, ts)
+    return table.take(pa.array(order)), first, files_sorted, 0, duplicates
+
+
+def drop_repeats(order: np.ndarray, first: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """``order`` (rows grouped by replica in time order; ``first``: each replica's first) without the rows
+    that repeat their replica's previous ts_ms (``schema.DEDUP_KEY``), and how many were dropped."""
+    repeated = np.zeros(len(order), dtype=bool)
     repeated[1:] = (ts[order][1:] == ts[order][:-1]) & ~first[1:]
     duplicates = int(np.count_nonzero(repeated))
     if duplicates:
         order, first = order[~repeated], first[~repeated]
-    return table.take(pa.array(order)), first, files_sorted, 0, duplicates
+    return order, first, duplicates
 
 
 @dataclass

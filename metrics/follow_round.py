@@ -84,9 +84,7 @@ def ordered(rows: pa.Table) -> fp._Rows:
     ts = rows[s.TS_MS].to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.lexsort((ts, *reversed(keys)))
     first = fp._starts(*(k[order] for k in keys))
-    repeated = np.zeros(len(order), dtype=bool)
-    repeated[1:] = (ts[order][1:] == ts[order][:-1]) & ~first[1:]
-    order, first = order[~repeated], first[~repeated]
+    order, first, _ = fp.drop_repeats(order, first, ts)
     return fp.derive(rows.take(pa.array(order)), first)
 
 
@@ -122,30 +120,28 @@ def merge(partials: pa.Table, key: tuple[str, ...], how: Merge, schema: pa.Schem
 
 def tail_of(r: fp._Rows, cut_ms: int, config: LagJobConfig) -> pa.Table:
     """The rows of ``r`` a later round needs when nothing before ``cut_ms`` can change (``follow``'s step 5):
-    every row from ``cut_ms`` on; before it, the partition records
-    that are the newest of each replica (and its newest with a role other than offline), of each
-    partition's leader sequence and of each follower in the leaders' ISR lists, and each follower's
-    samples in its last window plus the two before them."""
+    every row from ``cut_ms`` on; before it, the partition records that are the newest of each replica (and
+    its newest with a role other than offline), of each partition's leader sequence and of each follower
+    in the leaders' ISR lists, and each follower's samples in its last window plus the two before them."""
     t, ts, rep = r.t, r.ts, r.rep
     keep = ts >= cut_ms
     before = r.partition_row & ~keep
 
-    def newest_of_each(rows: np.ndarray, *keys: np.ndarray) -> None:
-        """Keep the last of ``rows`` (indexes in key, then time order) of each key."""
+    def keep_last(rows: np.ndarray, *keys: np.ndarray) -> None:
+        """Keep the last of ``rows`` (grouped by ``keys``, given per row of ``rows``) of each group."""
         if len(rows):
-            last = np.append(np.logical_or.reduce([k[rows][1:] != k[rows][:-1] for k in keys]), True)
-            keep[rows[last]] = True
+            keep[rows[np.append(fp._starts(*keys)[1:], True)]] = True
 
     role = t[s.ROLE]
     with_role = pc.fill_null(pc.not_equal(role, s.ROLE_OFFLINE), False).to_numpy(zero_copy_only=False)
-    newest_of_each(np.flatnonzero(before), rep)
-    newest_of_each(np.flatnonzero(before & with_role), rep)
+    for rows in (np.flatnonzero(before), np.flatnonzero(before & with_role)):
+        keep_last(rows, rep[rows])
     # A partition's leader sequence is ordered by (ts_ms, broker_id) across brokers.
     topic, partition = fp._codes(t[s.TOPIC]), fp._codes(t[s.PARTITION])
     broker, _ = fp._values(t[s.BROKER_ID])
     leading = np.flatnonzero(before & fp._is(role, s.ROLE_LEADER))
     by_partition = leading[np.lexsort((broker[leading], ts[leading], partition[leading], topic[leading]))]
-    newest_of_each(by_partition, topic, partition)
+    keep_last(by_partition, topic[by_partition], partition[by_partition])
     # The newest leader row listing each follower.
     listing = leading[pc.is_valid(t[s.FOLLOWERS].take(pa.array(leading))).to_numpy(zero_copy_only=False)]
     lists = t[s.FOLLOWERS].take(pa.array(listing)).combine_chunks()
@@ -153,29 +149,15 @@ def tail_of(r: fp._Rows, cut_ms: int, config: LagJobConfig) -> pa.Table:
     follower, _ = fp._values(pc.list_flatten(lists).field(s.BROKER_ID))
     per_follower = np.lexsort((broker[row], ts[row], follower, partition[row], topic[row]))
     listed = row[per_follower]
-    if len(listed):
-        last = np.append(
-            (topic[listed][1:] != topic[listed][:-1])
-            | (partition[listed][1:] != partition[listed][:-1])
-            | (follower[per_follower][1:] != follower[per_follower][:-1]),
-            True,
-        )
-        keep[listed[last]] = True
+    keep_last(listed, topic[listed], partition[listed], follower[per_follower])
     # Each follower's samples after (its newest − window), and the two newest before that.
     samples = np.flatnonzero(r.follower)
-    if len(samples):
-        group, _, ends = fp._group_first_last(fp._starts(rep[samples]))
-        newest = ts[samples][ends][group]
-        inside = ts[samples] > newest - config.window_ms
-        keep[samples[inside]] = True
-        older = samples[~inside]
-        if len(older):
-            rank = np.ones(len(older), dtype=np.int64)  # 1 for the newest of a replica's older samples
-            for k in (1, 2):
-                same = np.zeros(len(older), dtype=bool)
-                same[:-k] = rep[older][k:] == rep[older][:-k]
-                rank += same
-            keep[older[rank <= 2]] = True
+    group, _, ends = fp._group_first_last(fp._starts(rep[samples]))
+    inside = ts[samples] > ts[samples][ends][group] - config.window_ms
+    keep[samples[inside]] = True
+    older = samples[~inside]
+    group, _, ends = fp._group_first_last(fp._starts(rep[older]))
+    keep[older[ends[group] - np.arange(len(older)) < 2]] = True
     return t.filter(pa.array(keep))
 
 

@@ -264,6 +264,15 @@ def test_the_tail_keeps_the_newest_leader_row_listing_each_follower(spark: Spark
     assert kept == {(1, 5), (1, 14), *((1, t) for t in range(15, 21))}
 
 
+def test_the_tail_keeps_the_newest_row_listing_each_of_several_followers(spark: SparkSession) -> None:
+    # given broker 1 lists 2 and 3 until 5 s, then 2 alone until 10 s, then 4 alone: each follower's newest
+    # listing is another row
+    rows = [_leader_row(t, 1, (2, 3)) for t in range(6)] + [_leader_row(t, 1, (2,)) for t in range(6, 11)]
+    rows += [_leader_row(t, 1, (4,)) for t in range(11, 21)]
+    kept = _tail_times(spark, rows, cut_s=15)
+    assert kept == {(1, 5), (1, 10), (1, 14), *((1, t) for t in range(15, 21))}
+
+
 def test_the_tail_keeps_a_replicas_newest_row_with_a_role_when_offline_rows_follow_it(spark: SparkSession) -> None:
     # given broker 2 leads until 10 s, then reports the partition offline (no leader) while broker 3,
     # back from a restart, leads from 12 s: broker 2's follower status reads its newest role that is not
