@@ -163,8 +163,17 @@ class FollowJob:
         self.state_dir = out_dir / s.STREAM_DIR / "state"
         self.staging = out_dir / s.STREAM_DIR / "staging"
         self.state = self._load()
-        self._schemas: dict[str, pa.Schema] | None = None  # the tables' Arrow schemas, on the first merge
+        self._spark_schemas: dict[str, StructType] | None = None  # the tables' schemas (``schemas``)
         self._recover()
+
+    def schemas(self, spark: SparkSession) -> dict[str, pa.Schema]:
+        """The tables' Arrow schemas, from Spark's plan of the batch job on an empty frame (once)."""
+        return file_pass.table_schemas(self._read_schemas(spark))
+
+    def _read_schemas(self, spark: SparkSession) -> dict[str, StructType]:
+        if self._spark_schemas is None:
+            self._spark_schemas = file_pass.spark_schemas(spark, self.config)
+        return self._spark_schemas
 
     # ---- state on disk ----
 
@@ -251,8 +260,6 @@ class FollowJob:
         if prev is None:
             self._recover()  # a rebuild: the tables' folders may hold another run's files
         config = self.config
-        if self._schemas is None:
-            self._schemas = file_pass.table_schemas(file_pass.spark_schemas(spark, config))
         rows = follow_round.conform(as_records(batch).toArrow())
         if prev is not None:
             tail = pq.read_table(self.state_dir / prev.version / TAIL / PART_FILE, schema=follow_round.RECORDS)
@@ -269,7 +276,7 @@ class FollowJob:
             settled_before = {
                 name: pq.read_table(self.state_dir / prev.version / name / PART_FILE) for name in PARTIALS
             }
-        out = follow_round.compute(rows, settled_before, since, until, newest, config, self._schemas)
+        out = follow_round.compute(rows, settled_before, since, until, newest, config, self.schemas(spark))
 
         version = f"v{batch_id}"
         version_dir = self.state_dir / version
@@ -299,7 +306,9 @@ class FollowJob:
         return Round(self._read_tables(spark), runs, sum(r.records for r in runs), state.settled_ms, state.newest_ms)
 
     def _read_tables(self, spark: SparkSession) -> dict[str, DataFrame]:
-        return {name: spark.read.parquet(str(self.out_dir / name)) for name in s.TABLES}
+        """The written tables, read with their known schemas (no job to read the Parquet footers)."""
+        schemas = self._read_schemas(spark)
+        return {name: spark.read.schema(schemas[name]).parquet(str(self.out_dir / name)) for name in s.TABLES}
 
     def _add_timed(self, name: str, rows: pa.Table, since: int | None, until: int, batch_id: int) -> None:
         """Add a timed table's rows from ``since`` on to its folder: the rows before ``until`` as a settled

@@ -650,7 +650,7 @@ def merge_and_publish(
             {name: str(out_dir / name) for name in s.TABLES},
             job.config.window_ms,
             merged.runs,
-            file_pass.table_schemas({name: df.schema for name, df in merged.tables.items()}),
+            job.schemas(spark),
             faults=faults,
             health_bucket_ms=job.config.health_bucket_ms,
         )
