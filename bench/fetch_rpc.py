@@ -100,7 +100,7 @@ def build_record_set() -> bytes:
 
 async def start_broker(reaper: ProcessReaper, work: Path) -> tuple[int, Any]:
     port = free_port()
-    log_file = work / "broker.log"
+    log_file = work / "storage"
     args = [
         "--broker-id",
         str(BROKER_ID),

@@ -28,10 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker.log.batches import OFFSET_LENGTH_EPOCH, single_batch
-from broker.log.log import Log, LogConfig
 from protocol.record_batch import HEADER_SIZE, LOG_OVERHEAD, build_batch
 from server_common.time import SystemTime
+from storage.batches import OFFSET_LENGTH_EPOCH, single_batch
+from storage.log import Log, LogConfig
 
 BATCH_BYTES = 16 * 1024
 READ_BYTES = 1024 * 1024

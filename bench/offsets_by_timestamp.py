@@ -4,7 +4,7 @@
 
 Builds a log in a temporary directory of `--segments` segments of `--segment-mib` MiB, in 16 KiB batches of
 100 records each (values of 150 bytes), timestamps rising 1 ms a record, then times
-`Log.fetch_offset_by_timestamp` (broker/log/log.py) for a time in the first, the middle and the last
+`Log.fetch_offset_by_timestamp` (storage/log.py) for a time in the first, the middle and the last
 segment, each placed in the last batch of its segment (the longest header walk there is):
 
 * open: `Log.open` of the clean log, which reads every closed segment's batch headers (the offset check) and
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import msgpack
 
-from broker.log.log import Log
 from protocol.record_batch import assemble_batch
 from server_common.log_config import LogConfig
 from server_common.time import SystemTime
+from storage.log import Log
 
 RECORDS_PER_BATCH = 100
 VALUE_BYTES = 150

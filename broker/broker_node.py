@@ -29,8 +29,6 @@ from broker.alter_partition_manager import AlterPartitionManager
 from broker.broker_lifecycle_manager import BrokerLifecycleManager
 from broker.fetch_session import FetchManager, FetchSessionCache
 from broker.kafka_apis import KafkaApis
-from broker.log.log import Log, LogConfig
-from broker.log.storage import OS_STORAGE, Storage
 from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
@@ -57,6 +55,8 @@ from protocol.messages import (
 from protocol.record_batch import build_batch, iter_headers, iter_records
 from protocol.transport import Transport
 from server_common.time import Time
+from storage.log import Log, LogConfig
+from storage.storage import OS_STORAGE, Storage
 
 log = logging.getLogger(__name__)
 

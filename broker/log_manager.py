@@ -15,13 +15,13 @@ import re
 import shutil
 from pathlib import Path
 
-from broker.log.checkpoint import HighWatermarkCheckpoint
-from broker.log.log import Log, LogConfig
-from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import KafkaStorageError
 from protocol.messages import TopicPartition
 from server_common.storage import write_atomically
 from server_common.time import Time
+from storage.checkpoint import HighWatermarkCheckpoint
+from storage.log import Log, LogConfig
+from storage.storage import OS_STORAGE, Storage
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from broker.log.file_records import FileRecords
-from broker.log.log_validator import validate_records
 from broker.replica import Replica
 from protocol.errors import (
     ErrorCode,
@@ -52,9 +50,11 @@ from protocol.messages import (
     TopicPartition,
 )
 from protocol.record_batch import iter_headers
+from storage.file_records import FileRecords
+from storage.log_validator import validate_records
 
 if TYPE_CHECKING:
-    from broker.log.log import AppendInfo, Log
+    from storage.log import AppendInfo, Log
 
 log = logging.getLogger(__name__)
 

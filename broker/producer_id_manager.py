@@ -12,7 +12,7 @@ invented ids costs one controller round trip per round trip, not one per id) and
 UNKNOWN_PRODUCER_ID only if the id is still not below the answer. Without this, 100,000 invented ids
 each created producer state on the leader (about 1.2 KB per id). Kafka itself creates state for any id
 whose first sequence is 0 and bounds it by `producer.id.expiration.ms` (KIP-854, modelled in
-`broker/log/producer_state.py` beside a per-partition cap); this check stops the ids at the door.
+`storage/producer_state.py` beside a per-partition cap); this check stops the ids at the door.
 
 When the controller cannot be asked (the heartbeat fails), the batch is let through: a broker that cannot
 reach its controller still leads its partitions, and refusing a legitimate producer there would trade

@@ -5,7 +5,7 @@ Layout of a cluster directory (`--dir D`):
     D/cluster.json                 who runs where: pids, ports, dirs (written once everything is up)
     D/bootstrap.servers            the brokers' HOST:PORT list, one line: what client commands' --dir reads
     D/controller/controller.properties, controller.log, controller.pid, metadata/
-    D/broker-<id>/broker.properties, broker.log, broker.pid, data/
+    D/broker-<id>/broker.properties, storage, broker.pid, data/
     D/metrics/                     every broker's JSON-lines metrics (the lag dashboard reads these)
 
 Every node has its own loopback address (`--base-address`, default 127.0.0.10: the controller there,
@@ -498,7 +498,7 @@ async def start_cluster(
                     kafka_ports[i] if i < len(kafka_ports) else 0,
                 ),
             )
-            blog = bdir / "broker.log"
+            blog = bdir / "storage"
             offsets.append(log_size(blog))
             bproc = spawn("broker", bconf, blog)
             procs.append(bproc)

@@ -252,7 +252,7 @@ UnknownProducerIdError = _error("UnknownProducerIdError", ErrorCode.UNKNOWN_PROD
 
 class InvalidRecordError(KafkaError):
     """A batch that passed its CRC but breaks the record format or a rule of the log (Kafka's
-    InvalidRecordException). Raised by the leader's validator (broker/log/log_validator.py) and by the
+    InvalidRecordException). Raised by the leader's validator (storage/log_validator.py) and by the
     Kafka record conversion (protocol/kafka_records.py), so it lives with the wire errors."""
 
     code = ErrorCode.INVALID_RECORD

@@ -19,7 +19,7 @@ listener converts at its edge:
   decompress (attributes bits 0-2), decode the records, check them, and rebuild the batch with the msgpack
   payload. Every header field is kept (producer id, epoch and base sequence, both timestamps,
   last_offset_delta, record_count, partition_leader_epoch, base_offset) except three: batch_length and
-  the CRC are recomputed, and the attributes become 0. The log validator (broker/log/log_validator.py)
+  the CRC are recomputed, and the attributes become 0. The log validator (storage/log_validator.py)
   accepts only attributes 0 from a producer, so the codec bits go (the payload is no longer compressed)
   and so does bit 3, the timestamp type: the timestamp type is the topic's (`message.timestamp.type`),
   which the leader applies after this, as Kafka's LogValidator overwrites it. Transactional (bit 4) and

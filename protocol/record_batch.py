@@ -26,7 +26,7 @@ at the header; the payload is produced and consumed by clients. Many batches lai
 This is Kafka's v2 batch header, field for field. An idempotent producer numbers its records per
 partition from 0 (`base_sequence` is the first record's number, the last is base_sequence +
 last_offset_delta); the leader uses the producer id, epoch and sequences to answer a resent batch with
-its original offset instead of appending it twice (broker/log/producer_state.py).
+its original offset instead of appending it twice (storage/producer_state.py).
 
 A record is `[offset_delta, timestamp_delta, key, value]`, or `[..., value, headers]` when it has
 headers: an array of `[name: str, value: bin or nil]` pairs, like Kafka's record headers. A record

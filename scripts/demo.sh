@@ -62,6 +62,6 @@ Done.
   chaos verdict (JSON):   $dir/chaos-report.json   ($( [ "$status" = 0 ] && echo valid || echo INVALID ))
   lag dashboard:          $dir/dashboard/dashboard.html   (open it in a browser)
   lag tables (Parquet):   $dir/dashboard/
-  broker logs:            $dir/broker-*/broker.log
+  broker logs:            $dir/broker-*/storage
 EOT
 exit "$status"

@@ -33,7 +33,7 @@ class LogConfig:
     # is older than this; checked with the retention check.
     producer_id_expiration_ms: int = _DAY_MS
     # message.timestamp.type: CreateTime keeps the producer's timestamps; LogAppendTime has the leader stamp
-    # each batch with the time it appends it (broker/log/log_validator.py).
+    # each batch with the time it appends it (storage/log_validator.py).
     message_timestamp_type: str = "CreateTime"
 
     def __post_init__(self) -> None:

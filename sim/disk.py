@@ -3,7 +3,7 @@
 How this works
 --------------
 The log writes segments with `pwrite` and makes them durable only through `Storage.fsync`
-(broker/log/storage.py): on segment rolls, on `log.flush.interval.messages` / `log.flush.interval.ms`,
+(storage/storage.py): on segment rolls, on `log.flush.interval.messages` / `log.flush.interval.ms`,
 on recovery and on a clean shutdown. `SimDisk.fsync` records, per file, how many bytes the last fsync
 covered (the data's length, not the file's, for a preallocated segment). `crash(node_dir)` with
 `loses_unflushed` cuts every segment of that node back to what its last fsync covered and removes its
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from broker.log.batches import scan
+from storage.batches import scan
 
 T = TypeVar("T")
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.log.log import Log
 from broker.partition import Partition
 from broker.replica_manager import FetchParams, ReplicaManager
 from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
@@ -38,6 +37,7 @@ from sim.network import SimTransport
 from sim.timeline import Recorder
 from sim.trace import Trace
 from sim.workload import Consumer, Producer, WriteHistory
+from storage.log import Log
 
 ADMIN_ID = 999
 CHECK_INTERVAL_S = 0.05

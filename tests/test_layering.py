@@ -2,6 +2,7 @@
 
     protocol            the wire: messages, codecs, record batches, error codes
     server_common       the clock, atomic files, config helpers, log config keys
+    storage             the log: segments, indexes, leader-epoch cache, checkpoints, producer state
     network  metrics    socket servers, listeners, TCP links | metric records and their sinks
     fetcher  client     the follower's fetch loop | minibroker's own producer, consumer and admin client
     group_coordinator   consumer groups and their offsets (run by the broker)
@@ -25,14 +26,16 @@ ALLOWED: dict[str, set[str]] = {
     "server_common": {"protocol"},
     "network": {"protocol", "server_common"},
     "metrics": {"protocol", "server_common"},
+    "storage": {"protocol", "server_common"},
     "fetcher": {"protocol", "server_common"},
     "client": {"protocol", "server_common", "network"},
     "group_coordinator": {"protocol", "server_common"},
-    "broker": {"protocol", "server_common", "network", "metrics", "fetcher", "group_coordinator"},
+    "broker": {"protocol", "server_common", "storage", "network", "metrics", "fetcher", "group_coordinator"},
     "controller": {"protocol", "server_common", "network"},
     "sim": {
         "protocol",
         "server_common",
+        "storage",
         "network",
         "metrics",
         "fetcher",
@@ -44,6 +47,7 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {
         "protocol",
         "server_common",
+        "storage",
         "network",
         "metrics",
         "fetcher",
@@ -84,5 +88,5 @@ def test_a_package_imports_only_the_packages_below_it(package: str) -> None:
 
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from cluster.cli import main\n    import broker.log\n")
+    module.write_text("def f():\n    from cluster.cli import main\n    import broker.partition\n")
     assert imported_packages(module) == {("cluster", 2), ("broker", 3)}

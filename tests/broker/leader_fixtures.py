@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker.kafka_apis import answered
-from broker.log.log import LogConfig
 from broker.log_manager import LogManager
 from broker.partition import Partition
 from broker.purgatory import DelayedOperationPurgatory
@@ -46,6 +45,7 @@ from protocol.messages import (
 )
 from protocol.record_batch import build_batch, iter_headers, iter_records
 from server_common.time import ManualTime
+from storage.log import LogConfig
 
 T = TypeVar("T")
 

@@ -11,7 +11,6 @@ from typing import Any
 from broker.config_helper import describe_topic_configs
 from broker.fetch_session import FetchManager, FetchSessionCache
 from broker.kafka_apis import KafkaApis
-from broker.log.log import LogConfig
 from broker.metadata_cache import MetadataCache
 from network.request_context import ConnectionContext
 from protocol.codec import Message
@@ -35,6 +34,7 @@ from protocol.messages import (
     MetadataResponse,
     UpdateMetadataRequest,
 )
+from storage.log import LogConfig
 from tests.broker.leader_fixtures import FOLLOWER_ID, LOCAL_ID, TOPIC, TP0, LeaderBroker
 
 TOPIC_CONFIG, STATIC, DEFAULT = (

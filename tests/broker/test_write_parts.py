@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from broker.log.log import Log, LogConfig
 from network.socket_server import write_parts
 from protocol.record_batch import build_batch
 from server_common.time import ManualTime
+from storage.log import Log, LogConfig
 
 pytestmark = pytest.mark.timeout(30)
 

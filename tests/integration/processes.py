@@ -110,7 +110,7 @@ def standalone_broker(tmp: Path, broker_id: int, port: int, *overrides: str) -> 
     ]
     for o in overrides:
         args += ["--override", o]
-    return BrokerProcess(broker_id, port, log_dir, log_dir / "broker.log", args)
+    return BrokerProcess(broker_id, port, log_dir, log_dir / "storage", args)
 
 
 async def assign(

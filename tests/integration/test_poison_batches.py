@@ -18,8 +18,8 @@ from client.producer import send_batch
 from cluster.local_cluster import LocalClusterState, free_ports, pid_alive, restart_broker, start_cluster, stop_cluster
 from protocol.errors import ErrorCode
 from protocol.messages import ProducePartition, ProduceRequest, TopicPartition
-from tests.broker.log.test_log_validator import POISON, batch_with_payload, records
 from tests.integration.processes import ROOT, wait_until
+from tests.storage.test_log_validator import POISON, batch_with_payload, records
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -87,7 +87,7 @@ async def test_acks_all_writes_are_on_every_replica_byte_for_byte(brokers: list[
         assert sorted(by_offset) == list(range(100)), "every offset exactly once, no gaps"
 
     # and every broker checkpoints those HWs periodically (replication-offset-checkpoint, Kafka's name)
-    from broker.log.checkpoint import HighWatermarkCheckpoint
+    from storage.checkpoint import HighWatermarkCheckpoint
 
     async def checkpointed() -> bool:
         return all(

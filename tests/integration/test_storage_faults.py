@@ -119,7 +119,7 @@ async def test_a_replica_damaged_while_stopped_goes_offline_at_open_and_is_never
         await restart_broker(cluster, damaged_id)
 
         # then opening the log finds it, before anything reads that range: the replica is offline at once
-        broker_log = Path(damaged.dir) / "broker.log"
+        broker_log = Path(damaged.dir) / "storage"
 
         async def offline_at_open() -> bool:
             return f"{TOPIC}-0 is offline: batch at byte {second.position} of" in broker_log.read_text()

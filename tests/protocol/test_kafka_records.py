@@ -19,7 +19,6 @@ from kafka import codec as kcodec
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from broker.log.log_validator import validate_records
 from protocol.errors import CorruptRecordError, ErrorCode, InvalidRecordError
 from protocol.kafka_records import (
     CODEC_GZIP,
@@ -43,6 +42,7 @@ from protocol.record_batch import (
     iter_records,
     validate_record_set,
 )
+from storage.log_validator import validate_records
 
 KRecord = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
 

@@ -45,7 +45,7 @@ def _prose(path: Path) -> str:
 
 
 def test_a_last_fetched_epoch_newer_than_the_leaders_gets_minus_one_as_documented(tmp_path: Path) -> None:
-    from broker.log.epoch_cache import LeaderEpochFileCache
+    from storage.epoch_cache import LeaderEpochFileCache
 
     claim = "when `last_fetched_epoch` is newer than every epoch the leader has, the lookup answers `-1, -1` instead"
     assert claim in _prose(DOC)
@@ -62,8 +62,8 @@ def test_a_batch_at_the_old_producer_epoch_is_appended_until_the_new_epoch_was_s
 ) -> None:
     import pytest
 
-    from broker.log.producer_state import ProducerBatch, ProducerStateManager
     from protocol.errors import KafkaError
+    from storage.producer_state import ProducerBatch, ProducerStateManager
 
     claim = "after a bump 0 → 1 a batch at epoch 0 is still appended until one at epoch 1 has been"
     assert claim in _prose(DOC)
@@ -84,9 +84,9 @@ def test_a_legacy_magic_is_refused_as_invalid_record_as_documented() -> None:
     import pytest
     from crc32c import crc32c
 
-    from broker.log.log_validator import validate_records
     from protocol.errors import KafkaError
     from protocol.record_batch import CRC_START, build_batch
+    from storage.log_validator import validate_records
 
     claim = (
         "a PRODUCE batch of magic 0 or 1 (Kafka's legacy formats) gets 87 INVALID_RECORD, "

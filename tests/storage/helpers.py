@@ -44,7 +44,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 _APPENDER = """
 import json, sys
 from pathlib import Path
-from broker.log.log import Log, LogConfig
+from storage.log import Log, LogConfig
 from protocol.record_batch import build_batch
 from server_common.time import SystemTime
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.log.log import Log
 from protocol.record_batch import build_batch
-from tests.broker.log.helpers import batch, batch_bases
+from storage.log import Log
+from tests.storage.helpers import batch, batch_bases
 
 OpenLog = Callable[..., Log]
 

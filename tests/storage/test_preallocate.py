@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.log import Log, LogConfig
 from server_common.log_config import topic_config_error, with_topic_configs
 from server_common.time import SystemTime
-from tests.broker.log.helpers import batch, kill_appender_after, values_by_offset
+from storage.log import Log, LogConfig
+from tests.storage.helpers import batch, kill_appender_after, values_by_offset
 
 OpenLog = Callable[..., Log]
 SEGMENT = 64 * 1024
@@ -87,7 +87,7 @@ def test_a_clean_close_trims_and_the_reopened_log_reserves_its_active_segment_ag
     log.close()
     assert file_size(log.segments[-1].log_path) == log.segments[-1].size_in_bytes
 
-    with caplog.at_level(logging.INFO, logger="broker.log"):
+    with caplog.at_level(logging.INFO, logger="storage"):
         reopened = open_log(segment_bytes=SEGMENT, preallocate=True)
     assert "zero bytes" not in caplog.text  # nothing to cut after a clean close
     assert file_size(reopened.active_segment.log_path) == SEGMENT
@@ -123,7 +123,7 @@ def test_a_killed_appender_leaves_zeros_that_recovery_cuts_without_losing_a_batc
         assert file_size(segment) < 256 * 1024  # cut back when it rolled
 
     # when the log is opened again,
-    with caplog.at_level(logging.INFO, logger="broker.log"):
+    with caplog.at_level(logging.INFO, logger="storage"):
         log = Log.open(log_dir, LogConfig(segment_bytes=256 * 1024, preallocate=True), SystemTime())
 
     # then every acknowledged batch is there, in order, the zeros were cut as unused space (not reported
@@ -152,7 +152,7 @@ def test_no_reservation_that_would_leave_under_a_tenth_of_the_disk_free(
         return type(real)(fields)
 
     monkeypatch.setattr(os, "fstatvfs", small_disk)
-    with caplog.at_level(logging.INFO, logger="broker.log"):
+    with caplog.at_level(logging.INFO, logger="storage"):
         log = open_log(segment_bytes=1024 * 1024, preallocate=True)
     fill(log, 5)
 

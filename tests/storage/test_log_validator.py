@@ -6,9 +6,9 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from broker.log.log_validator import InvalidRecordError, validate_records
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.record_batch import assemble_batch, build_batch
+from storage.log_validator import InvalidRecordError, validate_records
 
 
 def batch_with_payload(payload: bytes, count: int = 1, last_delta: int | None = None, attributes: int = 0) -> bytes:

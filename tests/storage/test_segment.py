@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.log.offset_index import OffsetIndex
-from broker.log.segment import NO_TIMESTAMP, LogSegment
 from protocol.record_batch import iter_headers
 from server_common.time import ManualTime
-from tests.broker.log.helpers import START_MS, batch, batch_bases, values_by_offset
+from storage.offset_index import OffsetIndex
+from storage.segment import NO_TIMESTAMP, LogSegment
+from tests.storage.helpers import START_MS, batch, batch_bases, values_by_offset
 
 
 def new_segment(tmp_path: Path, base_offset: int = 40, index_interval_bytes: int = 0) -> LogSegment:

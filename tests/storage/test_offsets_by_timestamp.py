@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import msgpack
 
-from broker.log.log import Log
 from protocol.record_batch import assemble_batch
-from tests.broker.log.helpers import batch
+from storage.log import Log
+from tests.storage.helpers import batch
 
 OpenLog = Callable[..., Log]
 SEGMENT_BYTES = 3 * len(batch(b"v", timestamp_ms=0))  # three one-record batches a segment
@@ -105,8 +105,8 @@ def test_a_reopened_log_answers_the_same(open_log: OpenLog) -> None:
 
 
 def test_a_resent_batch_is_answered_with_the_original_append_time(open_log: OpenLog) -> None:
-    from broker.log.log_validator import validate_records
     from protocol.record_batch import build_batch
+    from storage.log_validator import validate_records
 
     log = open_log()
     produced = build_batch([b"a", b"b"], timestamp_ms=1_000, producer_id=7, producer_epoch=0, base_sequence=0)

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.log.log import Log
-from broker.log.producer_state import BATCHES_PER_PRODUCER, MAX_PRODUCERS_PER_PARTITION
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import build_batch
-from tests.broker.log.helpers import START_MS, values_by_offset
+from storage.log import Log
+from storage.producer_state import BATCHES_PER_PRODUCER, MAX_PRODUCERS_PER_PARTITION
+from tests.storage.helpers import START_MS, values_by_offset
 
 OpenLog = Callable[..., Log]
 PID = 4000

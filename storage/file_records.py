@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from broker.log.segment import LogSegment
+    from storage.segment import LogSegment
 
 
 class FileRecords:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from broker.log.checkpoint import LeaderEpochCheckpoint
+    from storage.checkpoint import LeaderEpochCheckpoint
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1

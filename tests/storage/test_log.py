@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from crc32c import crc32c
 
-from broker.log.epoch_cache import EpochEntry
-from broker.log.log import Log, LogConfig, parse_topic_partition
 from protocol.errors import CorruptRecordError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from protocol.record_batch import build_batch, iter_headers
 from server_common.time import ManualTime
-from tests.broker.log.helpers import START_MS, batch, batch_bases, batch_epochs, values_by_offset
+from storage.epoch_cache import EpochEntry
+from storage.log import Log, LogConfig, parse_topic_partition
+from tests.storage.helpers import START_MS, batch, batch_bases, batch_epochs, values_by_offset
 
 OpenLog = Callable[..., Log]
 

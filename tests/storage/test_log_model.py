@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from broker.log.epoch_cache import EpochEntry
-from broker.log.log import Log, LogConfig
 from protocol.errors import OffsetOutOfRangeError
 from protocol.record_batch import build_batch, iter_headers, iter_records
 from server_common.time import ManualTime
+from storage.epoch_cache import EpochEntry
+from storage.log import Log, LogConfig
 
 CONFIG = LogConfig(segment_bytes=400, index_interval_bytes=64)
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.epoch_cache import EpochEntry
-from broker.log.log import Log, LogConfig
 from protocol.record_batch import iter_headers
 from server_common.time import SystemTime
-from tests.broker.log.helpers import batch, kill_appender_after, values_by_offset
+from storage.epoch_cache import EpochEntry
+from storage.log import Log, LogConfig
+from tests.storage.helpers import batch, kill_appender_after, values_by_offset
 
 OpenLog = Callable[..., Log]
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.log import Log, LogConfig
 from server_common.time import ManualTime
-from tests.broker.log.helpers import START_MS
+from storage.log import Log, LogConfig
+from tests.storage.helpers import START_MS
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.log.log import Log
-from broker.log.segment import LogSegment
 from protocol.errors import KafkaStorageError
 from protocol.record_batch import iter_headers
-from tests.broker.log.helpers import batch
+from storage.log import Log
+from storage.segment import LogSegment
+from tests.storage.helpers import batch
 
 OpenLog = Callable[..., Log]
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.log.epoch_cache import EpochEntry
 from server_common.storage import write_atomically
+from storage.epoch_cache import EpochEntry
 
 CHECKPOINT_VERSION = 0
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.checkpoint import LeaderEpochCheckpoint
-from broker.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEntry, LeaderEpochFileCache
+from storage.checkpoint import LeaderEpochCheckpoint
+from storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEntry, LeaderEpochFileCache
 
 UNDEFINED = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
 

@@ -46,9 +46,9 @@ from typing import NamedTuple
 import msgpack
 from crc32c import crc32c
 
-from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
 from protocol.record_batch import next_sequence
+from storage.storage import OS_STORAGE, Storage
 
 logger = logging.getLogger(__name__)
 

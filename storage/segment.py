@@ -45,12 +45,12 @@ from pathlib import Path
 import msgpack
 from crc32c import crc32c
 
-from broker.log.batches import HEADER, Buffer, scan
-from broker.log.offset_index import INDEX_SUFFIX, OffsetIndex
-from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import CorruptRecordError
 from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_APPEND_TIME_BIT, LOG_OVERHEAD, MAGIC
 from server_common.time import Time
+from storage.batches import HEADER, Buffer, scan
+from storage.offset_index import INDEX_SUFFIX, OffsetIndex
+from storage.storage import OS_STORAGE, Storage
 
 LOG_SUFFIX = ".log"
 MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries store offsets relative to the base as int32
@@ -578,7 +578,7 @@ class LogSegment:
     def producer_batches(self, from_offset: int = 0) -> Iterator[tuple[int, int, int, int, int, int]]:
         """(producer id, producer epoch, base sequence, base offset, last offset, max timestamp) of every
         batch written by an idempotent producer that ends at or after `from_offset`: what rebuilds the
-        producer state (broker/log/producer_state.py)."""
+        producer state (storage/producer_state.py)."""
         for _, _, h in self._walk_headers(0):
             base, last = h[0], h[0] + h[6]
             if h[9] >= 0 and last >= from_offset:

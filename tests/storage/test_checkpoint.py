@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.checkpoint import (
+from storage.checkpoint import (
     CorruptCheckpointError,
     HighWatermarkCheckpoint,
     LeaderEpochCheckpoint,
     LogStartOffsetCheckpoint,
     write_atomically,
 )
-from broker.log.epoch_cache import EpochEntry
+from storage.epoch_cache import EpochEntry
 
 
 def test_an_atomic_write_replaces_the_file_and_leaves_no_temporary_behind(tmp_path: Path) -> None:

@@ -50,19 +50,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from broker.log.batches import OFFSET_LENGTH_DELTA, OFFSET_LENGTH_EPOCH, Buffer, scan, single_batch
-from broker.log.checkpoint import (
-    CorruptCheckpointError,
-    LeaderEpochCheckpoint,
-    LogStartOffsetCheckpoint,
-)
-from broker.log.epoch_cache import LeaderEpochFileCache
-from broker.log.file_records import FileRecords
-from broker.log.offset_index import INDEX_SUFFIX
-from broker.log.offset_metadata import LogOffsetMetadata
-from broker.log.producer_state import ProducerBatch, ProducerStateManager
-from broker.log.segment import LOG_SUFFIX, NO_TIMESTAMP, LogSegment
-from broker.log.storage import OS_STORAGE, Storage
 from protocol.errors import (
     CorruptRecordError,
     KafkaError,
@@ -74,6 +61,19 @@ from protocol.record_batch import LOG_OVERHEAD, next_sequence
 from server_common.log_config import LogConfig
 from server_common.storage import fsync_dir, write_atomically
 from server_common.time import Time
+from storage.batches import OFFSET_LENGTH_DELTA, OFFSET_LENGTH_EPOCH, Buffer, scan, single_batch
+from storage.checkpoint import (
+    CorruptCheckpointError,
+    LeaderEpochCheckpoint,
+    LogStartOffsetCheckpoint,
+)
+from storage.epoch_cache import LeaderEpochFileCache
+from storage.file_records import FileRecords
+from storage.offset_index import INDEX_SUFFIX
+from storage.offset_metadata import LogOffsetMetadata
+from storage.producer_state import ProducerBatch, ProducerStateManager
+from storage.segment import LOG_SUFFIX, NO_TIMESTAMP, LogSegment
+from storage.storage import OS_STORAGE, Storage
 
 __all__ = ["AppendInfo", "Log", "LogConfig", "LogOffsetMetadata", "parse_topic_partition"]
 
