@@ -30,16 +30,16 @@ Broker lifecycle (KRaft's, simplified):
 from __future__ import annotations
 
 from controller.controller_config import ControllerConfig
-from controller.metadata import (
-    BrokerRegistration,
+from controller.metadata_log import MetadataLog
+from controller.replication_control_manager import ReplicationControlManager
+from metadata.image import BrokerRegistration
+from metadata.records import (
     BrokerShutdownRecord,
     FenceBrokerRecord,
     MetadataRecord,
     RegisterBrokerRecord,
     UnfenceBrokerRecord,
 )
-from controller.metadata_log import MetadataLog
-from controller.replication_control_manager import ReplicationControlManager
 from protocol.errors import ErrorCode
 from protocol.messages import (
     BrokerHeartbeatRequest,

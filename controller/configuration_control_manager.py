@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import Counter
 
 from controller.controller_config import ControllerConfig
-from controller.metadata import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord, MetadataRecord
 from controller.metadata_log import MetadataLog
+from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord, MetadataRecord
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     AlterConfigOp,

@@ -36,21 +36,20 @@ from typing import Generic, TypeVar
 from controller.cluster_control_manager import ClusterControlManager
 from controller.configuration_control_manager import ConfigurationControlManager
 from controller.controller_config import ControllerConfig
-from controller.metadata import (
-    FenceBrokerRecord,
-    MetadataImage,
-    MetadataRecord,
-    PartitionChangeRecord,
-    PartitionRecord,
-    PartitionRegistration,
-    UnfenceBrokerRecord,
-)
 from controller.metadata_log import MetadataLog
 from controller.metadata_store import MetadataStore
 from controller.producer_id_control_manager import ProducerIdControlManager
 from controller.reassignment_control_manager import ReassignmentControlManager
 from controller.replication_control_manager import ReplicationControlManager
 from controller.topic_control_manager import TopicControlManager
+from metadata.image import MetadataImage, PartitionRegistration
+from metadata.records import (
+    FenceBrokerRecord,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    UnfenceBrokerRecord,
+)
 from protocol.errors import ErrorCode
 from protocol.messages import (
     AlterPartitionReassignmentsRequest,

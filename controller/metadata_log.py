@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from controller.metadata import MetadataImage, MetadataRecord
 from controller.metadata_store import MetadataStore
+from metadata.image import MetadataImage
+from metadata.records import MetadataRecord
 from protocol.messages import TopicPartition
 
 

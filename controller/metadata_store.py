@@ -37,13 +37,8 @@ from typing import Any, BinaryIO
 import msgpack
 from crc32c import crc32c
 
-from controller.metadata import (
-    MetadataImage,
-    MetadataRecord,
-    MetadataReplayError,
-    record_from_dict,
-    record_to_dict,
-)
+from metadata.image import MetadataImage
+from metadata.records import MetadataRecord, MetadataReplayError, record_from_dict, record_to_dict
 from server_common.storage import fsync_dir, write_atomically
 
 LOG_FILE_NAME = "metadata.log"

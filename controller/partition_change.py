@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from controller.metadata import NO_LEADER, PartitionChangeRecord, PartitionRegistration
+from metadata.image import PartitionRegistration
+from metadata.records import NO_LEADER, PartitionChangeRecord
 
 
 def elect_leader(replicas: Sequence[int], isr: Iterable[int], live: Iterable[int], unclean: bool) -> int:

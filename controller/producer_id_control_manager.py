@@ -9,8 +9,8 @@ record). Kafka hands out blocks of ids to brokers; here the controller answers e
 
 from __future__ import annotations
 
-from controller.metadata import MetadataRecord, ProducerIdsRecord
 from controller.metadata_log import MetadataLog
+from metadata.records import MetadataRecord, ProducerIdsRecord
 from protocol.messages import InitProducerIdRequest, InitProducerIdResponse
 
 MAX_PRODUCER_EPOCH = 2**15 - 1  # an int16 in the batch header

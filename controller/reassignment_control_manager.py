@@ -18,15 +18,10 @@ unclean election.
 
 from __future__ import annotations
 
-from controller.metadata import (
-    NO_LEADER,
-    MetadataRecord,
-    PartitionChangeRecord,
-    PartitionRegistration,
-    in_replica_order,
-)
 from controller.metadata_log import MetadataLog
 from controller.partition_change import elect_leader
+from metadata.image import PartitionRegistration, in_replica_order
+from metadata.records import NO_LEADER, MetadataRecord, PartitionChangeRecord
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     AlterPartitionReassignmentsRequest,

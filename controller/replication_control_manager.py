@@ -28,16 +28,11 @@ from __future__ import annotations
 
 from controller.configuration_control_manager import ConfigurationControlManager
 from controller.controller_config import ControllerConfig
-from controller.metadata import (
-    NO_LEADER,
-    MetadataRecord,
-    PartitionChangeRecord,
-    PartitionRegistration,
-    in_replica_order,
-)
 from controller.metadata_log import MetadataLog
 from controller.partition_change import partition_change
 from controller.reassignment_control_manager import ReassignmentControlManager
+from metadata.image import PartitionRegistration, in_replica_order
+from metadata.records import NO_LEADER, MetadataRecord, PartitionChangeRecord
 from protocol.errors import ErrorCode
 from protocol.messages import (
     ELECTION_PREFERRED,

@@ -22,8 +22,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from controller.controller_config import ControllerConfig
-from controller.metadata import MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from controller.metadata_log import MetadataLog
+from metadata.records import MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import (
     CreatableTopic,

@@ -2,7 +2,7 @@
 
     protocol            the wire: messages, codecs, record batches, error codes
     server_common       the clock, atomic files, config helpers, log config keys
-    storage             the log: segments, indexes, leader-epoch cache, checkpoints, producer state
+    storage  metadata   the log: segments, indexes, epoch cache, checkpoints | metadata records and image
     network  metrics    socket servers, listeners, TCP links | metric records and their sinks
     fetcher  client     the follower's fetch loop | minibroker's own producer, consumer and admin client
     group_coordinator   consumer groups and their offsets (run by the broker)
@@ -27,15 +27,26 @@ ALLOWED: dict[str, set[str]] = {
     "network": {"protocol", "server_common"},
     "metrics": {"protocol", "server_common"},
     "storage": {"protocol", "server_common"},
+    "metadata": {"protocol", "server_common"},
     "fetcher": {"protocol", "server_common"},
     "client": {"protocol", "server_common", "network"},
     "group_coordinator": {"protocol", "server_common"},
-    "broker": {"protocol", "server_common", "storage", "network", "metrics", "fetcher", "group_coordinator"},
-    "controller": {"protocol", "server_common", "network"},
+    "broker": {
+        "protocol",
+        "server_common",
+        "storage",
+        "metadata",
+        "network",
+        "metrics",
+        "fetcher",
+        "group_coordinator",
+    },
+    "controller": {"protocol", "server_common", "storage", "metadata", "network"},
     "sim": {
         "protocol",
         "server_common",
         "storage",
+        "metadata",
         "network",
         "metrics",
         "fetcher",
@@ -48,6 +59,7 @@ ALLOWED: dict[str, set[str]] = {
         "protocol",
         "server_common",
         "storage",
+        "metadata",
         "network",
         "metrics",
         "fetcher",

@@ -9,18 +9,12 @@ from typing import Any
 from controller.cluster_control_manager import ClusterControlManager
 from controller.configuration_control_manager import ConfigurationControlManager
 from controller.controller_config import ControllerConfig
-from controller.metadata import (
-    MetadataRecord,
-    PartitionRecord,
-    RegisterBrokerRecord,
-    TopicRecord,
-    UnfenceBrokerRecord,
-)
 from controller.metadata_log import MetadataLog
 from controller.producer_id_control_manager import ProducerIdControlManager
 from controller.reassignment_control_manager import ReassignmentControlManager
 from controller.replication_control_manager import ReplicationControlManager
 from controller.topic_control_manager import TopicControlManager
+from metadata.records import MetadataRecord, PartitionRecord, RegisterBrokerRecord, TopicRecord, UnfenceBrokerRecord
 
 
 class Managers:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controller.cluster_control_manager import ClusterControlManager
-from controller.metadata import MetadataRecord
+from metadata.records import MetadataRecord
 from protocol.errors import ErrorCode
 from protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from tests.controller.managers import Managers

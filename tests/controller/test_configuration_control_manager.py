@@ -3,7 +3,7 @@ setting a partition change reads."""
 
 from __future__ import annotations
 
-from controller.metadata import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord, MetadataRecord
+from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord, MetadataRecord
 from protocol.errors import ErrorCode
 from protocol.messages import AlterableConfig, AlterConfigOp, AlterConfigsResource, IncrementalAlterConfigsRequest
 from tests.controller.managers import Managers

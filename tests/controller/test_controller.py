@@ -10,18 +10,11 @@ import pytest
 
 from controller.controller import Controller, ControllerResult
 from controller.controller_config import ControllerConfig
-from controller.metadata import (
-    NO_LEADER,
-    ConfigRecord,
-    MetadataImage,
-    MetadataReplayError,
-    PartitionChangeRecord,
-    PartitionRecord,
-    PartitionRegistration,
-)
 from controller.metadata_store import MetadataStore
 from controller.partition_change import elect_leader, partition_change
 from controller.topic_control_manager import assign_replicas_to_brokers
+from metadata.image import MetadataImage, PartitionRegistration
+from metadata.records import NO_LEADER, ConfigRecord, MetadataReplayError, PartitionChangeRecord, PartitionRecord
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
     ELECTION_UNCLEAN,

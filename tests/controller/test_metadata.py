@@ -10,12 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.metadata import (
+from controller.metadata_store import LOG_FILE_NAME, SNAPSHOT_FILE_NAME, MetadataStore, MetadataStoreError, load
+from metadata.image import MetadataImage, replay_all
+from metadata.records import (
     NO_LEADER,
     BrokerShutdownRecord,
     ConfigRecord,
     FenceBrokerRecord,
-    MetadataImage,
     MetadataRecord,
     MetadataReplayError,
     PartitionChangeRecord,
@@ -25,9 +26,7 @@ from controller.metadata import (
     UnfenceBrokerRecord,
     record_from_dict,
     record_to_dict,
-    replay_all,
 )
-from controller.metadata_store import LOG_FILE_NAME, SNAPSHOT_FILE_NAME, MetadataStore, MetadataStoreError, load
 
 
 def cluster_records() -> list[MetadataRecord]:

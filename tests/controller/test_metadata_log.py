@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller.metadata import MetadataImage, MetadataRecord, MetadataReplayError, PartitionRecord, TopicRecord
 from controller.metadata_log import MetadataLog
+from metadata.image import MetadataImage
+from metadata.records import MetadataRecord, MetadataReplayError, PartitionRecord, TopicRecord
 from protocol.messages import TopicPartition
 
 

@@ -3,8 +3,8 @@ epoch until the epoch runs out."""
 
 from __future__ import annotations
 
-from controller.metadata import MetadataRecord, ProducerIdsRecord
 from controller.producer_id_control_manager import MAX_PRODUCER_EPOCH
+from metadata.records import MetadataRecord, ProducerIdsRecord
 from protocol.messages import InitProducerIdRequest
 from tests.controller.managers import Managers
 

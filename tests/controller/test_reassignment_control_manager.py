@@ -3,7 +3,7 @@ in sync, deleting the removed ones."""
 
 from __future__ import annotations
 
-from controller.metadata import PartitionChangeRecord
+from metadata.records import PartitionChangeRecord
 from protocol.errors import ErrorCode
 from protocol.messages import (
     AlterPartitionReassignmentsRequest,

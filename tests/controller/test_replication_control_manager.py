@@ -3,7 +3,7 @@ and the automatic rebalance."""
 
 from __future__ import annotations
 
-from controller.metadata import MetadataRecord, PartitionChangeRecord
+from metadata.records import MetadataRecord, PartitionChangeRecord
 from protocol.errors import ErrorCode
 from protocol.messages import AlterPartitionItem, AlterPartitionRequest, TopicPartition
 from tests.controller.managers import Managers

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.metadata import MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
+from metadata.records import MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from protocol.errors import ErrorCode
 from protocol.messages import (
     CreatableTopic,
