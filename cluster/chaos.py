@@ -715,6 +715,11 @@ def render_acknowledgements(ack: dict[str, Any] | None) -> list[str]:
             lines.append(
                 f"  misplaced: {m['value']} claimed at {m['claimed_at']}, acknowledged at {m['acknowledged_at']}"
             )
+    if client.get("acknowledged_not_claimed"):
+        lines.append(
+            f"records a broker acknowledged that the client reported failed or never reported: "
+            f"{client['acknowledged_not_claimed']}"
+        )
     if client["resent_records"]:
         lines.append(
             f"records the client sent again as new records (in the log twice under different producer "

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 CLIENTS = ("minibroker", "confluent-kafka", "kafka-python", "aiokafka", "kafkajs")
 OUTSTANDING = 64  # records a client producer may have unanswered before the load waits for reports
+FAILING_PAUSE_S = 0.05  # the load's pause after a partition's sends while its client reports errors
 COMMIT_EVERY = 200  # records a group member reads between synchronous commits
 DRAIN_TIMEOUT_S = 60.0
 
@@ -114,10 +115,12 @@ class KafkaClientLoad:
         outstanding = 0
         room = asyncio.Event()
         room.set()
+        failing = False  # a report since the last pause was an error
 
         def settle(tp: TopicPartition, key: str, t0: float, offset: int, error: str | None) -> None:
-            nonlocal outstanding
+            nonlocal outstanding, failing
             outstanding -= 1
+            failing = failing or error is not None
             if outstanding < OUTSTANDING:
                 room.set()
             if error is None:
@@ -156,7 +159,10 @@ class KafkaClientLoad:
                     if outstanding >= OUTSTANDING:
                         room.clear()
                         await room.wait()
-                    await asyncio.sleep(0)
+                    # A client that fails at once (KafkaJS's idempotent producer after OUT_OF_ORDER_SEQUENCE_NUMBER
+                    # fails every later send to that partition) would otherwise spin the load, and the machine.
+                    pause, failing = failing, False
+                    await asyncio.sleep(FAILING_PAUSE_S if pause else 0)
         finally:
             await close()
             await asyncio.sleep(0)  # let the last reports' callbacks run
@@ -211,13 +217,7 @@ class KafkaClientLoad:
             return send, close
         from kafka import KafkaProducer
 
-        kp = KafkaProducer(
-            bootstrap_servers=self.bootstrap,
-            client_id=f"chaos-producer-{index}",
-            acks="all",
-            enable_idempotence=self.idempotent,
-            linger_ms=5,
-        )
+        kp = KafkaProducer(**self._producer_config(index))
 
         def send_kp(tp: TopicPartition, value: str, on_report: Any) -> None:
             future = kp.send(topic, value=value.encode(), partition=tp.partition)
@@ -238,19 +238,22 @@ class KafkaClientLoad:
 
         return send_kp, close_kp_async
 
+    def _producer_config(self, index: int) -> dict[str, Any]:
+        """kafka-python's and aiokafka's producer settings (the same names in both)."""
+        return {
+            "bootstrap_servers": self.bootstrap,
+            "client_id": f"chaos-producer-{index}",
+            "acks": "all",
+            "enable_idempotence": self.idempotent,
+            "linger_ms": 5,
+        }
+
     async def _open_aiokafka(self, index: int, topic: str, loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
         """aiokafka runs on this event loop: each record is a task that awaits its delivery (tasks this load
         owns, awaited by close)."""
         from aiokafka import AIOKafkaProducer
 
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
-            client_id=f"chaos-producer-{index}",
-            acks="all",
-            enable_idempotence=self.idempotent,
-            linger_ms=5,
-            request_timeout_ms=30000,
-        )
+        producer = AIOKafkaProducer(**self._producer_config(index), request_timeout_ms=30000)
         await producer.start()
         sending: set[asyncio.Task[None]] = set()
 

@@ -26,7 +26,9 @@ The client's, reported and never by themselves an invalid run:
   claimed a write no broker acknowledged (not in the log at all, or in it, but never acknowledged);
 * misplaced: a value acknowledged at one offset that the client reported at another;
 * resent: a value in the log twice under different producer identities (a new epoch, or no producer
-  id): the client sent it again as a new record, which only the client could have avoided.
+  id): the client sent it again as a new record, which only the client could have avoided;
+* unclaimed (a count): acknowledged records the client did not report delivered (it reported them
+  failed or indeterminate): no harm to anyone's data, but what the application was told.
 
 Values the brokers acknowledged (`acknowledged`) are the ones the rest of the run must find (the consumer
 group's "acknowledged, never read" check); a claim backed by nothing is not held against the cluster.
@@ -41,21 +43,9 @@ from typing import Any
 
 from broker.produce_ack_journal import AckedBatch
 from protocol.messages import TopicPartition
-from protocol.record_batch import iter_headers, iter_records
+from protocol.record_batch import BatchHeader, iter_headers, iter_records
 
 Claims = dict[str, tuple[TopicPartition, int]]  # value -> where the client said it was delivered
-
-
-@dataclass(frozen=True, slots=True)
-class StoredBatch:
-    """A batch of the final log, with what a journal line says of it."""
-
-    base_offset: int
-    record_count: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    first_timestamp: int
 
 
 @dataclass
@@ -67,6 +57,7 @@ class Verdict:
     unacknowledged: list[dict[str, Any]] = field(default_factory=list)
     misplaced: list[dict[str, Any]] = field(default_factory=list)
     resent: list[dict[str, Any]] = field(default_factory=list)
+    unclaimed: int = 0  # acknowledged records the client did not report delivered (it reported them failed)
 
     @property
     def lost_records(self) -> int:
@@ -90,6 +81,7 @@ class Verdict:
                 "unacknowledged_claims": len(self.unacknowledged),
                 "misplaced_claims": len(self.misplaced),
                 "resent_records": len(self.resent),
+                "acknowledged_not_claimed": self.unclaimed,
                 "unacknowledged": self.unacknowledged,
                 "unacknowledged_by_partition": _by_partition(self.unacknowledged),
                 "misplaced": self.misplaced[:examples],
@@ -98,19 +90,14 @@ class Verdict:
         }
 
 
-def stored_batches(blob: bytes) -> tuple[dict[int, StoredBatch], dict[int, str | None]]:
-    """A replica's bytes as (its batches by base offset, each record's value by offset)."""
-    batches = {
-        h.base_offset: StoredBatch(
-            h.base_offset, h.last_offset_delta + 1, h.producer_id, h.producer_epoch, h.base_sequence, h.first_timestamp
-        )
-        for h in iter_headers(blob)
-    }
+def stored_batches(blob: bytes) -> tuple[dict[int, BatchHeader], dict[int, str | None]]:
+    """A replica's bytes as (its batch headers by base offset, each record's value by offset)."""
+    batches = {h.base_offset: h for h in iter_headers(blob)}
     values = {r.offset: (None if r.value is None else r.value.decode(errors="replace")) for r in iter_records(blob)}
     return batches, values
 
 
-def same_batch(acked: AckedBatch, stored: StoredBatch) -> bool:
+def same_batch(acked: AckedBatch, stored: BatchHeader) -> bool:
     """Is the batch in the log the one the journal line acknowledged? An idempotent batch is known by its
     producer id, epoch and base sequence (what the broker deduplicates on; a client may re-encode a resend
     with new timestamps); another by its first timestamp, which no leader rewrites."""
@@ -175,15 +162,16 @@ def classify(
         )
 
     for value, where in sorted(found.items()):
-        if len(where) < 2 or value not in verdict.acknowledged:
-            if len(where) >= 2 and value in claims:
-                verdict.resent.append({"value": value, "found_at": [[str(t), o] for t, o in where]})
+        if len(where) < 2 or (value not in verdict.acknowledged and value not in claims):
             continue
         identities = [_identity(logs[t][0], o) for t, o in where]
         same = any(i is not None and identities.count(i) > 1 for i in identities)
-        entry = {"value": value, "found_at": [[str(t), o] for t, o in where]}
-        (verdict.duplicated if same or not client_resends else verdict.resent).append(entry)
+        # each copy's (producer id, epoch, sequence), null without a producer id: what tells the two apart
+        entry = {"value": value, "found_at": [[str(t), o] for t, o in where], "producer": identities}
+        cluster_s = value in verdict.acknowledged and (same or not client_resends)
+        (verdict.duplicated if cluster_s else verdict.resent).append(entry)
 
+    verdict.unclaimed = sum(1 for value in verdict.acknowledged if value not in claims)
     for value, (tp, offset) in claims.items():
         at = verdict.acknowledged.get(value)
         if at is None:
@@ -206,7 +194,7 @@ def classify(
     return verdict
 
 
-def _identity(batches: dict[int, StoredBatch], offset: int) -> tuple[int, int, int] | None:
+def _identity(batches: dict[int, BatchHeader], offset: int) -> tuple[int, int, int] | None:
     """(producer id, epoch, sequence) of the record at `offset`, or None for a record without a producer id."""
     for base, batch in batches.items():
         if base <= offset < base + batch.record_count:

@@ -47,7 +47,7 @@ def test_a_run_where_every_claim_was_acknowledged_and_kept_has_nothing_to_say() 
         {"a": (TP, 0), "b": (TP, 1), "c": (TP, 2)}, [acked(0, 2, 5, 0, 0), acked(2, 1, 5, 0, 2)], *one_replica(log)
     )
     assert verdict.acknowledged == {"a": (TP, 0), "b": (TP, 1), "c": (TP, 2)}
-    assert verdict.acknowledged_batches == 2
+    assert verdict.acknowledged_batches == 2 and verdict.unclaimed == 0
     assert (verdict.lost, verdict.duplicated, verdict.unacknowledged, verdict.misplaced, verdict.resent) == (
         [],
         [],
@@ -131,12 +131,14 @@ def test_an_acks_1_acknowledgement_is_no_promise_of_the_cluster() -> None:
 def test_a_duplicate_under_one_producer_sequence_is_the_clusters_under_a_new_epoch_the_clients() -> None:
     same = batch(0, "a", pid=5, epoch=0, seq=0) + batch(1, "a", pid=5, epoch=0, seq=0)
     verdict = classify({"a": (TP, 0)}, [acked(0, 1, 5, 0, 0)], *one_replica(same))
-    assert verdict.duplicated == [{"value": "a", "found_at": [["chaos-0", 0], ["chaos-0", 1]]}]
+    assert verdict.duplicated == [
+        {"value": "a", "found_at": [["chaos-0", 0], ["chaos-0", 1]], "producer": [(5, 0, 0), (5, 0, 0)]}
+    ]
     assert verdict.resent == []
 
     new_epoch = batch(0, "a", pid=5, epoch=0, seq=0) + batch(1, "a", pid=5, epoch=1, seq=0)
     verdict = classify({"a": (TP, 0)}, [acked(0, 1, 5, 0, 0), acked(1, 1, 5, 1, 0)], *one_replica(new_epoch))
-    assert verdict.duplicated == [] and len(verdict.resent) == 1
+    assert verdict.duplicated == [] and [r["producer"] for r in verdict.resent] == [[(5, 0, 0), (5, 1, 0)]]
 
     # a load that never sends a value twice (minibroker's own producer): any duplicate is the cluster's
     verdict = classify(
@@ -153,3 +155,9 @@ def test_a_claim_answered_as_the_duplicate_of_another_record_says_what_its_offse
     verdict = classify({"a": (TP, 0), "b": (TP, 0)}, journal, *one_replica(log))
     assert [(c["value"], c["offset"], c["offset_holds"]) for c in verdict.unacknowledged] == [("b", 0, "a")]
     assert verdict.lost == [] and verdict.misplaced == []
+
+
+def test_an_acknowledged_record_the_client_reported_failed_is_counted_as_unclaimed_not_as_a_claim() -> None:
+    # KafkaJS rejects a whole send() when one broker's part fails, though another broker acknowledged its part.
+    verdict = classify({"a": (TP, 0)}, [acked(0, 2)], *one_replica(batch(0, "a", "b")))
+    assert verdict.unclaimed == 1 and verdict.unacknowledged == [] and verdict.lost == []

@@ -82,22 +82,14 @@ def assert_the_cluster_kept_what_it_acknowledged(report: dict[str, Any], client:
 
 
 @pytest.mark.timeout(300)
-def test_leader_kills_under_a_confluent_kafka_producer_and_group_lose_nothing(
-    cluster: LocalClusterState, tmp_path: Path
+@pytest.mark.parametrize(("client", "seed"), [("confluent-kafka", 3), ("aiokafka", 4)])
+def test_leader_kills_under_a_python_client_lose_nothing_and_it_claims_only_what_was_acknowledged(
+    cluster: LocalClusterState, tmp_path: Path, client: str, seed: int
 ) -> None:
-    code, report, stdout = run_chaos(cluster, "confluent-kafka", 3, tmp_path)
-    assert_the_cluster_kept_what_it_acknowledged(report, "confluent-kafka")
-    assert code == EXIT_OK and report["client_false_claims"] == 0  # librdkafka claims only what was acknowledged
+    code, report, stdout = run_chaos(cluster, client, seed, tmp_path)
+    assert_the_cluster_kept_what_it_acknowledged(report, client)
+    assert code == EXIT_OK and report["client_false_claims"] == 0  # it reports only what a broker acknowledged
     assert "consumer group of 2" in stdout
-
-
-@pytest.mark.timeout(300)
-def test_leader_kills_under_an_aiokafka_producer_lose_nothing_and_it_claims_only_what_was_acknowledged(
-    cluster: LocalClusterState, tmp_path: Path
-) -> None:
-    code, report, _ = run_chaos(cluster, "aiokafka", 4, tmp_path)
-    assert_the_cluster_kept_what_it_acknowledged(report, "aiokafka")
-    assert code == EXIT_OK and report["client_false_claims"] == 0
 
 
 @pytest.mark.timeout(300)
