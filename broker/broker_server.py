@@ -21,6 +21,7 @@ from typing import Any
 from broker.broker_metrics import partition_records
 from broker.broker_node import BrokerNode
 from broker.kafka_wire_apis import KafkaWireApis
+from broker.produce_ack_journal import ProduceAckJournal
 from metrics import fields as f
 from metrics.emitter import MetricsEmitter
 from metrics.sink import sinks_from_config
@@ -106,6 +107,12 @@ class BrokerServer:
         self.node = BrokerNode(
             config, time, controller=controller, controller_id=controller_id, fetcher_transport=fetcher_transport
         )
+        journal = config.get("produce.ack.journal")
+        try:
+            self.ack_journal = ProduceAckJournal(journal) if journal else None
+        except OSError as exc:
+            raise ConfigError(f"produce.ack.journal: cannot open {journal}: {exc.strerror}") from None
+        self.node.apis.ack_journal = self.ack_journal
         self.server = SocketServer.from_config(
             self.node.handle,
             self.listen_host,
@@ -215,6 +222,8 @@ class BrokerServer:
             await self.emitter.stop()
         self.loop_lag.stop()
         await self.node.close()
+        if self.ack_journal is not None:
+            self.ack_journal.close()
         self.stopped.set()
         log.info("broker %d stopped", self.broker_id)
 

@@ -268,6 +268,13 @@ BROKER_CONFIG = ConfigDef(
         ),
         ConfigKey("leader.replication.throttled.replicas", str, "", "topic:partition list or * (leader side)"),
         ConfigKey("follower.replication.throttled.replicas", str, "", "topic:partition list or * (follower side)"),
+        ConfigKey(
+            "produce.ack.journal",
+            str,
+            None,
+            "file to append one line per batch this broker acknowledges (answers NONE to a PRODUCE), written "
+            "before the answer: the chaos verdict's evidence of what brokers acknowledged (unset or empty: off)",
+        ),
         ConfigKey("metrics.interval.ms", int, 1000, "metrics emission period"),
         ConfigKey("metrics.dir", str, None, "JSON-lines metrics directory (unset: <log.dirs>/../metrics)"),
         ConfigKey("metrics.file.enable", bool, True, "write JSON-lines metrics files"),

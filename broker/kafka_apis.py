@@ -24,6 +24,7 @@ from broker.config_helper import describe_broker_configs, describe_topic_configs
 from broker.delayed_operation import DelayedOperation
 from broker.fetch_session import FetchManager
 from broker.metadata_cache import MetadataCache
+from broker.produce_ack_journal import ProduceAckJournal
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import FetchParams, ReplicaManager
 from broker.replication_quota import ReplicationQuotaManager, dynamic_throttles
@@ -156,6 +157,9 @@ class KafkaApis:
         #: What this broker knows of the producer ids the controller handed out (set by BrokerNode when the
         #: broker has a controller): an idempotent batch with an id never handed out is refused.
         self.producer_ids: ProducerIdManager | None = None
+        #: `produce.ack.journal`: every batch answered NONE is journalled before its answer leaves (set by the
+        #: broker process when configured; broker/produce_ack_journal.py). None: off, one test per PRODUCE.
+        self.ack_journal: ProduceAckJournal | None = None
         #: This process's broker epoch (its registration with the controller; -1 until registered), when the
         #: broker has a controller: controller requests stamped with another epoch are refused (KIP-380).
         self.broker_epoch: Callable[[], int] | None = None
@@ -207,12 +211,18 @@ class KafkaApis:
                     request.timeout_ms, request.acks, to_append, respond
                 )
             )
+            if self.ack_journal is not None and request.acks != 0:
+                self.ack_journal.record(request.acks, to_append, appended, self.time.milliseconds(), self._epoch_of)
         if request.acks == 0:
             return None  # Kafka sends no response to acks=0
         if not refused:
             return ProduceResponse(partitions=appended)
         answers = iter(appended)  # append_records answers in request order
         return ProduceResponse(partitions=[refused.get(id(p)) or next(answers) for p in request.partitions])
+
+    def _epoch_of(self, topic: str, partition: int) -> int:
+        found = self.replica_manager.partitions.get(TopicPartition(topic, partition))
+        return found.leader_epoch if found is not None else -1
 
     async def _invented_producer_ids(self, partitions: list[ProducePartition]) -> dict[int, ProducePartitionResponse]:
         """The entries (by id()) whose batches carry a producer id the controller never handed out, each with

@@ -21,6 +21,13 @@ How this works
    lost-write (acked, missing), duplicate (one value at two offsets), inconsistent-offsets (acked at X,
    found at Y; or two values at one offset across replicas), divergence (replicas not byte-identical
    below the HW), nonmonotonic (a consumer saw an offset go backwards). Valid iff all are zero.
+
+"Acked" is what a broker acknowledged, by its own journal, whenever the brokers keep one (every fresh
+chaos cluster, and `cluster up --ack-journal`): cluster/chaos_verdict.py holds the cluster to the batches
+journalled and reports apart, as the client's, what the client claimed delivered that no broker
+acknowledged. Such claims do not make the run invalid; they exit 5 (EXIT_CLIENT_CLAIMS) instead of 0, so
+a script sees a client bug without mistaking it for the cluster's. Without journals (a `--dir` cluster
+started without them) the client's reports are the only evidence, and are held to as acknowledgements.
 """
 
 from __future__ import annotations
@@ -41,13 +48,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.produce_ack_journal import AckedBatch, journal_size, read_journal
 from client.cluster_client import ClusterClient, ClusterUnavailableError
 from client.consumer import Consumer, read_replica
 from client.producer import NOT_WRITTEN, DeliveryCallback, Producer
 from cluster.chaos_clients import KafkaClientLoad
-from cluster.exit_codes import EXIT_CHECK_FAILED, EXIT_OK
+from cluster.chaos_verdict import Claims, Verdict, classify
+from cluster.exit_codes import EXIT_CHECK_FAILED, EXIT_CLIENT_CLAIMS, EXIT_OK
 from cluster.local_cluster import (
     LocalClusterState,
+    ack_journal_path,
     free_ports,
     pid_alive,
     random_base_address,
@@ -156,8 +166,13 @@ class ChaosRun:
         self.started = time.monotonic()
         # Tasks a load starts beside its producers (a client's poller), cancelled when the run ends.
         self.background: list[asyncio.Task[None]] = []
-        # With --client confluent-kafka or kafka-python, the load goes through that client's Kafka listener.
+        # With --client confluent-kafka, kafka-python, aiokafka or kafkajs, the load goes through that client
+        # on the Kafka listeners.
         self.kafka_load = KafkaClientLoad(self) if getattr(args, "client", "minibroker") != "minibroker" else None
+        # Each broker's produce.ack.journal and its size when the run began: the run's evidence is what follows.
+        # None when a broker keeps none (then the clients' reports are all there is).
+        self.journals: dict[int, tuple[Path, int]] | None = None
+        self.verdict: Verdict | None = None
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -394,6 +409,26 @@ class ChaosRun:
         info = self.state.broker(broker_id)
         return await read_replica(await client.connection(info.host, info.port), tp)
 
+    def mark_journals(self) -> None:
+        """Note where each broker's journal ends now: what this run's brokers acknowledge follows."""
+        paths = {b.node_id: ack_journal_path(b) for b in self.state.brokers}
+        if all(paths.values()):
+            self.journals = {node: (path, journal_size(path)) for node, path in paths.items() if path is not None}
+
+    def journalled(self) -> list[AckedBatch]:
+        """Every batch of the run's topic a broker journalled as acknowledged since `mark_journals`."""
+        assert self.journals is not None
+        return [
+            batch
+            for node, (path, start) in sorted(self.journals.items())
+            for batch in read_journal(path, node, start, topic=self.args.topic)
+        ]
+
+    @property
+    def acknowledged(self) -> Claims:
+        """The records the cluster must keep: those a broker journalled, or without journals the client's word."""
+        return self.verdict.acknowledged if self.verdict is not None else self.outcomes.acked
+
     async def verify(self) -> dict[str, Any]:
         client = self._client("chaos-verify")
         try:
@@ -407,7 +442,16 @@ class ChaosRun:
         finally:
             await client.close()
         self.inspect_copies(copies, leaders)
-        return find_problems(self.outcomes.acked, copies, leaders)
+        if self.journals is None:
+            return find_problems(self.outcomes.acked, copies, leaders)
+        # minibroker's own producer never sends one value as two records: any duplicate is then the cluster's.
+        self.verdict = classify(
+            self.outcomes.acked, self.journalled(), copies, leaders, client_resends=self.kafka_load is not None
+        )
+        problems = find_problems(self.verdict.acknowledged, copies, leaders)
+        problems["lost"] = self.verdict.lost
+        problems["duplicates"] = self.verdict.duplicated
+        return problems
 
     def inspect_copies(self, copies: Copies, leaders: dict[TopicPartition, int]) -> None:
         """Hook: a look at every replica's bytes before the oracle's (a fault run finds its acks=1 writes)."""
@@ -433,6 +477,7 @@ class ChaosRun:
             await admin.wait_for_leaders(args.topic)
             partitions = admin.partitions_of(args.topic)
             await self.before_load()
+            self.mark_journals()
             load_start = time.monotonic()
             tasks = [
                 asyncio.create_task(self.producer(i, partitions), name=f"producer-{i}") for i in range(args.producers)
@@ -487,12 +532,12 @@ class ChaosRun:
 
     def report(self, converged: bool, problems: dict[str, Any], load_s: float) -> dict[str, Any]:
         o = self.outcomes
-        client_problems = self.kafka_load.problems(o.acked) if self.kafka_load is not None else []
+        client_problems = self.kafka_load.problems(self.acknowledged) if self.kafka_load is not None else []
         valid = converged and not any(problems.values()) and self.consumer_nonmonotonic == 0 and not client_problems
         failovers = [k.failover_ms for k in self.kills if k.failover_ms is not None]
         extra: dict[str, Any] = {}
         if self.kafka_load is not None:
-            extra["client"] = self.kafka_load.report(o.acked)
+            extra["client"] = self.kafka_load.report(self.acknowledged)
             extra["client"]["first_report_after_kill_ms"] = [
                 self.kafka_load.after(k.killed_at_ms / 1000.0) for k in self.kills
             ]
@@ -506,8 +551,12 @@ class ChaosRun:
             "idempotent": not getattr(self.args, "no_idempotence", False),
             "resent_indeterminate_batches": o.resent_indeterminate,
             "producer_epoch_bumps": o.epoch_bumps,
-            "lost_writes": len(problems["lost"]),
+            "lost_writes": self.verdict.lost_records if self.verdict is not None else len(problems["lost"]),
             "duplicates": len(problems["duplicates"]),
+            "client_false_claims": (
+                len(self.verdict.unacknowledged) + len(self.verdict.misplaced) if self.verdict is not None else None
+            ),
+            "acknowledgements": self.verdict.report() if self.verdict is not None else NO_JOURNAL,
             "inconsistent_offsets": len(problems["inconsistent"]),
             "divergent_replicas": len(problems["divergent"]),
             "nonmonotonic": self.consumer_nonmonotonic,
@@ -523,6 +572,12 @@ class ChaosRun:
             "errors": dict(o.errors),
             "examples": {k: v[:5] for k, v in problems.items()},
         }
+
+
+NO_JOURNAL = {
+    "evidence": "the client's delivery reports: the brokers keep no produce.ack.journal (start the cluster with "
+    "`cluster up --ack-journal` to tell what the cluster lost from what a client only claimed)"
+}
 
 
 def find_problems(
@@ -613,9 +668,64 @@ def render_report(report: dict[str, Any]) -> str:
         )
     if not report["converged"]:
         lines.append("replicas did not converge within the time limit")
+    lines += render_acknowledgements(report.get("acknowledgements"))
     if "client" in report:
         lines += render_client(report["client"], report["client_problems"])
     return "\n".join(lines)
+
+
+def render_acknowledgements(ack: dict[str, Any] | None) -> list[str]:
+    """What brokers acknowledged, what the cluster lost of it, and what the client claimed beyond it
+    (cluster/chaos_verdict.py), each with its partitions and offsets."""
+    if not ack:
+        return []
+    if "cluster" not in ack:
+        return [f"evidence: {ack['evidence']}"]
+    cluster, client = ack["cluster"], ack["client"]
+    lines = [
+        f"acknowledged by brokers (produce.ack.journal): {ack['broker_acknowledged_records']} records in "
+        f"{ack['broker_acknowledged_batches']} batches; the cluster lost {cluster['lost_records']} of them "
+        f"({cluster['lost_batches']} batches) and duplicated {cluster['duplicated_records']}"
+    ]
+    for b in cluster["lost"][:20]:
+        lines.append(
+            f"  lost: {b['partition']} offsets {b['offsets'][0]}-{b['offsets'][1]} (producer {b['producer_id']} "
+            f"epoch {b['producer_epoch']} base sequence {b['base_sequence']}), acknowledged by broker "
+            f"{', '.join(map(str, b['acknowledged_by']))} at leader epoch {b['leader_epoch']}; "
+            f"{b['in_the_log_there']} there now"
+        )
+    for d in cluster["duplicated"]:
+        lines.append(f"  duplicated: {d['value']} at {d['found_at']}")
+    if client["unacknowledged_claims"] or client["misplaced_claims"]:
+        lines.append(
+            f"the client's, not the cluster's (exit 5 when the cluster's verdict is valid): "
+            f"{client['unacknowledged_claims']} records reported delivered that no broker acknowledged, "
+            f"{client['misplaced_claims']} reported at another offset than a broker acknowledged"
+        )
+        for partition, claims in client["unacknowledged_by_partition"].items():
+            low, high = claims["offsets"]
+            if high < 0:
+                where = "the client gave no offset"
+            elif low < 0:
+                where = f"offsets up to {high}, some given none"
+            else:
+                where = f"offsets {low}..{high}"
+            lines.append(f"  not acknowledged: {partition}: {claims['claims']} records, {where}")
+        for m in client["misplaced"]:
+            lines.append(
+                f"  misplaced: {m['value']} claimed at {m['claimed_at']}, acknowledged at {m['acknowledged_at']}"
+            )
+    if client.get("acknowledged_not_claimed"):
+        lines.append(
+            f"records a broker acknowledged that the client reported failed or never reported: "
+            f"{client['acknowledged_not_claimed']}"
+        )
+    if client["resent_records"]:
+        lines.append(
+            f"records the client sent again as new records (in the log twice under different producer "
+            f"identities; the client's at-least-once, not the cluster's): {client['resent_records']}"
+        )
+    return lines
 
 
 def render_client(client: dict[str, Any], problems: list[str]) -> list[str]:
@@ -634,19 +744,22 @@ def render_client(client: dict[str, Any], problems: list[str]) -> list[str]:
 
 def finish_report(report: dict[str, Any], json_target: str | None, rendered: str) -> int:
     """The end of every chaos command: the JSON report to --json (a file, or '-' for stdout, the summary then
-    going to stderr), the summary, and the exit code of the verdict."""
+    going to stderr), the summary, and the exit code: 1 when the cluster's verdict is invalid, else 5 when the
+    client claimed records no broker acknowledged (the client's bug, not the cluster's), else 0."""
     text = json.dumps(report, indent=2, default=str)
     if json_target == "-":
         print(text)
     elif json_target:
         Path(json_target).write_text(text + "\n")
     print(rendered, file=sys.stderr if json_target == "-" else sys.stdout)
-    return EXIT_OK if report["valid"] else EXIT_CHECK_FAILED
+    if not report["valid"]:
+        return EXIT_CHECK_FAILED
+    return EXIT_CLIENT_CLAIMS if report.get("client_false_claims") else EXIT_OK
 
 
 async def start_fresh_cluster(directory: Path, overrides: dict[str, str], progress: Any) -> LocalClusterState:
     """The 3-broker cluster a chaos command starts when it is given no --dir: free ports, a random
-    127.x address block, the chaos overrides."""
+    127.x address block, the chaos overrides, each broker journalling what it acknowledges."""
     ports = free_ports(7)
     progress(f"starting a fresh 3-broker cluster in {directory}")
     return await start_cluster(
@@ -658,6 +771,7 @@ async def start_fresh_cluster(directory: Path, overrides: dict[str, str], progre
         broker_ports=ports[:3],
         kafka_ports=ports[4:],
         base_address=random_base_address(),
+        ack_journal=True,
     )
 
 

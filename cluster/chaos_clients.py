@@ -1,19 +1,22 @@
-"""Chaos load through a real Kafka client: `chaos leader-kill|run --client confluent-kafka|kafka-python`.
+"""Chaos load through a real Kafka client: `chaos leader-kill|run --client CLIENT`.
 
 How this works
 --------------
 The experiment, its faults and its oracle are cluster/chaos.py's; only the load changes. Instead of
 minibroker's own producer on the msgpack listener, each producer is a real Kafka client on the brokers'
-Kafka listeners (acks=all, enable.idempotence=true), writing the same unique values (`p<producer>-<seq>`)
-to the same partitions. Its delivery reports are the record of what was acknowledged: a value reported
-delivered at (partition, offset) must be there after the faults, once, as with the native load; a value
-reported failed is indeterminate (a client that gave up after its delivery timeout cannot say whether the
-last attempt was written), so the oracle does not count it either way.
+Kafka listeners (acks=all; idempotent unless `--no-idempotence`), writing the same unique values
+(`p<producer>-<seq>`) to the same partitions: librdkafka through confluent-kafka, kafka-python and
+aiokafka in this process, KafkaJS in a Node.js process beside it (cluster/chaos_kafkajs.py). Its delivery
+reports are the client's claims: a value reported delivered at (partition, offset). The brokers' journals
+decide which of them a broker really acknowledged (cluster/chaos_verdict.py): those must be there after
+the faults, once; the rest are the client's false claims, reported as such. A value reported failed is
+indeterminate (a client that gave up after its delivery timeout cannot say whether the last attempt was
+written), so the oracle does not count it either way.
 
 What the client saw goes into the report: the longest time between two delivery reports while the load
 ran (how long the application stalled), after each kill the time until the next report, the client's own
-counts of retried requests and metadata requests (librdkafka's statistics for confluent-kafka), and the
-errors it surfaced to the application, by name.
+counts of retried requests and metadata requests (librdkafka's statistics for confluent-kafka, KafkaJS's
+request events and retry log lines), and the errors it surfaced to the application, by name.
 
 A consumer group rides through the same run: `--group-consumers` members (confluent-kafka, subscribe())
 read the topic and commit synchronously every few hundred records, while a watcher reads the group's
@@ -28,10 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cluster.chaos_kafkajs import KafkaJsMissing, KafkaJsProducers, check_kafkajs
 from protocol.messages import TopicPartition
 from server_common.poll import wait_until
 from server_common.time import SYSTEM_TIME
@@ -39,8 +45,9 @@ from server_common.time import SYSTEM_TIME
 if TYPE_CHECKING:
     from cluster.chaos import ChaosRun
 
-CLIENTS = ("minibroker", "confluent-kafka", "kafka-python")
+CLIENTS = ("minibroker", "confluent-kafka", "kafka-python", "aiokafka", "kafkajs")
 OUTSTANDING = 64  # records a client producer may have unanswered before the load waits for reports
+FAILING_PAUSE_S = 0.05  # the load's pause after a partition's sends while its client reports errors
 COMMIT_EVERY = 200  # records a group member reads between synchronous commits
 DRAIN_TIMEOUT_S = 60.0
 
@@ -51,11 +58,17 @@ class ClientMissing(RuntimeError):
 
 def check_client(name: str) -> None:
     """Raise ClientMissing when `--client name` cannot run here (the library is an optional install)."""
-    module = {"confluent-kafka": "confluent_kafka", "kafka-python": "kafka"}.get(name)
-    if module is None:
+    if name == "minibroker":
         return
+    if name == "kafkajs":
+        try:
+            check_kafkajs()
+        except KafkaJsMissing as exc:
+            raise ClientMissing(str(exc)) from None
+    module = {"confluent-kafka": "confluent_kafka", "kafka-python": "kafka", "aiokafka": "aiokafka"}.get(name)
     try:
-        __import__(module)
+        if module is not None:
+            __import__(module)
     except ImportError:
         raise ClientMissing(f"--client {name} needs the {name} package: pip install {name}") from None
     if name != "confluent-kafka":
@@ -85,6 +98,15 @@ class KafkaClientLoad:
         self.group_errors: Counter[str] = Counter()
         self.stop_group = asyncio.Event()
         self.drained = False
+        self.idempotent = not getattr(run.args, "no_idempotence", False)
+        self.producer_failures: list[str] = []
+        self.kafkajs: KafkaJsProducers | None = None
+        if self.client == "kafkajs":
+            # KafkaJS's own warnings, beside the cluster's logs when there is a cluster dir
+            logs = Path(run.state.dir) if run.state.dir else Path(tempfile.gettempdir())
+            self.kafkajs = KafkaJsProducers(
+                self.bootstrap, run.args.topic, run.args.producers, self.idempotent, logs / "chaos-kafkajs.log"
+            )
 
     # -- producers ------------------------------------------------------------------------------------
 
@@ -93,10 +115,12 @@ class KafkaClientLoad:
         outstanding = 0
         room = asyncio.Event()
         room.set()
+        failing = False  # a report since the last pause was an error
 
         def settle(tp: TopicPartition, key: str, t0: float, offset: int, error: str | None) -> None:
-            nonlocal outstanding
+            nonlocal outstanding, failing
             outstanding -= 1
+            failing = failing or error is not None
             if outstanding < OUTSTANDING:
                 room.set()
             if error is None:
@@ -115,7 +139,11 @@ class KafkaClientLoad:
 
             return delivered
 
-        send, close = self._open_producer(index, loop)
+        try:
+            send, close = await self._open_producer(index, loop)
+        except Exception as exc:  # noqa: BLE001 - a client that cannot start fails the run, said in its report
+            self.producer_failures.append(f"producer {index} did not start: {type(exc).__name__}: {exc}")
+            return
         order = partitions[index % len(partitions) :] + partitions[: index % len(partitions)]
         seq = 0
         try:
@@ -131,14 +159,21 @@ class KafkaClientLoad:
                     if outstanding >= OUTSTANDING:
                         room.clear()
                         await room.wait()
-                    await asyncio.sleep(0)
+                    # A client that fails at once (KafkaJS's idempotent producer after OUT_OF_ORDER_SEQUENCE_NUMBER
+                    # fails every later send to that partition) would otherwise spin the load, and the machine.
+                    pause, failing = failing, False
+                    await asyncio.sleep(FAILING_PAUSE_S if pause else 0)
         finally:
-            await asyncio.to_thread(close)
+            await close()
             await asyncio.sleep(0)  # let the last reports' callbacks run
 
-    def _open_producer(self, index: int, loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
-        """(send(tp, value, on_report), close()) of one client producer."""
+    async def _open_producer(self, index: int, loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
+        """(send(tp, value, on_report), async close()) of one client producer."""
         topic = self.run.args.topic
+        if self.kafkajs is not None:
+            return await self.kafkajs.open(index)
+        if self.client == "aiokafka":
+            return await self._open_aiokafka(index, topic, loop)
         if self.client == "confluent-kafka":
             import confluent_kafka
 
@@ -147,7 +182,7 @@ class KafkaClientLoad:
                     "bootstrap.servers": self.bootstrap,
                     "client.id": f"chaos-producer-{index}",
                     "acks": "all",
-                    "enable.idempotence": True,
+                    "enable.idempotence": self.idempotent,
                     "linger.ms": 5,
                     "statistics.interval.ms": 1000,
                     "stats_cb": lambda raw: loop.call_soon_threadsafe(self._librdkafka_stats, index, raw),
@@ -168,10 +203,10 @@ class KafkaClientLoad:
                         producer.poll(0.05)
                 producer.poll(0)
 
-            def close() -> None:
+            async def close() -> None:
                 nonlocal polling
                 polling = False
-                producer.flush(30)
+                await asyncio.to_thread(producer.flush, 30)
 
             async def poller() -> None:
                 while polling:
@@ -182,13 +217,7 @@ class KafkaClientLoad:
             return send, close
         from kafka import KafkaProducer
 
-        kp = KafkaProducer(
-            bootstrap_servers=self.bootstrap,
-            client_id=f"chaos-producer-{index}",
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=5,
-        )
+        kp = KafkaProducer(**self._producer_config(index))
 
         def send_kp(tp: TopicPartition, value: str, on_report: Any) -> None:
             future = kp.send(topic, value=value.encode(), partition=tp.partition)
@@ -204,7 +233,49 @@ class KafkaClientLoad:
                         self.client_stats[name.replace("-", "_")] += int(group[name])
             kp.close(5)
 
-        return send_kp, close_kp
+        async def close_kp_async() -> None:
+            await asyncio.to_thread(close_kp)
+
+        return send_kp, close_kp_async
+
+    def _producer_config(self, index: int) -> dict[str, Any]:
+        """kafka-python's and aiokafka's producer settings (the same names in both)."""
+        return {
+            "bootstrap_servers": self.bootstrap,
+            "client_id": f"chaos-producer-{index}",
+            "acks": "all",
+            "enable_idempotence": self.idempotent,
+            "linger_ms": 5,
+        }
+
+    async def _open_aiokafka(self, index: int, topic: str, loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
+        """aiokafka runs on this event loop: each record is a task that awaits its delivery (tasks this load
+        owns, awaited by close)."""
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(**self._producer_config(index), request_timeout_ms=30000)
+        await producer.start()
+        sending: set[asyncio.Task[None]] = set()
+
+        async def deliver(tp: TopicPartition, value: str, on_report: Any) -> None:
+            try:
+                delivery = await producer.send(topic, value.encode(), partition=tp.partition)
+                metadata = await delivery
+            except Exception as exc:  # noqa: BLE001 - whatever the client surfaces is the record's outcome
+                on_report(-1, type(exc).__name__)
+                return
+            on_report(metadata.offset, None)
+
+        def send(tp: TopicPartition, value: str, on_report: Any) -> None:
+            task = loop.create_task(deliver(tp, value, on_report))
+            sending.add(task)
+            task.add_done_callback(sending.discard)
+
+        async def close() -> None:
+            await asyncio.gather(*sending, return_exceptions=True)
+            await producer.stop()
+
+        return send, close
 
     def _librdkafka_stats(self, index: int, raw: str) -> None:
         """librdkafka's statistics are totals since the client started: keep each producer's latest."""
@@ -329,6 +400,8 @@ class KafkaClientLoad:
     def report(self, acked: dict[str, tuple[TopicPartition, int]]) -> dict[str, Any]:
         skipped = [key for key in acked if key not in self.group_read]
         totals: dict[str, int] = defaultdict(int)
+        if self.kafkajs is not None:
+            self.client_stats.update(self.kafkajs.stats)
         for name, value in self.client_stats.items():
             totals[name.rsplit("_", 1)[0] if name[-1].isdigit() else name] += value
         return {
@@ -351,7 +424,7 @@ class KafkaClientLoad:
 
     def problems(self, acked: dict[str, tuple[TopicPartition, int]]) -> list[str]:
         """What makes the run invalid on the client's side."""
-        found = []
+        found = list(self.producer_failures)
         if self.commit_regressions:
             found.append(f"{len(self.commit_regressions)} committed offsets went backwards")
         if not self.drained:

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, unknown_key_error
+from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, read_properties, unknown_key_error
 from metrics.mqtt import parse_mqtt_url
 from network.connection import BrokerConnection
 from protocol.messages import MetadataRequest
@@ -51,6 +51,9 @@ from server_common.time import SYSTEM_TIME
 
 STATE_FILE = "cluster.json"
 BOOTSTRAP_FILE = "bootstrap.servers"
+# Where `cluster up --ack-journal` (and every fresh chaos cluster) has broker N journal what it acknowledged:
+# broker-N/ACK_JOURNAL_FILE (produce.ack.journal, broker/produce_ack_journal.py).
+ACK_JOURNAL_FILE = "produce-ack.journal"
 DEFAULT_BASE_ADDRESS = "127.0.0.10"
 KAFKA_PORT_OFFSET = 200  # a broker's Kafka listener: its msgpack port + 200 (9292 beside 9092)
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
@@ -314,6 +317,7 @@ def broker_props(
     host: str = "127.0.0.1",
     controller_host: str = "127.0.0.1",
     kafka_port: int = 0,
+    ack_journal: bool = False,
 ) -> dict[str, Any]:
     kafka = f",PLAINTEXT://{host}:{kafka_port}" if kafka_port else ""
     props: dict[str, Any] = {
@@ -330,8 +334,20 @@ def broker_props(
         "replica.fetch.backoff.ms": 200,
         **LAPTOP_CONNECTION_LIMITS,
     }
+    if ack_journal:
+        props["produce.ack.journal"] = str(cluster_dir / f"broker-{broker_id}" / ACK_JOURNAL_FILE)
     props.update({k: v for k, v in overrides.items() if k in BROKER_CONFIG.keys})
     return props
+
+
+def ack_journal_path(info: ProcessInfo) -> Path | None:
+    """The file broker `info` journals its acknowledged batches to (`produce.ack.journal` in its config file;
+    `cluster up` writes it absolute), or None when it keeps no journal or its config cannot be read."""
+    try:
+        value = read_properties(Path(info.config)).get("produce.ack.journal")
+    except ConfigError:
+        return None
+    return Path(value) if value else None
 
 
 def check_overrides(overrides: dict[str, str]) -> None:
@@ -432,12 +448,15 @@ async def start_cluster(
     broker_ports: list[int] | None = None,
     base_address: str = DEFAULT_BASE_ADDRESS,
     kafka_ports: list[int] | None = None,
+    ack_journal: bool = False,
 ) -> LocalClusterState:
     """Start a controller and `num_brokers` brokers; return once every broker is registered and unfenced.
 
     Each broker also opens a Kafka-protocol listener (PLAINTEXT) on its host, at `kafka_ports[i]`, or
     `base_port + KAFKA_PORT_OFFSET + i` when `broker_ports` is not given either; none with
-    `kafka_ports=[]` or when ports are given only for the msgpack listeners."""
+    `kafka_ports=[]` or when ports are given only for the msgpack listeners. With `ack_journal`, each broker
+    journals the batches it acknowledges (`produce.ack.journal`, in its dir's ACK_JOURNAL_FILE): what a chaos
+    verdict holds the cluster to."""
     overrides = overrides or {}
     cluster_dir = cluster_dir.resolve()
     cluster_dir.mkdir(parents=True, exist_ok=True)
@@ -496,6 +515,7 @@ async def start_cluster(
                     bhosts[i],
                     chost,
                     kafka_ports[i] if i < len(kafka_ports) else 0,
+                    ack_journal,
                 ),
             )
             blog = bdir / "storage"

@@ -26,6 +26,18 @@ else
     echo "setup: .venv is up to date"
 fi
 
+# The project's JavaScript Kafka clients (KafkaJS, for `chaos ... --client kafkajs`): one package.json and its
+# lockfile in cluster/js, installed exactly as locked. Node.js and npm are optional: without them that one
+# client is unavailable (the CLI says so), nothing else is.
+if command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
+    if [ ! -f cluster/js/node_modules/.package-lock.json ] || [ cluster/js/package-lock.json -nt cluster/js/node_modules/.package-lock.json ]; then
+        echo "setup: installing the JavaScript clients into cluster/js/node_modules (npm ci)"
+        npm ci --prefix cluster/js --no-audit --no-fund --loglevel=error
+    fi
+else
+    echo "setup: warning: node/npm not found; \`chaos ... --client kafkajs\` needs Node.js 18+ and npm" >&2
+fi
+
 if ! command -v java >/dev/null 2>&1; then
     echo "setup: warning: java not found; the Spark lag job needs Java 17" >&2
 fi

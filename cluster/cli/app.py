@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="minibroker",
         description="A runnable model of Kafka-style replication: brokers, a controller, replica fetchers, "
         "leader-kill chaos and a Spark lag dashboard.",
-        epilog="exit codes: 0 ok, 1 check failed, 2 bad usage, 3 cluster unreachable, 4 cluster error",
+        epilog="exit codes: 0 ok, 1 check failed, 2 bad usage, 3 cluster unreachable, 4 cluster error, "
+        "5 chaos: the cluster valid, the client claimed records no broker acknowledged",
     )
     parser.add_argument("--version", action="version", version=f"minibroker {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

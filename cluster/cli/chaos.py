@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.chaos import finish_report, render_report, run_leader_kill
-from cluster.chaos_clients import ClientMissing, check_client
+from cluster.chaos_clients import CLIENTS, ClientMissing, check_client
 from cluster.chaos_faults import NETWORK_KINDS, parse_faults, render_fault_report, resume_all, run_faults
 from cluster.cli.common import DEFAULT_DIR, CliError, Option, Subcommands, add_options, run_async
 from cluster.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -30,11 +30,11 @@ OPTIONS: dict[str, Option] = {
     "--partitions": {"type": int, "default": 6},
     "--producers": {"type": int, "default": 2},
     "--client": {
-        "choices": ["minibroker", "confluent-kafka", "kafka-python"],
+        "choices": list(CLIENTS),
         "default": "minibroker",
         "help": "the producers: minibroker's own client (msgpack listener), or a real Kafka client on the "
-        "Kafka listeners; with a Kafka client a consumer group of --group-consumers members rides along "
-        "(default: minibroker)",
+        "Kafka listeners (kafkajs runs under Node.js, installed by scripts/setup.sh); with a Kafka client a "
+        "consumer group of --group-consumers members rides along (default: minibroker)",
     },
     "--group-consumers": {"type": int, "default": 2, "help": "members of the consumer group with --client"},
     "--no-idempotence": {
@@ -43,6 +43,16 @@ OPTIONS: dict[str, Option] = {
         "indeterminate writes are resent and must land exactly once)",
     },
 }
+
+
+VERDICT_HELP = (
+    "Acknowledged means acknowledged by a broker, by the produce.ack.journal every broker of a fresh chaos "
+    "cluster keeps (a --dir cluster keeps one when started with `cluster up --ack-journal`; without, the "
+    "client's delivery reports are taken at their word). Exit 0 when valid; 1 when not (the cluster lost, "
+    "duplicated or diverged on what a broker acknowledged); 5 when valid but the client reported records "
+    "delivered that no broker acknowledged: a client bug, listed with its partitions and offsets, kept apart "
+    "from 1 so that a script neither blames the cluster for it nor misses it."
+)
 
 
 def _progress(message: str) -> None:
@@ -161,7 +171,7 @@ def register(sub: Subcommands) -> None:
         help="SIGKILL leaders under acks=all load, then check every acked write",
         description="Repeatedly SIGKILL the broker leading the most partitions while producers write with "
         "acks=all, then check for lost writes, duplicates, inconsistent offsets, divergent replicas and "
-        "offsets going backwards. Exit 0 only when valid.",
+        "offsets going backwards. " + VERDICT_HELP,
     )
     add_options(p, OPTIONS, "--rounds", "--dir", rounds=3)
     p.add_argument("--interval-ms", type=int, default=3000, help="time between kills")
@@ -184,7 +194,7 @@ def register(sub: Subcommands) -> None:
         "--faults: kill, kill-restart, pause, partition[:SHAPE] (isolate-leader, leader-from-followers, "
         "leader-from-controller, isolate-controller, one-way), delay, loss, clients-see-old-leader. Network "
         "faults need root, iptables and tc; their rules live in a chain of their own and are always removed. "
-        "Reports per fault, and the oracle's verdict on acks=all writes. Exit 0 only when valid.",
+        "Reports per fault, and the oracle's verdict on acks=all writes. " + VERDICT_HELP,
     )
     p.add_argument("--faults", default="kill,pause,partition,delay", help="comma-separated fault kinds")
     add_options(p, OPTIONS, "--rounds", "--seed", "--dir", rounds=4)

@@ -164,7 +164,7 @@ def running(*procs: BrokerProcess):  # type: ignore[no-untyped-def]
 
 @contextlib.contextmanager
 def kafka_cluster(
-    cluster_dir: Path, overrides: dict[str, str], secret: str | None = None
+    cluster_dir: Path, overrides: dict[str, str], secret: str | None = None, ack_journal: bool = False
 ) -> Iterator[LocalClusterState]:
     """A controller and three brokers, each with a Kafka listener, on free ports; stopped afterwards."""
     ports = free_ports(7)
@@ -177,6 +177,7 @@ def kafka_cluster(
             kafka_ports=ports[4:],
             overrides=overrides,
             secret=secret,
+            ack_journal=ack_journal,
         )
     )
     try:
