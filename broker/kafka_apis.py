@@ -202,15 +202,19 @@ class KafkaApis:
     # -- data plane ---------------------------------------------------------------------------------
 
     async def handle_produce(self, ctx: ConnectionContext, request: ProduceRequest) -> ProduceResponse | None:
+        # The socket server starts no later request of this connection until `release_order` below (or this
+        # handler's end), so whatever is awaited before the append, PRODUCEs reach the log in arrival order.
         refused = await self._invented_producer_ids(request.partitions)
         to_append = [p for p in request.partitions if id(p) not in refused] if refused else request.partitions
         appended: list[ProducePartitionResponse] = []
         if to_append:
-            appended = await answered(
-                lambda respond: self.replica_manager.append_records(
-                    request.timeout_ms, request.acks, to_append, respond
-                )
-            )
+
+            def append(respond: Callable[[list[ProducePartitionResponse]], None]) -> DelayedOperation | None:
+                op = self.replica_manager.append_records(request.timeout_ms, request.acks, to_append, respond)
+                ctx.release_order()  # appended: the wait for the followers overlaps with later requests
+                return op
+
+            appended = await answered(append)
             if self.ack_journal is not None and request.acks != 0:
                 self.ack_journal.record(request.acks, to_append, appended, self.time.milliseconds(), self._epoch_of)
         if request.acks == 0:
