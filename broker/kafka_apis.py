@@ -28,6 +28,7 @@ from broker.produce_ack_journal import ProduceAckJournal
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import FetchParams, ReplicaManager
 from broker.replication_quota import ReplicationQuotaManager, dynamic_throttles
+from group_coordinator import OFFSETS_TOPIC
 from network.request_context import ConnectionContext, api_versions_response, authenticate, check_secret
 from protocol.codec import Message
 from protocol.errors import ErrorCode, KafkaError, errors_into
@@ -329,6 +330,12 @@ class KafkaApis:
         for p in request.partitions:
             resp = DeleteRecordsPartitionResponse(p.topic, p.partition)
             with errors_into(resp):
+                if p.topic == OFFSETS_TOPIC:
+                    # As Kafka's ReplicaManager: the group coordinators' log is theirs to clean, not a client's.
+                    raise KafkaError(
+                        f"cannot delete records of the internal topic {OFFSETS_TOPIC}",
+                        code=ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    )
                 partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
                 partition.check_leader(-1)
                 offset = partition.high_watermark if p.offset == -1 else p.offset
