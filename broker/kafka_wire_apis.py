@@ -1102,7 +1102,13 @@ class KafkaWireApis:
                                 read_only=c.read_only,
                                 config_source=c.config_source,
                                 is_sensitive=c.is_sensitive,
-                                synonyms=[],
+                                # Kafka's order: the one in effect first (topic, broker, default)
+                                synonyms=[
+                                    C.DescribeConfigsSynonym(name=y.name, value=y.value, source=y.source)
+                                    for y in c.synonyms
+                                ]
+                                if request.include_synonyms
+                                else [],
                             )
                             for c in r.configs
                         ],

@@ -520,3 +520,46 @@ def test_kafkajs_deletes_records_and_groups(cluster: LocalClusterState) -> None:
     assert seen["missing"] == ["GROUP_ID_NOT_FOUND"]
     assert "js-group" not in seen["groups"]
 
+
+def test_describe_configs_answers_each_configs_synonyms_with_their_sources_when_asked(
+    cluster: LocalClusterState,
+) -> None:
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    topic = confluent_admin.NewTopic("synonyms", 1, 3, config={"retention.ms": "3600000"})
+    admin.create_topics([topic])["synonyms"].result(timeout=30)
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    python_admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+    try:
+        resource = ConfigResource(ConfigResourceType.TOPIC, "synonyms")
+        deadline = time.monotonic() + 30
+        while True:  # the broker asked learns the new topic from the controller a moment after it is created
+            try:
+                described = python_admin.describe_configs([resource], include_synonyms=True, config_filter="all")
+                break
+            except kafka.errors.UnknownTopicOrPartitionError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        plain = python_admin.describe_configs([resource], config_filter="all")
+    finally:
+        python_admin.close()
+    retention = described["topic"]["synonyms"]["retention.ms"]
+    # Kafka's chain, the value in effect first: the topic's own, then the broker key it stands for
+    assert retention["synonyms"] == [
+        {"name": "retention.ms", "value": "3600000", "source": "DYNAMIC_TOPIC_CONFIG"},
+        {"name": "log.retention.ms", "value": "604800000", "source": "DEFAULT_CONFIG"},
+    ]
+    segment = described["topic"]["synonyms"]["segment.bytes"]
+    assert segment["config_source"] == "DEFAULT_CONFIG"
+    assert segment["synonyms"] == [{"name": "log.segment.bytes", "value": str(1 << 30), "source": "DEFAULT_CONFIG"}]
+    assert plain["topic"]["synonyms"]["retention.ms"]["synonyms"] == []  # not asked for
+
+    # librdkafka asks for them too
+    (future,) = admin.describe_configs(
+        [confluent_admin.ConfigResource(confluent_admin.ResourceType.TOPIC, "synonyms")]
+    ).values()
+    entry = future.result(timeout=30)["retention.ms"]
+    assert {name: s.source for name, s in entry.synonyms.items()} == {
+        "retention.ms": confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+        "log.retention.ms": confluent_admin.ConfigSource.DEFAULT_CONFIG.value,
+    }
