@@ -28,6 +28,7 @@ from broker.produce_ack_journal import ProduceAckJournal
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import FetchParams, ReplicaManager
 from broker.replication_quota import ReplicationQuotaManager, dynamic_throttles
+from group_coordinator import OFFSETS_TOPIC
 from network.request_context import ConnectionContext, api_versions_response, authenticate, check_secret
 from protocol.codec import Message
 from protocol.errors import ErrorCode, KafkaError, errors_into
@@ -202,15 +203,19 @@ class KafkaApis:
     # -- data plane ---------------------------------------------------------------------------------
 
     async def handle_produce(self, ctx: ConnectionContext, request: ProduceRequest) -> ProduceResponse | None:
+        # The socket server starts no later request of this connection until `release_order` below (or this
+        # handler's end), so whatever is awaited before the append, PRODUCEs reach the log in arrival order.
         refused = await self._invented_producer_ids(request.partitions)
         to_append = [p for p in request.partitions if id(p) not in refused] if refused else request.partitions
         appended: list[ProducePartitionResponse] = []
         if to_append:
-            appended = await answered(
-                lambda respond: self.replica_manager.append_records(
-                    request.timeout_ms, request.acks, to_append, respond
-                )
-            )
+
+            def append(respond: Callable[[list[ProducePartitionResponse]], None]) -> DelayedOperation | None:
+                op = self.replica_manager.append_records(request.timeout_ms, request.acks, to_append, respond)
+                ctx.release_order()  # appended: the wait for the followers overlaps with later requests
+                return op
+
+            appended = await answered(append)
             if self.ack_journal is not None and request.acks != 0:
                 self.ack_journal.record(request.acks, to_append, appended, self.time.milliseconds(), self._epoch_of)
         if request.acks == 0:
@@ -325,6 +330,12 @@ class KafkaApis:
         for p in request.partitions:
             resp = DeleteRecordsPartitionResponse(p.topic, p.partition)
             with errors_into(resp):
+                if p.topic == OFFSETS_TOPIC:
+                    # As Kafka's ReplicaManager: the group coordinators' log is theirs to clean, not a client's.
+                    raise KafkaError(
+                        f"cannot delete records of the internal topic {OFFSETS_TOPIC}",
+                        code=ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    )
                 partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
                 partition.check_leader(-1)
                 offset = partition.high_watermark if p.offset == -1 else p.offset

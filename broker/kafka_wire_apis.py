@@ -38,6 +38,8 @@ from kafka.protocol.admin.configs import (
 )
 from kafka.protocol.admin.configs import IncrementalAlterConfigsRequest as KIncrementalAlterConfigsRequest
 from kafka.protocol.admin.configs import IncrementalAlterConfigsResponse as KIncrementalAlterConfigsResponse
+from kafka.protocol.admin.groups import DeleteGroupsRequest as KDeleteGroupsRequest
+from kafka.protocol.admin.groups import DeleteGroupsResponse as KDeleteGroupsResponse
 from kafka.protocol.admin.groups import DescribeGroupsRequest as KDescribeGroupsRequest
 from kafka.protocol.admin.groups import DescribeGroupsResponse as KDescribeGroupsResponse
 from kafka.protocol.admin.groups import ListGroupsRequest as KListGroupsRequest
@@ -54,6 +56,8 @@ from kafka.protocol.admin.topics import (
 from kafka.protocol.admin.topics import (
     CreateTopicsResponse as KCreateTopicsResponse,
 )
+from kafka.protocol.admin.topics import DeleteRecordsRequest as KDeleteRecordsRequest
+from kafka.protocol.admin.topics import DeleteRecordsResponse as KDeleteRecordsResponse
 from kafka.protocol.admin.topics import (
     DeleteTopicsRequest as KDeleteTopicsRequest,
 )
@@ -98,7 +102,7 @@ from broker.kafka_apis import KafkaApis
 from group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from network.kafka_wire import UnsupportedApiVersions, served_versions
 from network.listeners import split_host_port
-from network.request_context import ConnectionContext
+from network.request_context import ConnectionContext, check_secret
 from protocol.errors import ErrorCode, KafkaError
 from protocol.kafka_records import kafka_to_native, native_to_kafka
 from protocol.messages import (
@@ -116,6 +120,10 @@ from protocol.messages import (
     CreatePartitionsTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteRecordsPartition,
+    DeleteRecordsPartitionResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -244,6 +252,8 @@ class KafkaWireApis:
             KOffsetFetchRequest: self.offset_fetch,
             KListGroupsRequest: self.list_groups,
             KDescribeGroupsRequest: self.describe_groups,
+            KDeleteGroupsRequest: self.delete_groups,
+            KDeleteRecordsRequest: self.delete_records,
         }
 
     async def handle(
@@ -884,6 +894,24 @@ class KafkaWireApis:
             )
         return K[request.API_VERSION](throttle_time_ms=0, groups=described)
 
+    async def delete_groups(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        """DeleteGroups (42), sent to each group's coordinator: an Empty group goes with its committed
+        offsets, tombstones written through the coordinator's partition of __consumer_offsets (Kafka's
+        handleDeleteGroups). An admin request: with a cluster secret, only on an authenticated connection."""
+        K = KDeleteGroupsResponse
+        names = list(dict.fromkeys(request.groups_names))
+        if refused := check_secret(ctx, self.apis.cluster_secret, "DeleteGroups"):
+            log.info("DeleteGroups from %s refused: %s", ctx.peer, refused.error_message)
+            errors = dict.fromkeys(names, int(ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        elif self.coordinator is None:
+            errors = dict.fromkeys(names, int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        else:
+            errors = await self.coordinator.delete_groups(names)
+        return K[request.API_VERSION](
+            throttle_time_ms=0,
+            results=[K.DeletableGroupResult(group_id=name, error_code=errors[name]) for name in names],
+        )
+
     # -- admin: CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DescribeConfigs (32) -------
 
     async def create_topics(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
@@ -967,6 +995,41 @@ class KafkaWireApis:
             ],
         )
 
+    async def delete_records(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        """DeleteRecords (21), sent to each partition's leader: its log start moves up to the offset asked
+        (-1: the high watermark), by the msgpack listener's DELETE_RECORDS handler, rules and authorization
+        included. A connection without the cluster secret, when there is one, gets TOPIC_AUTHORIZATION_FAILED
+        for each partition, as Kafka answers a principal without DELETE on the topic."""
+        asked = [
+            DeleteRecordsPartition(topic.name, p.partition_index, p.offset)
+            for topic in request.topics
+            for p in topic.partitions
+        ]
+        ours = await self.apis.handle_delete_records(ctx, DeleteRecordsRequest(asked, request.timeout_ms))
+        answers: dict[tuple[str, int], DeleteRecordsPartitionResponse] = {}
+        if isinstance(ours, DeleteRecordsResponse):
+            answers = {(r.topic, r.partition): r for r in ours.partitions}
+        error, _ = _request_error(ours)
+        if error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+            error = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        K = KDeleteRecordsResponse
+        T = K.DeleteRecordsTopicResult
+        P = T.DeleteRecordsPartitionResult
+        topics = []
+        for topic, parts in _by_topic(asked, lambda p: p.topic).items():
+            results = []
+            for p in dict.fromkeys((p.topic, p.partition) for p in parts):
+                r = answers.get(p)
+                results.append(
+                    P(
+                        partition_index=p[1],
+                        low_watermark=r.low_watermark if r else -1,
+                        error_code=r.error_code if r else error,
+                    )
+                )
+            topics.append(T(name=topic, partitions=results))
+        return K[request.API_VERSION](throttle_time_ms=0, topics=topics)
+
     async def incremental_alter_configs(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
         resources = [
             AlterConfigsResource(
@@ -1039,7 +1102,13 @@ class KafkaWireApis:
                                 read_only=c.read_only,
                                 config_source=c.config_source,
                                 is_sensitive=c.is_sensitive,
-                                synonyms=[],
+                                # Kafka's order: the one in effect first (topic, broker, default)
+                                synonyms=[
+                                    C.DescribeConfigsSynonym(name=y.name, value=y.value, source=y.source)
+                                    for y in c.synonyms
+                                ]
+                                if request.include_synonyms
+                                else [],
                             )
                             for c in r.configs
                         ],

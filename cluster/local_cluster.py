@@ -4,6 +4,7 @@ Layout of a cluster directory (`--dir D`):
 
     D/cluster.json                 who runs where: pids, ports, dirs (written once everything is up)
     D/bootstrap.servers            the brokers' HOST:PORT list, one line: what client commands' --dir reads
+    D/kafka.bootstrap.servers      the brokers' Kafka listeners, the same way: what Kafka clients and kcat take
     D/controller/controller.properties, controller.log, controller.pid, metadata/
     D/broker-<id>/broker.properties, storage, broker.pid, data/
     D/metrics/                     every broker's JSON-lines metrics (the lag dashboard reads these)
@@ -54,6 +55,14 @@ BOOTSTRAP_FILE = "bootstrap.servers"
 # Where `cluster up --ack-journal` (and every fresh chaos cluster) has broker N journal what it acknowledged:
 # broker-N/ACK_JOURNAL_FILE (produce.ack.journal, broker/produce_ack_journal.py).
 ACK_JOURNAL_FILE = "produce-ack.journal"
+KAFKA_BOOTSTRAP_FILE = "kafka.bootstrap.servers"
+#: What a topic created without a partition count or replication factor gets under `cluster up` (Kafka
+#: auto-creating one for a producer, a CREATE_TOPICS giving -1): a cluster run to watch replication gets
+#: followers to watch and a leader on each broker, instead of Kafka's num.partitions=1 and
+#: default.replication.factor=1 (one replica, nothing replicated, unavailable while its broker is down).
+#: The replication factor is at most the number of brokers, so a smaller cluster creates them too.
+AUTO_TOPIC_PARTITIONS = 3
+AUTO_TOPIC_REPLICATION_FACTOR = 3
 DEFAULT_BASE_ADDRESS = "127.0.0.10"
 KAFKA_PORT_OFFSET = 200  # a broker's Kafka listener: its msgpack port + 200 (9292 beside 9092)
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
@@ -284,7 +293,12 @@ def spawn(role: str, config_file: Path, log_file: Path) -> subprocess.Popen[byte
 
 
 def controller_props(
-    cluster_dir: Path, port: int, secret: str | None, overrides: dict[str, str], host: str = "127.0.0.1"
+    cluster_dir: Path,
+    port: int,
+    secret: str | None,
+    overrides: dict[str, str],
+    host: str = "127.0.0.1",
+    num_brokers: int = AUTO_TOPIC_REPLICATION_FACTOR,
 ) -> dict[str, Any]:
     props: dict[str, Any] = {
         "node.id": 3000,
@@ -294,11 +308,23 @@ def controller_props(
         "cluster.secret": secret,
         "broker.session.timeout.ms": 3000,
         "broker.heartbeat.interval.ms": 500,
-        "default.replication.factor": 3,
-        "num.partitions": 3,
+        **auto_topic_defaults(num_brokers),
     }
     props.update({k: v for k, v in overrides.items() if k in CONTROLLER_CONFIG.keys})
     return props
+
+
+def auto_topic_defaults(num_brokers: int, overrides: dict[str, str] | None = None) -> dict[str, int]:
+    """`num.partitions` and `default.replication.factor` of a `cluster up` of `num_brokers` brokers (see
+    AUTO_TOPIC_PARTITIONS), `--override`s applied."""
+    chosen = {
+        "num.partitions": AUTO_TOPIC_PARTITIONS,
+        "default.replication.factor": max(1, min(AUTO_TOPIC_REPLICATION_FACTOR, num_brokers)),
+    }
+    for key in chosen:
+        if overrides and key in overrides:
+            chosen[key] = int(overrides[key])
+    return chosen
 
 
 # Kafka's defaults are no limit on connections and 10 minutes of idleness; a laptop's process may open
@@ -482,7 +508,7 @@ async def start_cluster(
     (cluster_dir / "controller").mkdir(exist_ok=True)
     (cluster_dir / "metrics").mkdir(exist_ok=True)
     cconf = cluster_dir / "controller" / "controller.properties"
-    _write_properties(cconf, controller_props(cluster_dir, cport, secret, overrides, chost))
+    _write_properties(cconf, controller_props(cluster_dir, cport, secret, overrides, chost, num_brokers))
     clog = cluster_dir / "controller" / "controller.log"
     procs: list[subprocess.Popen[bytes]] = []
     offsets: list[int] = []
@@ -557,6 +583,11 @@ async def start_cluster(
         state = LocalClusterState(str(cluster_dir), controller, brokers, str(cluster_dir / "metrics"), secret)
         state.save()
         (cluster_dir / BOOTSTRAP_FILE).write_text(state.bootstrap + "\n")
+        kafka_file = cluster_dir / KAFKA_BOOTSTRAP_FILE
+        if state.kafka_bootstrap:
+            kafka_file.write_text(state.kafka_bootstrap + "\n")
+        else:
+            kafka_file.unlink(missing_ok=True)  # an earlier cluster's, in this dir: not this one's
         return state
     except BaseException:
         for proc in procs:

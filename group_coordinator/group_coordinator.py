@@ -132,6 +132,8 @@ class GroupCoordinator:
         return await self.append(self.partition_for(group.group_id), [(group_key(group.group_id), value)])
 
     async def _store_empty(self, group: GroupMetadata) -> None:
+        if self.groups.get(group.group_id) is not group:
+            return  # deleted (DeleteGroups) before this ran: its record would bring it back after the tombstone
         if code := await self._write_group(group):
             log.warning("group %s: its empty state was not written (error %d)", group.group_id, code)
 
@@ -194,7 +196,9 @@ class GroupCoordinator:
                     group.offsets[(parsed.topic, parsed.partition)] = read_offset_value(value)
             elif isinstance(parsed, GroupKey):
                 group = groups.setdefault(parsed.group, GroupMetadata(parsed.group))
-                if value is None:
+                if value is None and not group.offsets:
+                    del groups[parsed.group]  # deleted (DeleteGroups), or expired with its last offsets
+                elif value is None:
                     group.members.clear()
                     group.static_members.clear()
                     group.set_state(GroupState.EMPTY, now)
@@ -568,6 +572,46 @@ class GroupCoordinator:
         if self.groups.get(group_id) is group:
             group.offsets.update(values)
         return every(0)
+
+    # -- DeleteGroups -----------------------------------------------------------------------------------
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
+        """Kafka's handleDeleteGroups: each Empty group this coordinator serves is removed with a tombstone
+        for each of its committed offsets and one for the group, written acks=all to its partition before
+        it is answered NONE. A group with members is NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND.
+
+        The groups leave memory before their tombstones are written (Kafka's Dead state), so a member
+        joining meanwhile starts a new group, whose record follows the tombstones in the log. A group whose
+        tombstones could not be written is put back, as the log still has it, and answered with the append's
+        error (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: the client retries)."""
+        errors: dict[str, int] = {}
+        deleting: dict[int, list[GroupMetadata]] = {}
+        for group_id in dict.fromkeys(group_ids):
+            if error := self._not_owned(group_id):
+                errors[group_id] = error
+                continue
+            group = self.groups.get(group_id)
+            if group is None:
+                errors[group_id] = int(ErrorCode.GROUP_ID_NOT_FOUND)
+            elif group.state != GroupState.EMPTY or group.pending_commits:
+                # A commit being written would land after the tombstones and bring its offset back.
+                errors[group_id] = int(ErrorCode.NON_EMPTY_GROUP)
+            else:
+                del self.groups[group_id]
+                deleting.setdefault(self.partition_for(group_id), []).append(group)
+        for partition, groups in deleting.items():
+            epoch = self._epochs.get(partition)
+            records: list[tuple[bytes | None, bytes | None]] = []
+            for group in groups:
+                records += [(offset_key(group.group_id, topic, p), None) for topic, p in group.offsets]
+                records.append((group_key(group.group_id), None))
+            code = await self.append(partition, records)
+            for group in groups:
+                errors[group.group_id] = _append_error(code)
+                if code and self._epochs.get(partition) == epoch and group.group_id not in self.groups:
+                    self.groups[group.group_id] = group
+            log.info("groups %s deleted%s", [g.group_id for g in groups], f": not written ({code})" if code else "")
+        return {group_id: errors[group_id] for group_id in dict.fromkeys(group_ids)}
 
     # -- offset retention -------------------------------------------------------------------------------
 

@@ -27,12 +27,17 @@ body does not decode closes the connection with a log line; the broker goes on.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafka.protocol.admin.configs import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
-from kafka.protocol.admin.groups import DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.admin.topics import CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest
+from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.admin.topics import (
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+)
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.group import (
@@ -76,20 +81,25 @@ SERVED: dict[int, tuple[type[ApiMessage], int, int]] = {
     18: (ApiVersionsRequest, 0, 3),
     19: (CreateTopicsRequest, 2, 4),
     20: (DeleteTopicsRequest, 1, 3),
+    21: (DeleteRecordsRequest, 0, 2),
     22: (InitProducerIdRequest, 0, 1),
     23: (OffsetForLeaderEpochRequest, 2, 3),
     32: (DescribeConfigsRequest, 1, 2),
     33: (AlterConfigsRequest, 0, 1),
     36: (SaslAuthenticateRequest, 0, 1),
     37: (CreatePartitionsRequest, 0, 1),
+    42: (DeleteGroupsRequest, 0, 2),
     44: (IncrementalAlterConfigsRequest, 0, 0),
 }
 
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
-#: The most partitions a request may name in all, and the largest request other than a PRODUCE (whose
-#: records may fill socket.request.max.bytes): decoding runs on the event loop that also sends the
-#: broker's heartbeats, so what one request may cost to decode is bounded before it is decoded.
+DELETE_RECORDS_KEY = 21
+DELETE_GROUPS_KEY = 42
+#: The most entries a request may name in all (a PRODUCE's or DeleteRecords' partitions, DeleteGroups'
+#: groups), and the largest request other than a PRODUCE (whose records may fill socket.request.max.bytes):
+#: decoding runs on the event loop that also sends the broker's heartbeats, so what one request may cost
+#: to decode is bounded before it is decoded.
 MAX_ENTRIES = 100_000
 MAX_NON_PRODUCE_BYTES = 4 * 1024 * 1024
 _HEADER_START = struct.Struct(">hhi")
@@ -141,6 +151,9 @@ class KafkaWire:
             )
         if api_key == PRODUCE_KEY and _produce_entries_over(frame, MAX_ENTRIES):
             raise ProtocolError(f"a ProduceRequest naming more than {MAX_ENTRIES} partitions")
+        counter = _ENTRY_COUNTERS.get(api_key)
+        if counter is not None and _counted_over(counter, frame, api_version, MAX_ENTRIES):
+            raise ProtocolError(f"a {request_class.__name__} naming more than {MAX_ENTRIES} entries")
         try:
             request = request_class.decode(memoryview(frame), version=api_version, header=True)
         except Exception as exc:  # noqa: BLE001 - any decoding failure is the peer's malformed frame
@@ -184,6 +197,98 @@ def _produce_entries_over(frame: bytes | bytearray, limit: int) -> bool:
                 (records,) = _INT32.unpack_from(frame, position + 4)
                 position += 8 + max(records, 0)
         return False
+    except struct.error:
+        return False
+
+
+class _Cursor:
+    """Reads a request frame's lengths and counts without decoding it (struct.error past its end)."""
+
+    __slots__ = ("frame", "position")
+
+    def __init__(self, frame: bytes | bytearray, position: int) -> None:
+        self.frame, self.position = frame, position
+
+    def int16(self) -> int:
+        (value,) = _INT16.unpack_from(self.frame, self.position)
+        self.position += 2
+        return int(value)
+
+    def int32(self) -> int:
+        (value,) = _INT32.unpack_from(self.frame, self.position)
+        self.position += 4
+        return int(value)
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            if self.position >= len(self.frame) or shift > 28:
+                raise struct.error("a varint past the frame's end, or longer than 5 bytes")
+            byte = self.frame[self.position]
+            self.position += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def array(self, flexible: bool) -> int:
+        """An array's entry count (a null one counts as none)."""
+        return max(self.uvarint() - 1 if flexible else self.int32(), 0)
+
+    def string(self, flexible: bool) -> None:
+        length = self.uvarint() - 1 if flexible else self.int16()
+        self.position += max(length, 0)
+
+    def tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            size = self.uvarint()
+            self.position += size
+
+
+def _delete_groups_entries(body: _Cursor, flexible: bool, limit: int) -> int:
+    return body.array(flexible)
+
+
+def _delete_records_entries(body: _Cursor, flexible: bool, limit: int) -> int:
+    seen = 0
+    for _ in range(body.array(flexible)):
+        body.string(flexible)
+        partitions = body.array(flexible)
+        seen += partitions
+        if seen > limit:
+            break
+        if not flexible:
+            body.position += 12 * partitions  # int32 partition, int64 offset
+            continue
+        for _ in range(partitions):
+            body.position += 12
+            body.tagged_fields()
+        body.tagged_fields()
+    return seen
+
+
+EntryCounter = Callable[[_Cursor, bool, int], int]
+"""The entries a request body names (read from `body`, flexible or not), counting stopped past `limit`."""
+
+#: API key -> (its first flexible version, its EntryCounter).
+_ENTRY_COUNTERS: dict[int, tuple[int, EntryCounter]] = {
+    DELETE_GROUPS_KEY: (2, _delete_groups_entries),
+    DELETE_RECORDS_KEY: (2, _delete_records_entries),
+}
+
+
+def _counted_over(counter: tuple[int, EntryCounter], frame: bytes | bytearray, version: int, limit: int) -> bool:
+    """Whether the request names more than `limit` entries, counted from its lengths without decoding it.
+    A frame too short for what it announces is left to the decoder to refuse."""
+    first_flexible, count = counter
+    flexible = version >= first_flexible
+    try:
+        body = _Cursor(frame, 8)  # after api_key, api_version, correlation_id
+        body.string(False)  # client_id: an int16-length string in every header version
+        if flexible:
+            body.tagged_fields()
+        return bool(count(body, flexible, limit) > limit)
     except struct.error:
         return False
 

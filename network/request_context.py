@@ -39,6 +39,22 @@ class ConnectionContext:
     authenticated: bool = False
     attributes: dict[str, Any] = field(default_factory=dict)
     close_after_response: bool = False  # set by a handler: answer, then close (failed authentication)
+    #: Set by the socket server while a request whose effect must keep arrival order (a PRODUCE: its
+    #: append) has started and not reached that effect: no later request of the connection starts
+    #: meanwhile, whatever the handler awaits first. The handler calls `release_order()` once the effect is
+    #: done, so that what it waits for afterwards (followers, for acks=all) overlaps with later requests;
+    #: the server releases it when the handler finishes, if the handler did not.
+    order_held: bool = False
+    #: Called on release while a later request is held back (set by the server only then).
+    on_order_released: Callable[[], None] | None = None
+
+    def release_order(self) -> None:
+        """The request holding the order has reached its effect: later requests may start."""
+        if self.order_held:
+            self.order_held = False
+            wake, self.on_order_released = self.on_order_released, None
+            if wake is not None:
+                wake()
 
 
 Handler = Callable[[ConnectionContext, RequestHeader, Message], Awaitable[Message | None]]

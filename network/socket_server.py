@@ -9,7 +9,12 @@ before the next frame is read: no task and no loop iteration in between. Otherwi
 worker task per connection starts the queued requests in arrival order — up to
 `max.in.flight.requests.per.connection` at once — and writes their responses in that same order with
 their correlation ids. A request's effect on the broker (an append, a read) happens before the next
-request starts, so ordering is as if they ran one by one; only the waits overlap (see `_work`).
+request starts, so ordering is as if they ran one by one; only the waits overlap (see `_work`). Most
+handlers reach their effect before they first wait; for those that may wait before it (a PRODUCE whose
+producer id the leader must first check), the connection holds the order (`ORDERED_API_KEYS`): no later
+request starts until the handler says its effect is done (`ConnectionContext.release_order`, a PRODUCE
+right after its append) or finishes. So a producer's pipelined batches reach the log in the order they
+arrived whatever a handler awaits first, and their acks=all waits still overlap.
 While `queued.max.requests.per.connection` requests wait, the socket stops being read (back-pressure
 through TCP instead of memory). On close the server stops reading, answers what it received (bounded
 by a drain timeout) and then closes the connections.
@@ -71,6 +76,13 @@ class ServerStats:
 
 
 INT_MAX = 2**31 - 1
+
+#: The APIs whose effect on the broker must keep a connection's arrival order even when their handler
+#: waits before reaching it (see the module's docstring). PRODUCE is 0 on both listeners' protocols: an
+#: idempotent producer's batches, pipelined, must reach the log in sequence order, or the leader refuses
+#: the ones that overtook (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID) and the producer must give
+#: them up. Kafka gets this by handling one request of a connection at a time.
+ORDERED_API_KEYS: frozenset[int] = frozenset({int(ApiKey.PRODUCE)})
 
 
 class _Wakeup:
@@ -192,6 +204,7 @@ class _ServerConnection(FrameProtocol):
             collections.deque()
         )
         self.in_flight = 0
+        self.order_holder: asyncio.Task[Message | None] | None = None  # the started request holding the order
         self.last_active_s = 0.0  # loop time of the last bytes read or response written
         self.partial_since_s: float | None = None  # loop time a frame began that is not complete yet
         self.host = "?"
@@ -313,7 +326,7 @@ class _ServerConnection(FrameProtocol):
         try:
             while True:
                 self.wakeup.clear()
-                while self.queue and len(pending) < limit and not self.peer_gone:
+                while self.queue and len(pending) < limit and not self.peer_gone and not self.context.order_held:
                     header, body, error = self.queue.popleft()
                     pending.append((header, self._start(header, body, error)))
                 self.in_flight = len(pending)
@@ -327,7 +340,9 @@ class _ServerConnection(FrameProtocol):
                         await self.can_write.wait()
                 if self.peer_gone or (self.draining and not self.queue and not pending):
                     return
-                if (pending and _finished(pending[0][1])) or (self.queue and len(pending) < limit):
+                if (pending and _finished(pending[0][1])) or (
+                    self.queue and len(pending) < limit and not self.context.order_held
+                ):
                     continue
                 await self.wakeup.wait()
         finally:
@@ -348,14 +363,31 @@ class _ServerConnection(FrameProtocol):
         arrival and its answer. One that waits (an acks=all produce, a parked fetch) goes on in a task
         that drives the same coroutine from where it stopped.
         """
+        context = self.context
+        if error is None and header.api_key in self.server.ordered_api_keys:
+            context.order_held = True
         coro = self._respond(header, body, error)
         try:
             awaited = coro.send(None)
         except StopIteration as done:
+            context.order_held = False
             return _Answered(done.value)
         task = self.loop.create_task(_drive(coro, awaited))
+        if context.order_held:
+            # It waits before its effect: later requests stay queued (`_work` checks) until it says its
+            # effect is done, or finishes.
+            context.on_order_released = self.wakeup.set
+            self.order_holder = task
+            task.add_done_callback(self._release_order)
         task.add_done_callback(self._on_request_done)
         return task
+
+    def _release_order(self, task: asyncio.Task[Message | None]) -> None:
+        """A holder finished (answered, failed or cancelled): if it never released the order, do it now.
+        One that released it earlier is no longer the holder; a later request may be."""
+        if self.order_holder is task:
+            self.order_holder = None
+            self.context.release_order()
 
     def _write_response(self, header: RequestHeader, response: Message | None) -> bool:
         """Write one answer; False when the connection had to be closed instead."""
@@ -499,9 +531,11 @@ class SocketServer:
         connections_max_idle_ms: int = 600_000,
         request_read_timeout_ms: int = 30_000,
         wire: Wire = MSGPACK_WIRE,
+        ordered_api_keys: frozenset[int] = ORDERED_API_KEYS,
     ) -> None:
         self.handler = handler
         self.wire = wire
+        self.ordered_api_keys = ordered_api_keys
         self.host = host
         self.port = port
         self.max_frame_bytes = max_frame_bytes
@@ -537,6 +571,10 @@ class SocketServer:
             request_read_timeout_ms=config["socket.request.read.timeout.ms"],
             **kwargs,
         )
+
+    def queued_requests(self) -> int:
+        """Requests received and not started yet, over every connection."""
+        return sum(len(conn.queue) for conn in self._connections)
 
     # -- admission and bookkeeping --------------------------------------------------------------------
 

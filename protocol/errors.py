@@ -35,6 +35,8 @@ class ErrorCode(IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     MEMBER_ID_REQUIRED = 79
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
     FENCED_INSTANCE_ID = 82
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
@@ -46,6 +48,8 @@ class ErrorCode(IntEnum):
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
     UNKNOWN_PRODUCER_ID = 59
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_SASL_MECHANISM = 33
     ILLEGAL_SASL_STATE = 34
@@ -143,7 +147,20 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
         "moved before it was confirmed; the write may survive: do not assume it was lost"
     ),
     ErrorCode.INVALID_REQUIRED_ACKS: "acks is not -1, 0 or 1; nothing was appended",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: (
+        "Kafka listener, DeleteRecords: deleting records needs a connection authenticated with cluster.secret "
+        "(SASL/PLAIN), when the cluster has one"
+    ),
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: (
+        "Kafka listener, DeleteGroups: deleting a group needs a connection authenticated with cluster.secret "
+        "(SASL/PLAIN), when the cluster has one"
+    ),
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "the request is for brokers only and the connection has not authenticated",
+    ErrorCode.NON_EMPTY_GROUP: (
+        "Kafka listener, DeleteGroups: the group has members (or an offset commit is being written); only an "
+        "Empty group is deleted"
+    ),
+    ErrorCode.GROUP_ID_NOT_FOUND: "Kafka listener, DeleteGroups: its coordinator has no such group (or it was deleted)",
     ErrorCode.UNSUPPORTED_VERSION: "the API version is not supported (every API is at version 0)",
     ErrorCode.TOPIC_ALREADY_EXISTS: "CREATE_TOPICS: a topic of that name exists",
     ErrorCode.INVALID_PARTITIONS: (

@@ -6,12 +6,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-"$root/scripts/setup.sh"
-
 # System packages the tests start for real: Mosquitto (MQTT metrics), Chromium (the dashboard renders),
 # docker-compose (validates docker-compose.yml; no Docker engine is needed for that), iptables and
 # iproute2's tc (chaos partitions, slow and lossy links between loopback addresses; they need root),
-# kcat (a real Kafka client, librdkafka 2.0.2 on Debian 12, against the Kafka listener).
+# kcat (a real Kafka client, librdkafka 2.0.2 on Debian 12, against the Kafka listener), npm with Node.js
+# (KafkaJS, which setup.sh below installs from cluster/js's lockfile; so these come first).
 missing=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
@@ -19,6 +18,7 @@ command -v tc >/dev/null 2>&1 || [ -x /usr/sbin/tc ] || missing+=(iproute2)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "test: installing ${missing[*]}"
@@ -30,6 +30,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 # Debian starts a system-wide Mosquitto on 1883 after install; the tests start their own on free ports.
+
+"$root/scripts/setup.sh"
 
 # The suite mostly waits on real processes, sockets and timers: pytest-xdist runs it on several workers
 # (tests/conftest.py says how tests are grouped). MINIBROKER_TEST_WORKERS=1 runs it in one process;

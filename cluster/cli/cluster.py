@@ -13,14 +13,26 @@ from typing import Any
 
 from broker.config import parse_overrides
 from client.cluster_client import parse_bootstrap
-from cluster.cli.common import BOOTSTRAP_ENV, DEFAULT_DIR, CliError, Subcommands, add_json, emit, run_async
+from cluster.cli.common import (
+    BOOTSTRAP_ENV,
+    DEFAULT_DIR,
+    NO_KAFKA_LISTENER,
+    CliError,
+    Subcommands,
+    add_json,
+    emit,
+    kafka_listeners_of,
+    run_async,
+)
 from cluster.exit_codes import EXIT_CLUSTER_ERROR, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from cluster.local_cluster import (
     ACK_JOURNAL_FILE,
+    KAFKA_BOOTSTRAP_FILE,
     BadAddressError,
     ClusterError,
     LocalClusterState,
     PortInUseError,
+    auto_topic_defaults,
     check_overrides,
     start_cluster,
     stop_cluster,
@@ -74,6 +86,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         "dir": state.dir,
         "bootstrap_server": state.bootstrap,
         "kafka_bootstrap_servers": state.kafka_bootstrap,
+        # what a topic a Kafka producer names gets when it is created for it (auto.create.topics.enable)
+        "auto_created_topics": auto_topic_defaults(len(state.brokers), overrides),
         "controller": f"{state.controller.host}:{state.controller.port}",
         "metrics_dir": state.metrics_dir,
         "brokers": [
@@ -101,18 +115,34 @@ def _describe_up(info: dict[str, Any], detached: bool) -> str:
         *[f"  broker {b['id']:<10} {b['address']}  pid {b['pid']}  log {b['log']}" for b in info["brokers"]],
         f"  metrics           {info['metrics_dir']}",
         f"  bootstrap server  {info['bootstrap_server']}  (also in {os.path.join(info['dir'], 'bootstrap.servers')})",
-        *(
-            [f"  Kafka clients     {info['kafka_bootstrap_servers']}  (bootstrap.servers; docs/kafka-protocol.md)"]
-            if info.get("kafka_bootstrap_servers")
-            else []
-        ),
+        *(_describe_kafka(info) if info.get("kafka_bootstrap_servers") else []),
         "",
         f"try:  minibroker topic create demo --partitions 3 --replication-factor 3 --dir {d}",
         f"      minibroker cluster status --dir {d}",
+        *(
+            [f"      kcat -b $(cat {shlex.quote(os.path.join(info['dir'], KAFKA_BOOTSTRAP_FILE))}) -L"]
+            if info.get("kafka_bootstrap_servers")
+            else []
+        ),
         f"  or: export MINIBROKER_BOOTSTRAP_SERVER={info['bootstrap_server']}  (then no --dir is needed)",
     ]
     lines.append(f"stop with: minibroker cluster down --dir {d}" if detached else "Ctrl-C stops every process cleanly.")
     return "\n".join(lines)
+
+
+def _describe_kafka(info: dict[str, Any]) -> list[str]:
+    kafka_file = os.path.join(info["dir"], KAFKA_BOOTSTRAP_FILE)
+    lines = [
+        f"  Kafka clients     {info['kafka_bootstrap_servers']}  (bootstrap.servers, also in {kafka_file};",
+        "                    docs/kafka-protocol.md)",
+    ]
+    auto = info.get("auto_created_topics")
+    if auto:
+        lines.append(
+            f"                    a topic a Kafka producer names is created with {auto['num.partitions']} partitions, "
+            f"replication factor {auto['default.replication.factor']}"
+        )
+    return lines
 
 
 def cmd_cluster_down(args: argparse.Namespace) -> int:
@@ -132,12 +162,28 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
         args.bootstrap_server = remote  # what main names when it cannot be reached
+    if args.kafka_bootstrap:
+        return _print_kafka_bootstrap(args, remote)
+    if remote:
         status = run_async(collect_remote_status(remote))
         emit(args, status, lambda: render_status(status))
         return EXIT_OK
     status = run_async(collect_status(LocalClusterState.load(Path(args.dir or DEFAULT_DIR))))
     emit(args, status, lambda: render_status(status))
     return EXIT_OK if status["controller"]["alive"] else EXIT_UNREACHABLE
+
+
+def _print_kafka_bootstrap(args: argparse.Namespace, remote: str | None) -> int:
+    """`cluster status --kafka-bootstrap`: the Kafka listeners, one line, as D/kafka.bootstrap.servers holds
+    them (from cluster.json for a local cluster, from METADATA's listeners through --bootstrap-server)."""
+    if remote:
+        servers = run_async(kafka_listeners_of(remote))
+    else:
+        servers = LocalClusterState.load(Path(args.dir or DEFAULT_DIR)).kafka_bootstrap
+    if not servers:
+        raise CliError(NO_KAFKA_LISTENER, EXIT_UNREACHABLE)
+    emit(args, {"kafka_bootstrap_servers": servers}, lambda: servers)
+    return EXIT_OK
 
 
 def register(sub: Subcommands) -> None:
@@ -186,5 +232,11 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument("--dir", help=f"local cluster directory (default {DEFAULT_DIR})")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", help="describe the cluster behind this broker")
+    p.add_argument(
+        "--kafka-bootstrap",
+        action="store_true",
+        help="print only the brokers' Kafka listeners, comma-separated: bootstrap.servers for Kafka clients and "
+        "kcat -b (what D/kafka.bootstrap.servers holds)",
+    )
     add_json(p)
     p.set_defaults(func=cmd_cluster_status)

@@ -56,6 +56,39 @@ def resolve_bootstrap(args: argparse.Namespace) -> str:
     return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
 
 
+NO_KAFKA_LISTENER = "the cluster's brokers have no Kafka listener (listeners=...,PLAINTEXT://host:port)"
+
+
+async def kafka_listeners_of(bootstrap: str) -> str:
+    """The Kafka bootstrap list of the cluster behind `bootstrap` (msgpack listeners), from METADATA: each
+    broker's listeners other than the msgpack one, comma-separated ("" when there are none)."""
+    from network.listeners import MSGPACK_LISTENER
+
+    client = ClusterClient(bootstrap, request_timeout_s=10.0)
+    try:
+        await client.refresh_metadata([])
+        return ",".join(
+            address
+            for _, b in sorted(client.brokers.items())
+            for name, address in sorted(b.listeners.items())
+            if name != MSGPACK_LISTENER
+        )
+    finally:
+        await client.close()
+
+
+def resolve_kafka_bootstrap(args: argparse.Namespace) -> str:
+    """The brokers' Kafka listeners: from cluster.json with --dir, else from METADATA on the msgpack ones."""
+    if getattr(args, "dir", None):
+        state = LocalClusterState.load(Path(args.dir))
+        if state.kafka_bootstrap:
+            return state.kafka_bootstrap
+    found = run_async(kafka_listeners_of(args.bootstrap_server or resolve_bootstrap(args)))
+    if not found:
+        raise CliError(NO_KAFKA_LISTENER, EXIT_UNREACHABLE)
+    return found
+
+
 def resolve_secret(args: argparse.Namespace) -> str | None:
     """The cluster secret a client command authenticates with: $MINIBROKER_CLUSTER_SECRET, else that of the
     cluster in --dir (written there by `cluster up --secret`), else none."""

@@ -7,43 +7,22 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from client.cluster_client import ClusterClient
-from cluster.cli.common import CliError, Subcommands, add_client_options, add_json, emit, resolve_bootstrap, run_async
+from cluster.cli.common import (
+    CliError,
+    Subcommands,
+    add_client_options,
+    add_json,
+    emit,
+    resolve_bootstrap,
+    resolve_kafka_bootstrap,
+    run_async,
+)
 from cluster.exit_codes import EXIT_CLUSTER_ERROR, EXIT_OK, EXIT_UNREACHABLE
-from cluster.local_cluster import LocalClusterState
-from network.listeners import MSGPACK_LISTENER
 from protocol.messages import TopicPartition
 from protocol.record_batch import Record
-
-
-def kafka_bootstrap(args: argparse.Namespace) -> str:
-    """The brokers' Kafka listeners: from cluster.json with --dir, else from METADATA on the msgpack one."""
-    if getattr(args, "dir", None):
-        state = LocalClusterState.load(Path(args.dir))
-        if state.kafka_bootstrap:
-            return state.kafka_bootstrap
-
-    async def ask() -> str:
-        client = ClusterClient(args.bootstrap_server or resolve_bootstrap(args), request_timeout_s=10.0)
-        try:
-            await client.refresh_metadata([])
-            return ",".join(
-                address
-                for b in client.brokers.values()
-                for name, address in sorted(b.listeners.items())
-                if name != MSGPACK_LISTENER
-            )
-        finally:
-            await client.close()
-
-    found = run_async(ask())
-    if not found:
-        raise CliError("the cluster's brokers have no Kafka listener (listeners=...,PLAINTEXT://host:port)",
-                       EXIT_UNREACHABLE)  # fmt: skip
-    return found
 
 
 def _admin(bootstrap: str) -> Any:
@@ -56,7 +35,7 @@ def _admin(bootstrap: str) -> Any:
 
 
 def cmd_group_list(args: argparse.Namespace) -> int:
-    admin = _admin(kafka_bootstrap(args))
+    admin = _admin(resolve_kafka_bootstrap(args))
     try:
         groups = sorted((g["group_id"], g["protocol_type"]) for g in admin.list_groups())
     finally:
@@ -69,7 +48,7 @@ def cmd_group_list(args: argparse.Namespace) -> int:
 def cmd_group_describe(args: argparse.Namespace) -> int:
     """kafka-consumer-groups.sh --describe: per partition the committed offset, the log end and the lag,
     and the member that holds it."""
-    bootstrap = kafka_bootstrap(args)
+    bootstrap = resolve_kafka_bootstrap(args)
     admin = _admin(bootstrap)
     try:
         info = admin.describe_groups([args.group])[args.group]
@@ -174,7 +153,7 @@ def consume_group(
                        EXIT_CLUSTER_ERROR)  # fmt: skip
     consumer = KafkaConsumer(
         args.topic,
-        bootstrap_servers=kafka_bootstrap(args),
+        bootstrap_servers=resolve_kafka_bootstrap(args),
         group_id=args.group,
         client_id="minibroker-console-consumer",
         auto_offset_reset=start,

@@ -76,6 +76,23 @@ def test_cluster_up_gives_brokers_a_laptops_connection_limits_and_an_override_wi
     assert props["connections.max.idle.ms"] == LAPTOP_CONNECTION_LIMITS["connections.max.idle.ms"]
 
 
+def test_cluster_up_auto_creates_topics_with_three_partitions_and_as_many_replicas_as_it_has_brokers(
+    tmp_path: Path,
+) -> None:
+    from broker.config import CONTROLLER_CONFIG
+    from cluster.local_cluster import controller_props
+
+    def auto_topics(brokers: int, **overrides: str) -> tuple[int, int]:
+        props = controller_props(tmp_path, 9192, None, overrides, num_brokers=brokers)
+        config = load_config(CONTROLLER_CONFIG, overrides={k: str(v) for k, v in props.items() if v is not None})
+        return config["num.partitions"], config["default.replication.factor"]
+
+    assert auto_topics(3) == auto_topics(5) == (3, 3)
+    # a smaller cluster still creates them (a replication factor above the brokers would be refused)
+    assert auto_topics(1) == (3, 1) and auto_topics(2) == (3, 2)
+    assert auto_topics(3, **{"num.partitions": "1", "default.replication.factor": "1"}) == (1, 1)  # Kafka's
+
+
 def test_a_sasl_listener_needs_cluster_secret_and_ssl_is_refused(tmp_path: Path) -> None:
     from broker.broker_server import BrokerServer
 

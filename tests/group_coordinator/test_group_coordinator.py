@@ -378,7 +378,7 @@ async def test_an_empty_groups_offsets_expire_a_retention_after_it_emptied_and_t
     new = GroupCoordinator(1, clock, log.append, RETENTION)
     await new.on_elected(new.partition_for("g"), list(log.records[new.partition_for("g")]))
     assert new.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == -1
-    assert new.describe_group("g").state in ("Dead", "Empty") and new.describe_group("g").members == []
+    assert new.describe_group("g").state == "Dead" and new.describe_group("g").members == []
 
 
 async def test_a_standalone_groups_offsets_expire_by_their_commit_time_but_not_while_a_commit_is_written() -> None:
@@ -407,3 +407,50 @@ async def test_a_standalone_groups_offsets_expire_by_their_commit_time_but_not_w
     gate.set()
     assert await recommit == {("t", 1): 0}
     assert c.fetch_offsets("g", None)[1] == {("t", 1): (7, -1, "", 0)}
+
+
+async def test_deleting_groups_removes_an_empty_one_with_its_offsets_and_refuses_the_others() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    leader, follower, generation = await stable_group_of_two(c, clock)
+    assert await c.commit_offsets("g", generation, leader, None, {("t", 0): (10, 1, None)}) == {("t", 0): 0}
+    standalone = "s"  # offsets only (assign() and commits): Empty, never had members
+    await c.on_elected(c.partition_for(standalone), list(log.records.get(c.partition_for(standalone), [])))
+    assert await c.commit_offsets(standalone, -1, "", None, {("t", 1): (5, -1, None)}) == {("t", 1): 0}
+    other = GroupCoordinator(2, clock, Log().append, CONFIG)  # coordinates nothing
+
+    assert await c.delete_groups(["g", standalone, "never-used", ""]) == {
+        "g": ErrorCode.NON_EMPTY_GROUP,
+        standalone: 0,
+        "never-used": ErrorCode.GROUP_ID_NOT_FOUND,
+        "": ErrorCode.INVALID_GROUP_ID,
+    }
+    assert await other.delete_groups(["g"]) == {"g": ErrorCode.NOT_COORDINATOR}
+    assert c.describe_group(standalone).state == "Dead" and c.fetch_offsets(standalone, None)[1] == {}
+    assert await c.delete_groups([standalone]) == {standalone: ErrorCode.GROUP_ID_NOT_FOUND}
+
+    # Once its members have left, "g" goes too: tombstones for its offset and for the group
+    await c.leave_group("g", [(leader, None), (follower, None)])
+    await asyncio.sleep(0)
+    assert await c.delete_groups(["g"]) == {"g": 0}
+    assert "g" not in c.groups and [name for name, *_ in c.list_groups()] == []
+    tail = log.records[c.partition_for("g")][-2:]
+    assert [(read_key(k or b""), v) for k, v in tail] == [(OffsetKey("g", "t", 0), None), (GroupKey("g"), None)]
+
+    # A coordinator replaying the log knows neither group (nor their offsets)
+    for group in ("g", standalone):
+        new = GroupCoordinator(1, clock, log.append, CONFIG)
+        await new.on_elected(new.partition_for(group), list(log.records[new.partition_for(group)]))
+        assert group not in new.groups and new.describe_group(group).state == "Dead"
+
+
+async def test_a_group_whose_tombstones_were_not_written_is_kept_and_the_error_answered() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    assert await c.commit_offsets("g", -1, "", None, {("t", 0): (3, -1, None)}) == {("t", 0): 0}
+    log.fail_with = int(ErrorCode.NOT_ENOUGH_REPLICAS)
+    assert await c.delete_groups(["g"]) == {"g": ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    assert c.fetch_offsets("g", None)[1] == {("t", 0): (3, -1, "", 0)}
+    log.fail_with = 0
+    assert await c.delete_groups(["g"]) == {"g": 0}
+    assert c.fetch_offsets("g", None)[1] == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -464,6 +465,8 @@ def up_info(running_cluster: tuple[Path, str]) -> dict[str, object]:
     return {
         "dir": state.dir,
         "bootstrap_server": state.bootstrap,
+        "kafka_bootstrap_servers": state.kafka_bootstrap,
+        "auto_created_topics": {"num.partitions": 3, "default.replication.factor": 3},
         "controller": f"{state.controller.host}:{state.controller.port}",
         "metrics_dir": state.metrics_dir,
         "brokers": [
@@ -500,6 +503,44 @@ def test_the_hints_cluster_up_prints_work_as_printed(running_cluster: tuple[Path
     listed = cli("topic", "list", "--json", env=clean_env(**{name: value}))
     assert listed.returncode == 0, listed.stderr
     assert "demo" in json.loads(listed.stdout)
+    # Kafka users: the listeners' list in a file of its own, and what an auto-created topic gets
+    kafka_servers = str(up_info["kafka_bootstrap_servers"])
+    assert kafka_servers and (cluster_dir / "kafka.bootstrap.servers").read_text() == f"{kafka_servers}\n"
+    assert any("created with 3 partitions, replication factor 3" in line for line in lines)
+    kcat_line = next(line.strip() for line in lines if line.strip().startswith("kcat "))
+    if shutil.which("kcat"):
+        listing = subprocess.run(["bash", "-c", kcat_line], capture_output=True, text=True, timeout=60)
+        assert listing.returncode == 0 and "3 brokers" in listing.stdout, listing.stderr
+
+
+@pytest.mark.timeout(60)
+def test_cluster_status_prints_the_kafka_bootstrap_list_from_the_dir_or_any_broker(
+    running_cluster: tuple[Path, str],
+) -> None:
+    cluster_dir, bootstrap = running_cluster
+    from cluster.local_cluster import LocalClusterState
+
+    expected = LocalClusterState.load(cluster_dir).kafka_bootstrap
+    assert len(expected.split(",")) == 3
+    local = cli("cluster", "status", "--kafka-bootstrap", "--dir", str(cluster_dir))
+    assert (local.returncode, local.stdout) == (0, f"{expected}\n"), local.stderr
+    remote = cli("cluster", "status", "--kafka-bootstrap", "--bootstrap-server", bootstrap, "--json")
+    assert remote.returncode == 0, remote.stderr
+    assert json.loads(remote.stdout) == {"kafka_bootstrap_servers": expected}
+
+
+@pytest.mark.timeout(30)
+def test_cluster_status_says_when_a_cluster_has_no_kafka_listener(tmp_path: Path) -> None:
+    from cluster.local_cluster import LocalClusterState, ProcessInfo
+
+    controller = ProcessInfo("controller", 3000, "127.0.0.10", 9192, 0, "", "", "")
+    broker = ProcessInfo("broker", 1, "127.0.0.11", 9092, 0, "", "", "")  # kafka_port 0: none
+    LocalClusterState(str(tmp_path), controller, [broker]).save()
+    result = cli("cluster", "status", "--kafka-bootstrap", "--dir", str(tmp_path))
+    assert result.returncode == 3
+    assert error_line(result) == (
+        "minibroker: error: the cluster's brokers have no Kafka listener (listeners=...,PLAINTEXT://host:port)"
+    )
 
 
 @pytest.mark.timeout(120)

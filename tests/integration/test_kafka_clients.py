@@ -239,6 +239,7 @@ def test_an_api_versions_request_above_the_served_range_gets_the_ranges_in_the_v
     assert response.error_code == 35
     ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert ranges[18] == (0, 3) and ranges[0][0] == 0 and ranges[1][0] <= 4 <= ranges[1][1]
+    assert ranges[21] == ranges[42] == (0, 2)  # DeleteRecords, DeleteGroups
 
 
 def test_an_unknown_api_key_closes_only_that_connection(cluster: LocalClusterState) -> None:
@@ -363,3 +364,202 @@ def test_an_admin_client_changes_and_reads_a_topics_configs(cluster: LocalCluste
     assert configs["segment.ms"].value == "600000"
     assert configs["segment.ms"].source == confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert configs["retention.ms"].source != confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value  # removed
+
+
+def produce_to_partitions(cluster: LocalClusterState, topic: str, partitions: int, per_partition: int) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all"})
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.produce(topic, value=b"%d-%d" % (p, i), partition=p)
+    assert producer.flush(30) == 0
+
+
+def earliest_offsets(cluster: LocalClusterState, topic: str, partitions: int) -> list[int]:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "unused"})
+    try:
+        return [consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)[0]
+                for p in range(partitions)]  # fmt: skip
+    finally:
+        consumer.close()
+
+
+def test_records_are_deleted_through_the_admin_apis_of_confluent_kafka_aiokafka_and_kafka_python(
+    cluster: LocalClusterState,
+) -> None:
+    create_topic(cluster, "trimmed")
+    produce_to_partitions(cluster, "trimmed", 3, 10)
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    # confluent-kafka (librdkafka's DeleteRecords)
+    (deleted,) = admin.delete_records([confluent_kafka.TopicPartition("trimmed", 0, 4)]).values()
+    assert deleted.result(timeout=30).low_watermark == 4
+
+    # aiokafka
+    aiokafka_admin = pytest.importorskip("aiokafka.admin")
+    aiokafka_structs = pytest.importorskip("aiokafka.structs")
+
+    async def with_aiokafka() -> dict[Any, int]:
+        client = aiokafka_admin.AIOKafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+        await client.start()
+        try:
+            tp = aiokafka_structs.TopicPartition("trimmed", 1)
+            return dict(await client.delete_records({tp: aiokafka_admin.RecordsToDelete(before_offset=6)}))
+        finally:
+            await client.close()
+
+    assert list(asyncio.run(with_aiokafka()).values()) == [6]
+
+    # kafka-python (DeleteRecords v2, a flexible version); -1 deletes up to the high watermark
+    python_admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+    try:
+        answered = python_admin.delete_records({kafka.TopicPartition("trimmed", 2): -1})
+    finally:
+        python_admin.close()
+    assert [v["low_watermark"] for v in answered.values()] == [10]
+
+    assert earliest_offsets(cluster, "trimmed", 3) == [4, 6, 10]
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "unused"})
+    consumer.assign([confluent_kafka.TopicPartition("trimmed", 0, confluent_kafka.OFFSET_BEGINNING)])
+    try:
+        read = [consumer.poll(10) for _ in range(6)]
+    finally:
+        consumer.close()
+    assert [m.offset() if m is not None else None for m in read] == list(range(4, 10))  # from the new log start
+
+    # Kafka's errors, per partition: past the high watermark; the group coordinators' own topic
+    refused = admin.delete_records(
+        [confluent_kafka.TopicPartition("trimmed", 1, 11), confluent_kafka.TopicPartition("__consumer_offsets", 0, 0)]
+    )
+    codes = {}
+    for tp, future in refused.items():
+        with pytest.raises(confluent_kafka.KafkaException) as failed:
+            future.result(timeout=30)
+        codes[tp.topic] = failed.value.args[0].code()
+    assert codes == {"trimmed": confluent_kafka.KafkaError.OFFSET_OUT_OF_RANGE,
+                     "__consumer_offsets": confluent_kafka.KafkaError.TOPIC_EXCEPTION}  # fmt: skip
+    assert earliest_offsets(cluster, "trimmed", 3) == [4, 6, 10]
+
+
+def test_an_empty_group_is_deleted_through_the_admin_apis_and_a_group_with_members_is_not(
+    cluster: LocalClusterState,
+) -> None:
+    create_topic(cluster, "grouped", partitions=1)
+    produce_to_partitions(cluster, "grouped", 1, 3)
+    member = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": "doomed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+
+    def delete(*groups: str) -> dict[str, int]:
+        codes = {}
+        for group, future in admin.delete_consumer_groups(list(groups), request_timeout=30).items():
+            try:
+                future.result(timeout=60)
+                codes[group] = 0
+            except confluent_kafka.KafkaException as exc:
+                codes[group] = exc.args[0].code()
+        return codes
+
+    try:
+        member.subscribe(["grouped"])
+        message = member.poll(30)
+        assert message is not None and message.error() is None
+        member.commit(message=message, asynchronous=False)
+        assert delete("doomed", "never-was") == {
+            "doomed": confluent_kafka.KafkaError.NON_EMPTY_GROUP,
+            "never-was": confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND,
+        }
+    finally:
+        member.close()  # leaves the group: it is Empty, its committed offset kept
+    listed = admin.list_consumer_groups().result(timeout=30).valid
+    assert "doomed" in {g.group_id for g in listed}
+    assert delete("doomed") == {"doomed": 0}
+    listed = admin.list_consumer_groups().result(timeout=30).valid
+    assert "doomed" not in {g.group_id for g in listed}
+    offsets = admin.list_consumer_group_offsets([confluent_kafka.ConsumerGroupTopicPartitions("doomed")])
+    assert next(iter(offsets.values())).result(timeout=30).topic_partitions == []
+
+    # kafka-python (DeleteGroups v2, a flexible version), on a group that only ever committed offsets
+    python_admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+    try:
+        python_admin.alter_group_offsets(
+            "standalone", {kafka.TopicPartition("grouped", 0): kafka.OffsetAndMetadata(2, "", -1)}
+        )
+        assert python_admin.delete_groups(["standalone"]) == {"standalone": "OK"}
+    finally:
+        python_admin.close()
+    done = minibroker(cluster, "group", "list", "--json")
+    assert done.returncode == 0, done.stderr.decode()
+    assert not {"doomed", "standalone"} & {g["group"] for g in json.loads(done.stdout)}
+
+
+NODE = shutil.which("node")
+KAFKAJS = ROOT / "cluster" / "js" / "node_modules" / "kafkajs"
+
+
+@pytest.mark.skipif(NODE is None or not KAFKAJS.exists(), reason="KafkaJS is installed by scripts/setup.sh (npm ci)")
+def test_kafkajs_deletes_records_and_groups(cluster: LocalClusterState) -> None:
+    assert NODE is not None
+    create_topic(cluster, "js-trimmed", partitions=1)
+    produce_to_partitions(cluster, "js-trimmed", 1, 5)
+    done = subprocess.run(
+        [NODE, str(ROOT / "tests" / "js" / "admin_deletes.js"), cluster.kafka_bootstrap, "js-trimmed", "js-group"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["offsets"] == [{"partition": 0, "offset": "5", "high": "5", "low": "3"}]
+    assert seen["beyond"] == ["OFFSET_OUT_OF_RANGE"]
+    assert seen["deleted"] == [{"groupId": "js-group", "errorCode": 0}]
+    assert seen["missing"] == ["GROUP_ID_NOT_FOUND"]
+    assert "js-group" not in seen["groups"]
+
+
+def test_describe_configs_answers_each_configs_synonyms_with_their_sources_when_asked(
+    cluster: LocalClusterState,
+) -> None:
+    admin = confluent_admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    topic = confluent_admin.NewTopic("synonyms", 1, 3, config={"retention.ms": "3600000"})
+    admin.create_topics([topic])["synonyms"].result(timeout=30)
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    python_admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+    try:
+        resource = ConfigResource(ConfigResourceType.TOPIC, "synonyms")
+        deadline = time.monotonic() + 30
+        while True:  # the broker asked learns the new topic from the controller a moment after it is created
+            try:
+                described = python_admin.describe_configs([resource], include_synonyms=True, config_filter="all")
+                break
+            except kafka.errors.UnknownTopicOrPartitionError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        plain = python_admin.describe_configs([resource], config_filter="all")
+    finally:
+        python_admin.close()
+    retention = described["topic"]["synonyms"]["retention.ms"]
+    # Kafka's chain, the value in effect first: the topic's own, then the broker key it stands for
+    assert retention["synonyms"] == [
+        {"name": "retention.ms", "value": "3600000", "source": "DYNAMIC_TOPIC_CONFIG"},
+        {"name": "log.retention.ms", "value": "604800000", "source": "DEFAULT_CONFIG"},
+    ]
+    segment = described["topic"]["synonyms"]["segment.bytes"]
+    assert segment["config_source"] == "DEFAULT_CONFIG"
+    assert segment["synonyms"] == [{"name": "log.segment.bytes", "value": str(1 << 30), "source": "DEFAULT_CONFIG"}]
+    assert plain["topic"]["synonyms"]["retention.ms"]["synonyms"] == []  # not asked for
+
+    # librdkafka asks for them too
+    (future,) = admin.describe_configs(
+        [confluent_admin.ConfigResource(confluent_admin.ResourceType.TOPIC, "synonyms")]
+    ).values()
+    entry = future.result(timeout=30)["retention.ms"]
+    assert {name: s.source for name, s in entry.synonyms.items()} == {
+        "retention.ms": confluent_admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+        "log.retention.ms": confluent_admin.ConfigSource.DEFAULT_CONFIG.value,
+    }

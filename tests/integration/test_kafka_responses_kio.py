@@ -53,9 +53,11 @@ REQUIRED = {
     18: "ApiVersions",
     19: "CreateTopics",
     20: "DeleteTopics",
+    21: "DeleteRecords",
     22: "InitProducerId",
     32: "DescribeConfigs",
     37: "CreatePartitions",
+    42: "DeleteGroups",
     44: "IncrementalAlterConfigs",
 }
 
@@ -213,6 +215,10 @@ def confluent_round_trip(bootstrap: str) -> None:
     assert "kio-g" in {g.group_id for g in groups.valid}
     for future in admin.describe_consumer_groups(["kio-g"]).values():
         future.result(timeout=30)
+    for future in admin.delete_records([confluent_kafka.TopicPartition("kio-a", 0, 1)]).values():
+        future.result(timeout=30)
+    for future in admin.delete_consumer_groups(["kio-g"]).values():
+        future.result(timeout=30)
     for future in admin.delete_topics(["kio-a"]).values():
         future.result(timeout=30)
 
@@ -234,6 +240,12 @@ def kafka_python_round_trip(bootstrap: str) -> None:
     consumer.commit()
     consumer.close()
     assert sorted(values) == sorted(b"p%d" % i for i in range(10))
+    admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)  # DeleteRecords and DeleteGroups v2 (flexible)
+    try:
+        admin.delete_records({kafka.TopicPartition("kio-b", 0): -1})
+        assert admin.delete_groups(["kio-p"]) == {"kio-p": "OK"}
+    finally:
+        admin.close()
 
 
 def test_every_answer_to_real_clients_parses_with_kio_to_the_last_byte(

@@ -12,6 +12,8 @@ from network.kafka_wire import KAFKA_WIRE, MAX_ENTRIES, MAX_NON_PRODUCE_BYTES, U
 from protocol.errors import ProtocolError
 
 kafka = pytest.importorskip("kafka")
+from kafka.protocol.admin.groups import DeleteGroupsRequest  # noqa: E402
+from kafka.protocol.admin.topics import DeleteRecordsRequest  # noqa: E402
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest  # noqa: E402
 from kafka.protocol.metadata.metadata import MetadataRequest  # noqa: E402
 from kafka.protocol.producer.produce import ProduceRequest  # noqa: E402
@@ -75,3 +77,33 @@ def test_a_produce_naming_too_many_partitions_is_refused_by_counting_not_decodin
     with pytest.raises(ProtocolError, match="more than 100000 partitions"):
         KAFKA_WIRE.decode_request(frame)
     assert time.perf_counter() - started < 0.5
+
+
+def delete_groups(version: int, groups: int) -> bytes:
+    return encoded(DeleteGroupsRequest[version](groups_names=[f"g{i}" for i in range(groups)]))
+
+
+def delete_records(version: int, partitions: int) -> bytes:
+    """Over two topics, so that counting walks past the first one's partitions."""
+    D = DeleteRecordsRequest.DeleteRecordsTopic
+    first = partitions // 2
+    topics = [
+        D(name=name, partitions=[D.DeleteRecordsPartition(partition_index=i, offset=-1) for i in range(n)])
+        for name, n in (("a", first), ("bb", partitions - first))
+    ]
+    return encoded(DeleteRecordsRequest[version](topics=topics, timeout_ms=1000))
+
+
+@pytest.mark.parametrize(
+    "build, version",
+    [(delete_groups, 0), (delete_groups, 2), (delete_records, 1), (delete_records, 2)],
+    ids=["DeleteGroups v0", "DeleteGroups v2 (flexible)", "DeleteRecords v1", "DeleteRecords v2 (flexible)"],
+)
+def test_admin_requests_naming_too_many_groups_or_partitions_are_refused_by_counting(  # type: ignore[no-untyped-def]
+    build, version, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("network.kafka_wire.MAX_ENTRIES", 7)  # the rule, on frames small enough to build fast
+    header, body = KAFKA_WIRE.decode_request(build(version, 7))
+    assert header.api_version == version
+    with pytest.raises(ProtocolError, match="more than 7 entries"):
+        KAFKA_WIRE.decode_request(build(version, 8))
