@@ -17,6 +17,8 @@ WORKDIR /opt/minibroker
 COPY pyproject.toml README.md ./
 COPY protocol ./protocol
 COPY server_common ./server_common
+COPY storage ./storage
+COPY metadata ./metadata
 COPY network ./network
 COPY client ./client
 COPY broker ./broker
