@@ -12,6 +12,8 @@ import pytest
 from broker.producer_id_manager import ProducerIdManager
 from protocol.errors import ErrorCode
 from protocol.messages import InitProducerIdRequest
+from server_common.poll import wait_until
+from server_common.time import SystemTime
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -130,8 +132,7 @@ async def test_a_block_reserved_ahead_serves_producers_after_every_controller_is
     ids = ProducerIdManager(ScriptedController().ask, blocks.allocate)
     ids.reserve_ahead()
     ids.reserve_ahead()  # one reservation in flight: not a second
-    while ids.ids_ready == 0:
-        await asyncio.sleep(0.001)
+    assert await wait_until(lambda: ids.ids_ready > 0, 5.0, clock=SystemTime(), interval_s=0.001)
     ids.reserve_ahead()  # a block is kept: nothing more
     assert blocks.reservations == 1
     blocks.reachable = False
