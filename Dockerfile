@@ -19,6 +19,7 @@ COPY protocol ./protocol
 COPY server_common ./server_common
 COPY storage ./storage
 COPY metadata ./metadata
+COPY raft ./raft
 COPY network ./network
 COPY client ./client
 COPY broker ./broker

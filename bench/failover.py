@@ -78,7 +78,7 @@ async def run(reaper: ProcessReaper, quick: bool) -> dict[str, Any]:
             progress=progress,
         )
         cluster_state = state
-        reaper.watch(lambda: [p.pid for p in [cluster_state.controller, *cluster_state.brokers]])
+        reaper.watch(lambda: [p.pid for p in cluster_state.nodes])
         chaos = ChaosRun(state, chaos_args(rounds), progress)
         wall0, mono0 = time.time(), time.monotonic()
         report = await chaos.run()

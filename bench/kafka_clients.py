@@ -536,7 +536,7 @@ async def run(
             kafka_ports=[kafka_base + i for i in range(3)],
         )
         cluster_state = state
-        reaper.watch(lambda: [p.pid for p in [cluster_state.controller, *cluster_state.brokers]])
+        reaper.watch(lambda: [p.pid for p in cluster_state.nodes])
         for topic in (KAFKA_TOPIC, NATIVE_TOPIC, WIRE_TOPIC):
             await create_topic(state, PARTITIONS, topic)
         progress(f"topics {KAFKA_TOPIC}, {NATIVE_TOPIC}: {PARTITIONS} partitions, RF 3, ISRs full")

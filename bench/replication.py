@@ -590,7 +590,7 @@ async def run(
             progress=progress,
         )
         cluster_state = state
-        reaper.watch(lambda: [p.pid for p in [cluster_state.controller, *cluster_state.brokers]])
+        reaper.watch(lambda: [p.pid for p in cluster_state.nodes])
         await create_topic(state, partitions)
         progress(
             f"topic {TOPIC}: {partitions} partitions, RF {REPLICATION_FACTOR}, ISRs full; producing for "
@@ -620,7 +620,7 @@ async def run(
         samples: list[Sample] = []
         stop = asyncio.Event()
         cpu_pids = {
-            "controller": [state.controller.pid],
+            "controller": [c.pid for c in state.controllers],
             "brokers": [b.pid for b in state.brokers],
             "producer": [child.pid],
         }

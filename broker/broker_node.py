@@ -1,12 +1,14 @@
 """A broker node: everything a broker is, built only from its collaborators.
 
-`BrokerNode(config, time, storage, rng, controller, fetcher_transport)` wires the log manager, replica
-manager, purgatories, fetchers, fetch sessions and request handlers, the controller channel (registration,
-heartbeats, ALTER_PARTITION) and the periodic work (timer reapers, ISR expiration, HW checkpoints,
-retention). It reads no clock, opens no socket and draws no random number except through what it is
-given, so the same class runs inside a broker process (broker_server.py adds the socket server, signals,
-metrics and logging around it) and inside the simulator (sim/, on virtual time, a simulated network and a
-disk that can lose what was never flushed).
+`BrokerNode(config, time, storage, rng, controller, quorum, fetcher_transport)` wires the log manager,
+replica manager, purgatories, fetchers, fetch sessions and request handlers, its copy of the metadata log
+(an observer of the controllers' quorum, raft/, applied by broker/metadata_publisher.py), the channel to
+the active controller (ALTER_PARTITION, forwarded admin requests, producer-id blocks), the lifecycle
+manager (registration, heartbeats: on a thread of its own in a broker process) and the periodic work
+(timer reapers, ISR expiration, HW checkpoints, retention). It reads no clock, opens no socket and draws
+no random number except through what it is given, so the same class runs inside a broker process
+(broker_server.py adds the socket server, signals, metrics and logging around it) and inside the
+simulator (sim/, on virtual time, a simulated network and a disk that can lose what was never flushed).
 
 Requests come in through `handle(ctx, header, request)`; `start()` begins the periodic work and the
 controller channel; `shutdown()` is the clean stop (controlled shutdown, fetchers stopped, HW checkpoint,
@@ -26,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from broker.alter_partition_manager import AlterPartitionManager
-from broker.broker_lifecycle_manager import BrokerLifecycleManager
+from broker.broker_lifecycle_manager import BrokerLifecycleManager, LifecycleRunner, SameLoopRunner
+from broker.controller_channel import ControllerChannel
 from broker.fetch_session import FetchManager, FetchSessionCache
 from broker.kafka_apis import KafkaApis
 from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
+from broker.metadata_publisher import BrokerMetadataPublisher
 from broker.producer_id_manager import ProducerIdManager
 from broker.purgatory import DelayedOperationPurgatory
 from broker.replica_manager import ReplicaManager
@@ -45,6 +49,10 @@ from network.request_context import ConnectionContext
 from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     ErrorResponse,
     ProducePartition,
     ProduceRequest,
@@ -53,7 +61,11 @@ from protocol.messages import (
     TopicPartition,
 )
 from protocol.record_batch import build_batch, iter_headers, iter_records
-from protocol.transport import Transport
+from protocol.transport import NETWORK_ERRORS, Transport
+from raft.quorum_config import QuorumConfig
+from raft.quorum_state import QuorumStateStore
+from raft.raft_client import RaftClient
+from raft.replicated_log import ReplicatedLog
 from server_common.time import Time
 from storage.log import Log, LogConfig
 from storage.storage import OS_STORAGE, Storage
@@ -68,6 +80,10 @@ INTERNAL_CONTEXT = ConnectionContext(-1, "group-coordinator", authenticated=True
 
 # Gives each fetcher its own link to leaders (Kafka: one connection per ReplicaFetcherThread).
 FetcherTransportFactory = Callable[[int], Transport]
+PRODUCER_ID_CATCH_UP_MS = 2000  # how long a PRODUCE with an unknown producer id waits for the metadata
+ALLOCATE_PRODUCER_IDS_TIMEOUT_MS = 5000
+LOOP_TICK_MS = 100  # the main loop's proof of life for the lifecycle thread
+LOOP_STALL_SESSIONS = 5  # heartbeats stop once the main loop has not turned for this many session timeouts
 
 
 class BrokerNode:
@@ -77,11 +93,17 @@ class BrokerNode:
         time: Time,
         *,
         controller: Transport | None,
-        controller_id: int,
         fetcher_transport: FetcherTransportFactory,
+        quorum: Transport | None = None,
+        lifecycle_transport: Callable[[], Transport] | None = None,
+        lifecycle_runner: LifecycleRunner | None = None,
         storage: Storage = OS_STORAGE,
         rng: random.Random | None = None,
     ) -> None:
+        """`controller`: the link to the controllers (by node id) for ALTER_PARTITION, forwarded admin requests
+        and producer-id blocks; `quorum`: the one the metadata log is fetched over (default: `controller`);
+        `lifecycle_transport`: builds the one registration and heartbeats use, where `lifecycle_runner` runs
+        them (default: `controller`, on this loop). None for all of them: a standalone broker."""
         self.config = config
         self.time = time
         self.broker_id: int = config["broker.id"]
@@ -89,9 +111,24 @@ class BrokerNode:
         self.started_ms = time.milliseconds()
         self.rng = rng if rng is not None else random.Random()
         self.storage = storage
-        self.controller = controller
-        self.controller_id = controller_id
         self.fetcher_transport = fetcher_transport
+        self.quorum_config: QuorumConfig | None = (
+            QuorumConfig.from_properties(config)
+            if controller is not None and config.get("controller.quorum.voters")
+            else None
+        )
+        self.controller_channel: ControllerChannel | None = None
+        self.raft: RaftClient | None = None
+        self.metadata: BrokerMetadataPublisher | None = None
+        self._quorum_transport = quorum if quorum is not None else controller
+        self._lifecycle_transport = (
+            lifecycle_transport
+            if lifecycle_transport is not None
+            else ((lambda: controller) if controller is not None else None)
+        )
+        self.lifecycle_runner: LifecycleRunner = lifecycle_runner if lifecycle_runner is not None else SameLoopRunner()
+        self.loop_tick_ms = time.milliseconds()  # when the main event loop last turned (read by the lifecycle)
+        self._offline_replicas: list[TopicPartition] = []
         ibp_tuple(config["inter.broker.protocol.version"])  # a bad value fails at start, not at first fetch
         self._tasks: set[asyncio.Task[Any]] = set()
         self._checkpoint_write: asyncio.Future[None] | None = None
@@ -107,7 +144,6 @@ class BrokerNode:
             "Produce", self.produce_timer, purge_interval=config["producer.purgatory.purge.interval.requests"]
         )
         self.metadata_cache = MetadataCache(self.broker_id)
-        self.lifecycle: BrokerLifecycleManager | None = None
         self.alter_partition: AlterPartitionManager | None = None
 
         self.replica_manager = ReplicaManager(
@@ -120,8 +156,8 @@ class BrokerNode:
             min_insync_replicas=config["min.insync.replicas"],
         )
         self.replica_manager.initial_fetch_state_factory = InitialFetchState
-        if self.controller is not None:
-            # Live (unfenced, not shutting down) brokers are exactly those the controller lists.
+        if self.quorum_config is not None:
+            # Live (unfenced, not shutting down) brokers are exactly those the metadata lists.
             self.replica_manager.is_broker_eligible = lambda b: b in self.metadata_cache.brokers
         self.fetcher_config = FetcherConfig.from_kafka_props(set_keys)
         # KIP-73 replication quotas: throttled out-of-sync replicas only (F18 follower side, L13 leader side).
@@ -135,7 +171,7 @@ class BrokerNode:
             self._leader_end_point,
             time,
             quota=self.follower_quota,
-            broker_epoch=lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
+            broker_epoch=self._broker_epoch,
         )
         self.replica_manager.fetcher_manager = self.fetcher_manager
         self.fetch_manager = FetchManager(
@@ -148,7 +184,6 @@ class BrokerNode:
             self.fetch_manager,
             time,
             cluster_secret=config.get("cluster.secret"),
-            forward_to_controller=self._forward_to_controller if self.controller else None,
         )
         self.apis.replication_quotas = {"leader": self.leader_quota, "follower": self.follower_quota}
         self.apis.broker_config = config
@@ -167,6 +202,99 @@ class BrokerNode:
             ),
         )
         self.replica_manager.on_role_change = self._on_role_change
+        if self.quorum_config is not None:
+            assert controller is not None and self._quorum_transport is not None
+            self._build_quorum_member(config, controller, self._quorum_transport)
+
+    def _build_quorum_member(self, config: dict[str, Any], controller: Transport, quorum: Transport) -> None:
+        """This broker's copy of the metadata log, what applies it, and the channel to the active controller."""
+        assert self.quorum_config is not None
+        metadata_dir = Path(config.get("metadata.log.dir") or self.log_dir)
+        publisher = BrokerMetadataPublisher(
+            self.broker_id,
+            self.apis,
+            self.log_manager,
+            self.time,
+            {
+                "min.insync.replicas": str(config["min.insync.replicas"]),
+                "unclean.leader.election.enable": str(config["unclean.leader.election.enable"]).lower(),
+            },
+        )
+        self.metadata = publisher
+        self.raft = RaftClient(
+            self.broker_id,
+            self.quorum_config,
+            ReplicatedLog(metadata_dir, self.time, self.storage, self.quorum_config.segment_bytes),
+            QuorumStateStore(metadata_dir / "__cluster_metadata-0"),
+            self.time,
+            quorum,
+            random.Random(self.rng.getrandbits(64)),
+            publisher,
+        )
+        raft = self.raft
+        publisher.raft = raft
+        publisher.caught_up = raft.caught_up
+        raft.on_caught_up = publisher.wake
+        self.controller_channel = ControllerChannel(
+            controller, sorted(self.quorum_config.voters), self._leader, self.time
+        )
+        self.apis.forward_to_controller = self._forward_to_controller
+        self.apis.producer_ids = ProducerIdManager(self._metadata_next_producer_id, self._allocate_producer_ids)
+        publisher.on_next_producer_id = self.apis.producer_ids.note
+
+    def _leader(self) -> int | None:
+        return self.raft.leader_id if self.raft is not None else None
+
+    def _broker_epoch(self) -> int:
+        lifecycle = self.lifecycle_runner.lifecycle
+        return lifecycle.broker_epoch if lifecycle is not None else -1
+
+    @property
+    def lifecycle(self) -> BrokerLifecycleManager | None:
+        return self.lifecycle_runner.lifecycle
+
+    async def _metadata_next_producer_id(self) -> int | None:
+        """The next producer id no broker has, once this broker's metadata holds everything the quorum had
+        committed when the active controller answered DESCRIBE_QUORUM (asked through the controller channel:
+        the raft connection carries this broker's parked metadata FETCH, and a request behind it would wait
+        out the FETCH's max wait); None when no controller answers in time."""
+        if self.raft is None or self.metadata is None or self.controller_channel is None:
+            return None
+        if self.raft.is_leader:
+            return self.metadata.next_producer_id
+        try:
+            answer: DescribeQuorumResponse = await self.controller_channel.send(
+                -1, DescribeQuorumRequest(), PRODUCER_ID_CATCH_UP_MS
+            )
+        except NETWORK_ERRORS:
+            return None
+        if answer.error_code != ErrorCode.NONE:
+            return None
+        if not await self.raft.wait_delivered(answer.high_watermark, PRODUCER_ID_CATCH_UP_MS):
+            return None
+        return self.metadata.next_producer_id
+
+    async def _allocate_producer_ids(self) -> tuple[int, int] | None:
+        assert self.controller_channel is not None
+        epoch = self._broker_epoch()
+        if epoch < 0:
+            return None
+        try:
+            response: AllocateProducerIdsResponse = await self.controller_channel.send(
+                -1, AllocateProducerIdsRequest(self.broker_id, epoch), ALLOCATE_PRODUCER_IDS_TIMEOUT_MS
+            )
+        except NETWORK_ERRORS as exc:
+            log.warning("no block of producer ids: no controller reachable (%s)", exc)
+            return None
+        if response.error_code != ErrorCode.NONE:
+            log.warning("no block of producer ids: %s", response.error_message)
+            return None
+        log.info(
+            "reserved producer ids %d..%d",
+            response.producer_id_start,
+            response.producer_id_start + response.producer_id_len - 1,
+        )
+        return response.producer_id_start, response.producer_id_len
 
     async def handle(self, ctx: ConnectionContext, header: RequestHeader, request: Message) -> Message | None:
         return await self.apis.handle(ctx, header, request)
@@ -204,8 +332,8 @@ class BrokerNode:
         )
 
     async def _forward_to_controller(self, request: Any) -> Any:
-        assert self.controller is not None
-        return await self.controller.send(self.controller_id, request, timeout_ms=30000)
+        assert self.controller_channel is not None
+        return await self.controller_channel.send(-1, request, timeout_ms=30000)
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> None:
         task = asyncio.ensure_future(coro)
@@ -259,35 +387,64 @@ class BrokerNode:
         self._every(GROUP_TICK_MS, lambda: self.group_coordinator.tick(self.time.milliseconds()), "group-coordinator")
         self._every(self.config["log.retention.check.interval.ms"], self.log_manager.cleanup_logs, "log-retention")
         self._spawn(self._offsets_retention_loop(), "offsets-retention")
-        if self.controller is not None:
-            self.lifecycle = BrokerLifecycleManager(
+        if self.quorum_config is not None:
+            self._start_quorum_member(advertised_host, advertised_port, listeners)
+
+    def _start_quorum_member(
+        self, advertised_host: str, advertised_port: int, listeners: dict[str, str] | None
+    ) -> None:
+        assert self.raft is not None and self.metadata is not None and self.controller_channel is not None
+        assert self.quorum_config is not None and self._lifecycle_transport is not None
+        self.raft.start()
+        self._spawn(self.metadata.run(), "metadata-publisher")
+        self._every(LOOP_TICK_MS, self._tick, "loop-tick")
+        voters = sorted(self.quorum_config.voters)
+        make_transport = self._lifecycle_transport
+        raft = self.raft
+        publisher = self.metadata
+        # "Stuck for good": far longer than any request may hold the loop, and than a busy machine's stalls.
+        stall_ms = LOOP_STALL_SESSIONS * self.config["broker.session.timeout.ms"]
+        incarnation = f"{self.rng.getrandbits(128):032x}"
+
+        def build() -> BrokerLifecycleManager:
+            # Runs where the manager will run (a thread of its own in a broker process): its channel, and the
+            # connections under it, belong to that event loop.
+            channel = ControllerChannel(make_transport(), voters, lambda: raft.leader_id, self.time)
+            lifecycle = BrokerLifecycleManager(
                 self.broker_id,
                 advertised_host,
                 advertised_port,
-                self.controller,
-                self.controller_id,
+                channel,
                 self.time,
                 heartbeat_interval_ms=self.config["broker.heartbeat.interval.ms"],
-                incarnation_id=f"{self.rng.getrandbits(128):032x}",
+                incarnation_id=incarnation,
                 listeners=listeners,
             )
-            self.lifecycle.offline_replicas = self.replica_manager.offline_replicas
-            lifecycle = self.lifecycle
-            self.apis.producer_ids = ProducerIdManager(lifecycle.next_producer_id)
-            lifecycle.on_next_producer_id = self.apis.producer_ids.note
-            self.apis.broker_epoch = lambda: lifecycle.broker_epoch
-            self.alter_partition = AlterPartitionManager(
-                self.broker_id,
-                self.controller,
-                self.controller_id,
-                lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
-                self.replica_manager.on_isr_committed,
-                self.replica_manager.on_isr_rejected,
-                self.time,
-            )
-            self.replica_manager.isr_sink = self.alter_partition
-            self._spawn(self.lifecycle.run(), "broker-lifecycle")
-            self._spawn(self.alter_partition.run(), "alter-partition")
+            lifecycle.offline_replicas = lambda: self._offline_replicas
+            lifecycle.metadata_offset = lambda: publisher.applied_offset
+            lifecycle.loop_alive = lambda: self.time.milliseconds() - self.loop_tick_ms <= stall_ms
+            return lifecycle
+
+        self.lifecycle_runner.start(build)
+        self.apis.broker_epoch = self._broker_epoch
+        self.alter_partition = AlterPartitionManager(
+            self.broker_id,
+            self.controller_channel,
+            -1,
+            self._broker_epoch,
+            self.replica_manager.on_isr_committed,
+            self.replica_manager.on_isr_rejected,
+            self.time,
+        )
+        self.replica_manager.isr_sink = self.alter_partition
+        self._spawn(self.alter_partition.run(), "alter-partition")
+
+    def _tick(self) -> None:
+        """The main loop's proof of life, and the plain values the lifecycle thread sends in heartbeats."""
+        self.loop_tick_ms = self.time.milliseconds()
+        self._offline_replicas = self.replica_manager.offline_replicas()
+        if self.apis.producer_ids is not None and self._broker_epoch() >= 0:
+            self.apis.producer_ids.reserve_ahead()
 
     async def _checkpoint_loop(self) -> None:
         """HW checkpoint every replica.high.watermark.checkpoint.interval.ms. The snapshot is taken on the
@@ -320,11 +477,15 @@ class BrokerNode:
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move our leaderships away before stopping (controlled.shutdown.enable)."""
         if self.lifecycle is not None and self.config["controlled.shutdown.enable"]:
-            moved = await self.lifecycle.controlled_shutdown(self.config["controlled.shutdown.timeout.ms"])
+            timeout_ms = self.config["controlled.shutdown.timeout.ms"]
+            moved = await self.lifecycle_runner.call(lambda lifecycle: lifecycle.controlled_shutdown(timeout_ms))
             log.info("controlled shutdown: leaderships moved away: %s", moved)
 
     async def stop_tasks(self) -> None:
-        """Stop the fetchers and every periodic task."""
+        """Stop the fetchers, the quorum observer, the lifecycle manager and every periodic task."""
+        await self.lifecycle_runner.stop()
+        if self.raft is not None:
+            await self.raft.close(graceful=False)
         await self.fetcher_manager.close()
         for task in list(self._tasks):
             task.cancel()
@@ -334,8 +495,12 @@ class BrokerNode:
 
     async def close(self) -> None:
         """After `stop_tasks`: close the controller link, finish the HW checkpoint, close the logs cleanly."""
-        if self.controller is not None:
-            await self.controller.close()
+        if self.controller_channel is not None:
+            await self.controller_channel.close()
+        if self.raft is not None:
+            if self._quorum_transport is not None:
+                await self._quorum_transport.close()
+            self.raft.log.close()
         if self._checkpoint_write is not None:
             # A periodic write may still run in its thread: let it finish before the final one.
             with contextlib.suppress(Exception):
@@ -345,6 +510,8 @@ class BrokerNode:
     async def crash(self) -> None:
         """SIGKILL: every task stops where it is; nothing is flushed, checkpointed or marked clean."""
         await self.stop_tasks()
+        if self.raft is not None:
+            self.raft.log.abandon()
         self.log_manager.abandon()
 
 

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from broker.broker_lifecycle_manager import ThreadRunner
 from broker.broker_metrics import partition_records
 from broker.broker_node import BrokerNode
 from broker.kafka_wire_apis import KafkaWireApis
@@ -28,14 +29,13 @@ from metrics.sink import sinks_from_config
 from network.kafka_wire import KAFKA_WIRE
 from network.listeners import MSGPACK_LISTENER, ListenerError, parse_listeners
 from network.socket_server import SocketServer, wait_for_termination
-from network.tcp_transport import TcpTransport, fixed_address
-from server_common.config import ConfigError, parse_host_port
+from network.tcp_transport import TcpTransport
+from raft.quorum_config import VotersError, parse_voters
+from server_common.config import ConfigError
 from server_common.loop_lag import LoopLagMonitor
 from server_common.time import SYSTEM_TIME, Time
 
 log = logging.getLogger(__name__)
-
-CONTROLLER_DEFAULT_ID = 3000  # the controller's node.id unless controller.quorum.voters names one
 
 
 class BrokerServer:
@@ -72,23 +72,32 @@ class BrokerServer:
                     "set cluster.secret"
                 )
 
-        # The link to the controller: a transport that knows one node, the controller, at the address in
-        # controller.quorum.voters (Kafka's "id@host:port"; the id may be left out).
+        # The links to the controllers, by node id at the addresses controller.quorum.voters gives: one for
+        # the metadata log's FETCHes, one for requests to the active controller (ALTER_PARTITION, forwarded
+        # admin requests, producer-id blocks), and the heartbeat thread's own (made on that thread).
         controller: TcpTransport | None = None
-        controller_id = CONTROLLER_DEFAULT_ID
-        voters = config.get("controller.quorum.voters")
-        if voters:
-            node, _, address = voters.rpartition("@")
-            if node:
-                controller_id = int(node)
-            host, port = parse_host_port(address, "controller.quorum.voters")
-            controller = TcpTransport(
-                fixed_address(controller_id, host, port),
-                f"broker-{self.broker_id}",
-                secret,
-                describe=lambda _: f"the controller at {host}:{port}",
-                local_address=config.get("local.address"),
-            )
+        quorum: TcpTransport | None = None
+        lifecycle_transport = None
+        if config.get("controller.quorum.voters"):
+            try:
+                voters = parse_voters(config["controller.quorum.voters"])
+            except VotersError as exc:
+                raise ConfigError(str(exc)) from None
+
+            def link(purpose: str) -> TcpTransport:
+                return TcpTransport(
+                    voters.get,
+                    f"broker-{self.broker_id}-{purpose}",
+                    secret,
+                    timeout_ms=5000,
+                    describe=lambda node_id: f"controller {node_id} at {voters.get(node_id)}",
+                    local_address=config.get("local.address"),
+                )
+
+            controller, quorum = link("controller"), link("metadata")
+
+            def lifecycle_transport() -> TcpTransport:
+                return link("heartbeat")
 
         def fetcher_transport(fetcher_id: int) -> TcpTransport:
             def address(broker_id: int) -> tuple[str, int] | None:
@@ -105,7 +114,13 @@ class BrokerServer:
             )
 
         self.node = BrokerNode(
-            config, time, controller=controller, controller_id=controller_id, fetcher_transport=fetcher_transport
+            config,
+            time,
+            controller=controller,
+            quorum=quorum,
+            lifecycle_transport=lifecycle_transport,
+            lifecycle_runner=ThreadRunner(f"broker-{self.broker_id}-lifecycle"),
+            fetcher_transport=fetcher_transport,
         )
         journal = config.get("produce.ack.journal")
         try:
@@ -172,9 +187,23 @@ class BrokerServer:
                 f.METRICS_DROPPED: self.emitter.dropped,
                 f.LOOP_LAG_MAX_MS: round(loop_lag.max_ms, 1),
                 f.LOOP_LAG_AVG_MS: round(loop_lag.avg_ms, 2),
+                **self._metadata_fields(),
             }
         )
         return records
+
+    def _metadata_fields(self) -> dict[str, Any]:
+        raft, publisher = self.node.raft, self.node.metadata
+        if raft is None or publisher is None:
+            return {}
+        lag_records, lag_ms = publisher.lag(raft.leader_high_watermark)
+        return {
+            f.METADATA_LEADER_ID: raft.leader_id if raft.leader_id is not None else -1,
+            f.METADATA_LEADER_EPOCH: raft.epoch,
+            f.METADATA_OFFSET: publisher.applied_offset,
+            f.METADATA_LAG_RECORDS: lag_records,
+            f.METADATA_LAG_MS: lag_ms,
+        }
 
     # -- lifecycle ----------------------------------------------------------------------------------
 

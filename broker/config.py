@@ -157,6 +157,22 @@ def load_config(
 MIB = 1024 * 1024
 LONG_MAX = 2**63 - 1
 
+_QUORUM_KEYS = [
+    ConfigKey("controller.quorum.election.timeout.ms", int, 1000, "a voter hearing no leader runs after 1-2x this"),
+    ConfigKey("controller.quorum.fetch.timeout.ms", int, 2000, "a follower not reaching its leader this long runs"),
+    ConfigKey("controller.quorum.election.backoff.max.ms", int, 1000, "longest random wait after a lost election"),
+    ConfigKey("controller.quorum.request.timeout.ms", int, 2000, "how long a quorum request may take"),
+    ConfigKey("controller.quorum.retry.backoff.ms", int, 20, "wait before a failed quorum request is tried again"),
+    ConfigKey(
+        "metadata.log.max.record.bytes.between.snapshots",
+        int,
+        20 * MIB,
+        "snapshot the metadata image after this many bytes of committed records",
+    ),
+    ConfigKey("metadata.log.segment.bytes", int, 8 * MIB, "segment size of the __cluster_metadata log"),
+]
+
+
 BROKER_CONFIG = ConfigDef(
     [
         ConfigKey("broker.id", int, REQUIRED, "this broker's id (>= 0)"),
@@ -180,7 +196,25 @@ BROKER_CONFIG = ConfigDef(
             "the listener that speaks minibroker's msgpack protocol (replication, the controller, the CLI)",
         ),
         ConfigKey("log.dirs", str, REQUIRED, "directory holding this broker's partition replicas"),
-        ConfigKey("controller.quorum.voters", str, None, "host:port of the controller (none: standalone)"),
+        ConfigKey(
+            "controller.quorum.voters",
+            str,
+            None,
+            "the controllers, id@host:port,... (none: standalone, roles come from LEADER_AND_ISR)",
+        ),
+        ConfigKey(
+            "metadata.log.dir",
+            str,
+            None,
+            "where this broker keeps its copy of __cluster_metadata (unset: log.dirs)",
+        ),
+        ConfigKey(
+            "unclean.leader.election.enable",
+            bool,
+            False,
+            "the default a topic that does not set it shows (the controllers decide elections)",
+        ),
+        *_QUORUM_KEYS,
         ConfigKey("cluster.secret", str, None, "shared secret that controller-only requests must present"),
         ConfigKey(
             "local.address", str, None, "source address of every connection to another node (unset: the OS picks)"
@@ -290,7 +324,14 @@ CONTROLLER_CONFIG = ConfigDef(
     [
         ConfigKey("node.id", int, 3000, "the controller's id (reported as controller_id in METADATA)"),
         ConfigKey("listeners", str, "127.0.0.1:9093", "host:port to listen on"),
-        ConfigKey("metadata.log.dir", str, REQUIRED, "directory for the durable metadata"),
+        ConfigKey("metadata.log.dir", str, REQUIRED, "directory for the replicated metadata log and quorum state"),
+        ConfigKey(
+            "controller.quorum.voters",
+            str,
+            None,
+            "every controller of the quorum, id@host:port,... (unset: this controller alone)",
+        ),
+        *_QUORUM_KEYS,
         ConfigKey("cluster.secret", str, None, "shared secret brokers and admin clients must present"),
         ConfigKey(
             "local.address", str, None, "source address of every connection to another node (unset: the OS picks)"

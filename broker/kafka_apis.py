@@ -4,12 +4,16 @@ Errors are values here: a partition-level problem becomes that partition's `erro
 `error_message`; nothing a client sends raises out of this module (the server turns any escaped
 exception into UNKNOWN_SERVER_ERROR for that one request, as a last resort).
 
-Controller-only requests (LEADER_AND_ISR, UPDATE_METADATA) are refused with CLUSTER_AUTHORIZATION_FAILED
-from connections that have not presented `cluster.secret` via SASL_AUTHENTICATE, when one is configured.
-CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID and the partition
-reassignment requests sent to a broker are forwarded to the controller, as Kafka brokers do. DESCRIBE_CONFIGS
-is answered here, from the topic configs the controller pushed and this broker's own settings
-(broker/config_helper.py).
+With a controller quorum, partition states, topics and configs come from the committed metadata log
+(broker/metadata_publisher.py calls `apply_partition_states`, `apply_replica_deletions` and `apply_configs`).
+A standalone broker (no controller.quorum.voters) takes them from LEADER_AND_ISR, STOP_REPLICA and
+UPDATE_METADATA sent by whoever plays the controller (the integration tests do); those requests are refused
+with CLUSTER_AUTHORIZATION_FAILED from connections that have not presented `cluster.secret` via
+SASL_AUTHENTICATE, when one is configured. CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS,
+INCREMENTAL_ALTER_CONFIGS and the partition reassignment requests sent to a broker are forwarded to the
+active controller, as Kafka brokers do; INIT_PRODUCER_ID is answered here, from the block of producer ids
+this broker reserved (KIP-730). DESCRIBE_CONFIGS is answered here, from the topic configs the metadata log
+carries and this broker's own settings (broker/config_helper.py).
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ from protocol.messages import (
     DescribeConfigsResult,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
     EpochEndOffset,
@@ -188,6 +194,7 @@ class KafkaApis:
             OffsetForLeaderEpochRequest: self.handle_offset_for_leader_epoch,
             SaslAuthenticateRequest: self.handle_sasl_authenticate,
             DescribeLogDirsRequest: self.handle_describe_log_dirs,
+            DescribeQuorumRequest: self.handle_describe_quorum,
         }
 
     async def handle(self, ctx: ConnectionContext, header: RequestHeader, body: Message) -> Message | None:
@@ -406,11 +413,18 @@ class KafkaApis:
         # and past broker.session.timeout.ms the controller fences it and moves its leaderships. Kafka
         # applies the request on a handler thread while heartbeats go from another. Here it goes a slice at a
         # time; each partition changes role whole, and the metadata cache learns a slice's states with it.
+        return await self.apply_partition_states(request, merge_into_cache=True)
+
+    async def apply_partition_states(
+        self, request: LeaderAndIsrRequest, merge_into_cache: bool = False
+    ) -> LeaderAndIsrResponse:
+        """Make this broker leader or follower of each partition in `request`, a slice at a time (see above)."""
         answers: list[LeaderAndIsrPartitionResponse] = []
         known = self.metadata_cache.endpoint
         async with self._state_change_lock:
             async for states in _slices(request.partitions):
-                self.metadata_cache.merge_partition_states(states, request.live_leaders)
+                if merge_into_cache:
+                    self.metadata_cache.merge_partition_states(states, request.live_leaders)
                 response = self.replica_manager.become_leader_or_follower(
                     dataclasses.replace(request, partitions=states), lambda b: known(b) is not None
                 )
@@ -424,10 +438,14 @@ class KafkaApis:
         if refused is not None:
             return refused
         self.metadata_cache.update(request)
+        self.apply_configs()
+        return UpdateMetadataResponse()
+
+    def apply_configs(self) -> None:
+        """The metadata cache's topic and dynamic broker configs, applied to the logs, partitions and quotas."""
         in_effect = self.metadata_cache.topic_configs_in_effect()
         self.replica_manager.update_topic_configs(in_effect)
         self._apply_replication_throttles(in_effect)
-        return UpdateMetadataResponse()
 
     def _apply_replication_throttles(self, topic_configs: Mapping[str, Mapping[str, str]]) -> None:
         """KIP-73 at runtime: which replicas the topics throttle on this broker, and the cluster's dynamic
@@ -443,6 +461,9 @@ class KafkaApis:
         refused = check_secret(ctx, self.cluster_secret)
         if refused is not None:
             return refused
+        return await self.apply_replica_deletions(request)
+
+    async def apply_replica_deletions(self, request: StopReplicaRequest) -> StopReplicaResponse:
         # Sliced as LEADER_AND_ISR is: deleting a topic deletes each of its replicas here.
         answers: list[StopReplicaPartitionError] = []
         async with self._state_change_lock:
@@ -506,11 +527,13 @@ class KafkaApis:
         return DescribeConfigsResponse(results=results)
 
     async def handle_init_producer_id(self, ctx: ConnectionContext, request: InitProducerIdRequest) -> Message:
-        # Any producer may ask (PRODUCE needs no secret either); the broker forwards over its own link.
-        response = await self._forward(ctx, request, "INIT_PRODUCER_ID", InitProducerIdResponse, admin=False)
-        if self.producer_ids is not None and isinstance(response, InitProducerIdResponse) and not response.error_code:
-            self.producer_ids.note(response.producer_id + 1)  # handed out: this broker's PRODUCEs need not ask
-        return response
+        # Any producer may ask (PRODUCE needs no secret either). The id comes from this broker's block.
+        if self.producer_ids is None:
+            return InitProducerIdResponse(
+                error_code=int(ErrorCode.NOT_CONTROLLER),
+                error_message="this broker runs without a controller, which hands out producer ids",
+            )
+        return await self.producer_ids.init_producer_id(request)
 
     async def handle_alter_partition_reassignments(
         self, ctx: ConnectionContext, request: AlterPartitionReassignmentsRequest
@@ -521,6 +544,11 @@ class KafkaApis:
         self, ctx: ConnectionContext, request: ListPartitionReassignmentsRequest
     ) -> Message:
         return await self._forward(ctx, request, "LIST_PARTITION_REASSIGNMENTS", ListPartitionReassignmentsResponse)
+
+    async def handle_describe_quorum(self, ctx: ConnectionContext, request: DescribeQuorumRequest) -> Message:
+        # Anyone may ask (as METADATA): forwarded to the active controller, the quorum's leader, which knows
+        # every voter's and observer's progress (KIP-919 lets Kafka's brokers take it too).
+        return await self._forward(ctx, request, "DESCRIBE_QUORUM", DescribeQuorumResponse, admin=False)
 
     async def handle_elect_leaders(self, ctx: ConnectionContext, request: ElectLeadersRequest) -> Message:
         return await self._forward(ctx, request, "ELECT_LEADERS", ElectLeadersResponse)
@@ -538,7 +566,7 @@ class KafkaApis:
             | AlterPartitionReassignmentsResponse
             | ListPartitionReassignmentsResponse
             | ElectLeadersResponse
-            | InitProducerIdResponse
+            | DescribeQuorumResponse
         ],
         admin: bool = True,
     ) -> Message:

@@ -28,6 +28,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from kafka.protocol.admin import DescribeQuorumRequest as KDescribeQuorumRequest
+from kafka.protocol.admin import DescribeQuorumResponse as KDescribeQuorumResponse
 from kafka.protocol.admin.configs import AlterConfigsRequest as KAlterConfigsRequest
 from kafka.protocol.admin.configs import AlterConfigsResponse as KAlterConfigsResponse
 from kafka.protocol.admin.configs import (
@@ -129,6 +131,8 @@ from protocol.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResource,
     DescribeConfigsResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     EpochEndOffset,
     ErrorResponse,
     FetchPartition,
@@ -153,6 +157,7 @@ from protocol.messages import (
     ProducePartitionResponse,
     ProduceRequest,
     ProduceResponse,
+    QuorumReplicaState,
     RequestHeader,
     TopicPartition,
 )
@@ -253,6 +258,7 @@ class KafkaWireApis:
             KListGroupsRequest: self.list_groups,
             KDescribeGroupsRequest: self.describe_groups,
             KDeleteGroupsRequest: self.delete_groups,
+            KDescribeQuorumRequest: self.describe_quorum,
             KDeleteRecordsRequest: self.delete_records,
         }
 
@@ -911,6 +917,38 @@ class KafkaWireApis:
             throttle_time_ms=0,
             results=[K.DeletableGroupResult(group_id=name, error_code=errors[name]) for name in names],
         )
+
+    async def describe_quorum(self, ctx: ConnectionContext, request: Any) -> ApiMessage:
+        """DescribeQuorum (55): the metadata quorum of `__cluster_metadata`, from its leader (the broker
+        forwards it there, as with KIP-919), so kafka-metadata-quorum.sh --bootstrap-server describes it.
+        Open, as on the msgpack listener: it shows offsets and node ids, nothing else."""
+        K = KDescribeQuorumResponse
+        version = request.API_VERSION
+        ours = await self.apis.handle_describe_quorum(ctx, DescribeQuorumRequest())
+        if not isinstance(ours, DescribeQuorumResponse):
+            return K[version](error_code=int(ErrorCode.UNKNOWN_SERVER_ERROR), topics=[])
+        if ours.error_code == ErrorCode.NOT_CONTROLLER:
+            # The broker reached no active controller: as Kafka's, the partition says the leader is unknown.
+            ours = DescribeQuorumResponse(error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+
+        def replica(r: QuorumReplicaState) -> Any:
+            fields: dict[str, Any] = {"replica_id": r.replica_id, "log_end_offset": r.log_end_offset}
+            if version >= 1:
+                fields.update(
+                    last_fetch_timestamp=r.last_fetch_timestamp, last_caught_up_timestamp=r.last_caught_up_timestamp
+                )
+            return K.ReplicaState(**fields)
+
+        partition = K.TopicData.PartitionData(
+            partition_index=0,
+            error_code=ours.error_code,
+            leader_id=ours.leader_id,
+            leader_epoch=ours.leader_epoch,
+            high_watermark=ours.high_watermark,
+            current_voters=[replica(v) for v in ours.current_voters],
+            observers=[replica(o) for o in ours.observers],
+        )
+        return K[version](error_code=0, topics=[K.TopicData(topic_name="__cluster_metadata", partitions=[partition])])
 
     # -- admin: CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DescribeConfigs (32) -------
 

@@ -1,12 +1,16 @@
-"""The broker's copy of cluster metadata, as pushed by the controller (UPDATE_METADATA, LEADER_AND_ISR).
+"""The broker's view of cluster metadata, as the committed metadata log builds it.
 
-METADATA requests are answered from here; follower fetchers look up their leader's address here.
-In standalone mode (no controller, e.g. a test fixture that assigns roles directly) LEADER_AND_ISR's
-`live_leaders` and partition states fill it in as well.
+METADATA requests are answered from here; follower fetchers look up their leader's address here. With a
+controller quorum, broker/metadata_publisher.py fills it from the broker's image of `__cluster_metadata`
+(`update_from_image`). In standalone mode (no controller, e.g. a test fixture that assigns roles
+directly) LEADER_AND_ISR's `live_leaders` and partition states fill it in, and UPDATE_METADATA replaces it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
+from metadata.image import MetadataImage
 from protocol.errors import ErrorCode
 from protocol.messages import (
     BrokerEndpoint,
@@ -29,6 +33,29 @@ class MetadataCache:
         self.broker_configs: dict[str, dict[str, str]] = {}  # dynamic broker configs ("" = cluster default)
         self.controller_id = -1
         self.controller_epoch = -1
+        # Every registered broker's address, live or not: a follower still finds a leader that is shutting
+        # down. `brokers` holds only the live ones (what METADATA lists and who may join an ISR).
+        self.endpoints: dict[int, BrokerEndpoint] = {}
+
+    def update_from_image(
+        self, image: MetadataImage, topic_config_defaults: Mapping[str, str], touched: Iterable[TopicPartition] | None
+    ) -> None:
+        """Take the image's brokers, topics and configs; the states of the `touched` partitions (None: all)."""
+        self.brokers = {b.broker_id: b.endpoint() for b in image.brokers.values() if b.is_active}
+        self.endpoints = {b.broker_id: b.endpoint() for b in image.brokers.values()}
+        self.topic_configs = {name: dict(t.configs) for name, t in image.topics.items()}
+        self.topic_config_defaults = dict(topic_config_defaults)
+        self.broker_configs = {entity: dict(configs) for entity, configs in image.broker_configs.items()}
+        if touched is None:
+            self.partitions = {}
+            touched = list(image.partitions)
+        for tp in touched:
+            p = image.partitions.get(tp)
+            if p is None:
+                self.partitions.pop(tp, None)
+            else:
+                topic = image.topics.get(tp.topic)
+                self.partitions[tp] = p.to_leader_and_isr(topic_id=topic.topic_id if topic is not None else "")
 
     def update(self, request: UpdateMetadataRequest) -> None:
         """Replace everything: UPDATE_METADATA carries the controller's whole view."""
@@ -69,7 +96,7 @@ class MetadataCache:
         return {**shown, **self.topic_configs.get(topic, {})}
 
     def endpoint(self, broker_id: int) -> BrokerEndpoint | None:
-        return self.brokers.get(broker_id)
+        return self.brokers.get(broker_id) or self.endpoints.get(broker_id)
 
     def topics(self) -> list[str]:
         return sorted({tp.topic for tp in self.partitions})

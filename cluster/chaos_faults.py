@@ -153,11 +153,14 @@ class FaultRun(ChaosRun):
         }
 
     async def monitor(self) -> None:
-        c = self.state.controller
+        """Sample the controllers' committed view of the topic; when one stops answering, ask the next."""
         conn: BrokerConnection | None = None
+        turn = 0
         while True:
             try:
                 if conn is None or not conn.is_open:
+                    c = self.state.controllers[turn % len(self.state.controllers)]
+                    turn += 1
                     conn = await BrokerConnection.connect(c.host, c.port, "chaos-monitor", timeout_s=1.0)
                 self.samples.append((time.monotonic(), await self._controller_view(conn)))
             except (TimeoutError, ConnectionError, OSError):
@@ -197,17 +200,22 @@ class FaultRun(ChaosRun):
         """The (source, destination) pairs to drop for a partition shape around the leader `victim`."""
         leader = self.state.broker(victim).host
         followers = [b.host for b in self.state.brokers if b.node_id != victim]
-        controller = self.state.controller.host
+        controllers = [c.host for c in self.state.controllers]
         if shape == "one-way":
             return [(leader, f) for f in followers]
         if shape == "isolate-leader":
-            others = [*followers, controller]
+            others = [*followers, *controllers]
         elif shape == "leader-from-followers":
             others = followers
         elif shape == "leader-from-controller":
-            others = [controller]
+            others = controllers
         elif shape == "isolate-controller":
-            leader, others = controller, [b.host for b in self.state.brokers]
+            pairs = []
+            for controller in controllers:  # the whole quorum cut from the brokers: none can be active for them
+                pairs += [(controller, b.host) for b in self.state.brokers] + [
+                    (b.host, controller) for b in self.state.brokers
+                ]
+            return pairs
         else:
             raise ValueError(shape)
         return [(leader, o) for o in others] + [(o, leader) for o in others]
@@ -513,6 +521,6 @@ def resume_all(cluster_dir: Path) -> None:
     """SIGCONT every node of the cluster: no fault of ours outlives the run (a paused node included)."""
     with contextlib.suppress(Exception):
         state = LocalClusterState.load(cluster_dir)
-        for node in [state.controller, *state.brokers]:
+        for node in state.nodes:
             if node_alive(node):
                 signal_process(node_pid(node), signal.SIGCONT)

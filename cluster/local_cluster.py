@@ -1,18 +1,22 @@
-"""A local cluster: one controller and N brokers as child processes, each with its own dirs and log.
+"""A local cluster: a quorum of controllers and N brokers as child processes, each with its own dirs and log.
 
 Layout of a cluster directory (`--dir D`):
 
     D/cluster.json                 who runs where: pids, ports, dirs (written once everything is up)
     D/bootstrap.servers            the brokers' HOST:PORT list, one line: what client commands' --dir reads
     D/kafka.bootstrap.servers      the brokers' Kafka listeners, the same way: what Kafka clients and kcat take
-    D/controller/controller.properties, controller.log, controller.pid, metadata/
+    D/controller-<id>/controller.properties, controller.log, controller.pid, metadata/
     D/broker-<id>/broker.properties, storage, broker.pid, data/
     D/metrics/                     every broker's JSON-lines metrics (the lag dashboard reads these)
 
-Every node has its own loopback address (`--base-address`, default 127.0.0.10: the controller there,
-broker N at base + N; Linux routes all of 127.0.0.0/8 to `lo` with no set-up). It listens there and
-opens every connection to another node from there (`local.address`), so each link between two nodes is
-one address pair that `minibroker chaos` can cut, slow down or make lossy without touching the others.
+The controllers (node ids 3000, 3001, ...; `--controllers`, 3 by default) are the voters of the metadata
+quorum (`controller.quorum.voters`); one of them is the active controller at a time, elected among them.
+
+Every node has its own loopback address (`--base-address`, default 127.0.0.10: controller 3000 there,
+controller 3000 + i at base - i, broker N at base + N; Linux routes all of 127.0.0.0/8 to `lo` with no
+set-up). It listens there and opens every connection to another node from there (`local.address`), so each
+link between two nodes is one address pair that `minibroker chaos` can cut, slow down or make lossy
+without touching the others.
 
 A node's pid file is written by the process itself (`--pid-file`, and by default next to a config file
 that lives in a cluster directory), so it stays current whoever starts the node: `cluster up`,
@@ -22,7 +26,7 @@ trust a pid only while that process still runs the node's config file.
 
 Processes are started with `python -m cluster broker|controller --config <file>` in their own
 session (so a Ctrl-C in the terminal reaches only the launcher, which then stops them in order:
-brokers with SIGTERM — controlled shutdown — then the controller).
+brokers with SIGTERM — controlled shutdown — then the controllers).
 """
 
 from __future__ import annotations
@@ -52,10 +56,11 @@ from server_common.time import SYSTEM_TIME
 
 STATE_FILE = "cluster.json"
 BOOTSTRAP_FILE = "bootstrap.servers"
+KAFKA_BOOTSTRAP_FILE = "kafka.bootstrap.servers"
+FIRST_CONTROLLER_ID = 3000
 # Where `cluster up --ack-journal` (and every fresh chaos cluster) has broker N journal what it acknowledged:
 # broker-N/ACK_JOURNAL_FILE (produce.ack.journal, broker/produce_ack_journal.py).
 ACK_JOURNAL_FILE = "produce-ack.journal"
-KAFKA_BOOTSTRAP_FILE = "kafka.bootstrap.servers"
 #: What a topic created without a partition count or replication factor gets under `cluster up` (Kafka
 #: auto-creating one for a producer, a CREATE_TOPICS giving -1): a cluster run to watch replication gets
 #: followers to watch and a leader on each broker, instead of Kafka's num.partitions=1 and
@@ -96,10 +101,25 @@ class ProcessInfo:
 @dataclass
 class LocalClusterState:
     dir: str
-    controller: ProcessInfo
+    controllers: list[ProcessInfo]
     brokers: list[ProcessInfo] = field(default_factory=list)
     metrics_dir: str = ""
     secret: str | None = None
+
+    @property
+    def nodes(self) -> list[ProcessInfo]:
+        return [*self.controllers, *self.brokers]
+
+    @property
+    def quorum_voters(self) -> str:
+        """controller.quorum.voters for this cluster."""
+        return ",".join(f"{c.node_id}@{c.host}:{c.port}" for c in self.controllers)
+
+    def controller(self, node_id: int) -> ProcessInfo:
+        for c in self.controllers:
+            if c.node_id == node_id:
+                return c
+        raise ClusterError(f"no controller {node_id} in this cluster")
 
     def save(self) -> None:
         path = Path(self.dir) / STATE_FILE
@@ -119,7 +139,7 @@ class LocalClusterState:
             ) from None
         except (OSError, json.JSONDecodeError) as exc:
             raise ClusterError(f"cannot read {path}: {exc}") from None
-        raw["controller"] = ProcessInfo(**raw["controller"])
+        raw["controllers"] = [ProcessInfo(**c) for c in raw["controllers"]]
         raw["brokers"] = [ProcessInfo(**b) for b in raw["brokers"]]
         return cls(**raw)
 
@@ -170,19 +190,21 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def node_addresses(base_address: str, num_brokers: int) -> tuple[str, list[str]]:
-    """The controller's address and each broker's: base, base+1, ...; all must lie in 127.0.0.0/8."""
+def node_addresses(base_address: str, num_brokers: int, num_controllers: int = 1) -> tuple[list[str], list[str]]:
+    """Each controller's address (base, base-1, ...) and each broker's (base+1, base+2, ...); all must lie
+    in 127.0.0.0/8."""
     try:
         base = ipaddress.ip_address(base_address)
     except ValueError:
         raise BadAddressError(f"--base-address: {base_address!r} is not an IPv4 address") from None
-    last = int(base) + num_brokers
-    if base not in LOOPBACK or last > int(LOOPBACK.broadcast_address) - 1:
+    first, last = int(base) - num_controllers + 1, int(base) + num_brokers
+    if base not in LOOPBACK or first <= int(LOOPBACK.network_address) or last > int(LOOPBACK.broadcast_address) - 1:
         raise BadAddressError(
-            f"--base-address: {base_address} + {num_brokers} brokers must stay inside 127.0.0.0/8 "
-            "(loopback addresses need no set-up)"
+            f"--base-address: {base_address} - {num_controllers - 1} controllers and + {num_brokers} brokers must "
+            "stay inside 127.0.0.0/8 (loopback addresses need no set-up)"
         )
-    return str(base), [str(ipaddress.ip_address(int(base) + i + 1)) for i in range(num_brokers)]
+    controllers = [str(ipaddress.ip_address(int(base) - i)) for i in range(num_controllers)]
+    return controllers, [str(ipaddress.ip_address(int(base) + i + 1)) for i in range(num_brokers)]
 
 
 def random_base_address() -> str:
@@ -294,17 +316,20 @@ def spawn(role: str, config_file: Path, log_file: Path) -> subprocess.Popen[byte
 
 def controller_props(
     cluster_dir: Path,
+    node_id: int,
     port: int,
+    voters: str,
     secret: str | None,
     overrides: dict[str, str],
     host: str = "127.0.0.1",
     num_brokers: int = AUTO_TOPIC_REPLICATION_FACTOR,
 ) -> dict[str, Any]:
     props: dict[str, Any] = {
-        "node.id": 3000,
+        "node.id": node_id,
         "listeners": f"{host}:{port}",
         "local.address": host,
-        "metadata.log.dir": str(cluster_dir / "controller" / "metadata"),
+        "metadata.log.dir": str(cluster_dir / f"controller-{node_id}" / "metadata"),
+        "controller.quorum.voters": voters,
         "cluster.secret": secret,
         "broker.session.timeout.ms": 3000,
         "broker.heartbeat.interval.ms": 500,
@@ -337,11 +362,10 @@ def broker_props(
     cluster_dir: Path,
     broker_id: int,
     port: int,
-    controller_port: int,
+    voters: str,
     secret: str | None,
     overrides: dict[str, str],
     host: str = "127.0.0.1",
-    controller_host: str = "127.0.0.1",
     kafka_port: int = 0,
     ack_journal: bool = False,
 ) -> dict[str, Any]:
@@ -351,7 +375,7 @@ def broker_props(
         "listeners": f"{host}:{port}{kafka}",
         "local.address": host,
         "log.dirs": str(cluster_dir / f"broker-{broker_id}" / "data"),
-        "controller.quorum.voters": f"{controller_host}:{controller_port}",
+        "controller.quorum.voters": voters,
         "cluster.secret": secret,
         "metrics.dir": str(cluster_dir / "metrics"),
         "broker.heartbeat.interval.ms": 500,
@@ -411,7 +435,7 @@ def check_ports_free(ports: dict[tuple[str, int], str]) -> None:
             except OSError:
                 raise PortInUseError(
                     f"port {port} on {host} ({role}) is already in use; pick another --base-port "
-                    "(brokers use BASE, BASE+1, ..., the controller BASE+100)"
+                    "(brokers use BASE, BASE+1, ..., the controllers BASE+100)"
                 ) from None
 
 
@@ -474,30 +498,37 @@ async def start_cluster(
     broker_ports: list[int] | None = None,
     base_address: str = DEFAULT_BASE_ADDRESS,
     kafka_ports: list[int] | None = None,
+    num_controllers: int = 3,
     ack_journal: bool = False,
 ) -> LocalClusterState:
-    """Start a controller and `num_brokers` brokers; return once every broker is registered and unfenced.
+    """Start `num_controllers` controllers (the metadata quorum's voters, each on its own address, all on
+    `controller_port`) and `num_brokers` brokers; return once every broker is registered and unfenced.
 
     Each broker also opens a Kafka-protocol listener (PLAINTEXT) on its host, at `kafka_ports[i]`, or
     `base_port + KAFKA_PORT_OFFSET + i` when `broker_ports` is not given either; none with
     `kafka_ports=[]` or when ports are given only for the msgpack listeners. With `ack_journal`, each broker
     journals the batches it acknowledges (`produce.ack.journal`, in its dir's ACK_JOURNAL_FILE): what a chaos
     verdict holds the cluster to."""
+    if num_controllers < 1:
+        raise ClusterError("a cluster needs at least one controller")
     overrides = overrides or {}
     cluster_dir = cluster_dir.resolve()
     cluster_dir.mkdir(parents=True, exist_ok=True)
     existing = cluster_dir / STATE_FILE
     if existing.exists():
-        state = LocalClusterState.load(cluster_dir)
-        alive = [node_pid(p) for p in [state.controller, *state.brokers] if node_alive(p)]
+        try:
+            state = LocalClusterState.load(cluster_dir)
+        except (ClusterError, TypeError, KeyError):
+            state = None  # a stale or foreign state file: nothing of ours is running
+        alive = [node_pid(p) for p in state.nodes if node_alive(p)] if state else []
         if alive:
             raise ClusterError(
                 f"a cluster is already running in {cluster_dir} (pids {alive}); "
                 f"`minibroker cluster down --dir {shlex.quote(str(cluster_dir))}` first"
             )
-    chost, bhosts = node_addresses(base_address, num_brokers)
+    chosts, bhosts = node_addresses(base_address, num_brokers, num_controllers)
     cport = controller_port if controller_port is not None else base_port + 100
-    wanted = {(chost, cport): "controller"}
+    wanted = {(host, cport): f"controller {FIRST_CONTROLLER_ID + i}" for i, host in enumerate(chosts)}
     if kafka_ports is None:
         kafka_ports = [] if broker_ports else [base_port + KAFKA_PORT_OFFSET + i for i in range(num_brokers)]
     for i in range(num_brokers):
@@ -505,63 +536,64 @@ async def start_cluster(
         if i < len(kafka_ports):
             wanted.setdefault((bhosts[i], kafka_ports[i]), f"broker {i + 1}'s Kafka listener")
     check_ports_free(wanted)
-    (cluster_dir / "controller").mkdir(exist_ok=True)
     (cluster_dir / "metrics").mkdir(exist_ok=True)
-    cconf = cluster_dir / "controller" / "controller.properties"
-    _write_properties(cconf, controller_props(cluster_dir, cport, secret, overrides, chost, num_brokers))
-    clog = cluster_dir / "controller" / "controller.log"
-    procs: list[subprocess.Popen[bytes]] = []
-    offsets: list[int] = []
-    try:
-        offsets.append(log_size(clog))
-        cproc = spawn("controller", cconf, clog)
-        procs.append(cproc)
-        controller = ProcessInfo(
-            "controller", 3000, chost, cport, cproc.pid, str(cluster_dir / "controller"), str(clog), str(cconf)
+    controllers = [
+        ProcessInfo(
+            "controller",
+            FIRST_CONTROLLER_ID + i,
+            host,
+            cport,
+            0,
+            str(cluster_dir / f"controller-{FIRST_CONTROLLER_ID + i}"),
+            str(cluster_dir / f"controller-{FIRST_CONTROLLER_ID + i}" / "controller.log"),
+            str(cluster_dir / f"controller-{FIRST_CONTROLLER_ID + i}" / "controller.properties"),
         )
-        await wait_for_listening(clog, cproc, timeout_s, offsets[0])
-        if progress:
-            progress(f"controller listening on {chost}:{cport} (pid {cproc.pid})")
+        for i, host in enumerate(chosts)
+    ]
+    voters = ",".join(f"{c.node_id}@{c.host}:{c.port}" for c in controllers)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        started: list[tuple[ProcessInfo, subprocess.Popen[bytes], int]] = []
+        for info in controllers:
+            Path(info.dir).mkdir(exist_ok=True)
+            _write_properties(
+                Path(info.config),
+                controller_props(cluster_dir, info.node_id, cport, voters, secret, overrides, info.host, num_brokers),
+            )
+            offset = log_size(Path(info.log))
+            proc = spawn("controller", Path(info.config), Path(info.log))
+            procs.append(proc)
+            info.pid = proc.pid
+            started.append((info, proc, offset))
+        for info, proc, offset in started:
+            await wait_for_listening(Path(info.log), proc, timeout_s, offset)
+            if progress:
+                progress(f"controller {info.node_id} listening on {info.host}:{info.port} (pid {info.pid})")
         brokers = []
+        started = []
         for i in range(num_brokers):
             broker_id = i + 1
             bdir = cluster_dir / f"broker-{broker_id}"
             bdir.mkdir(exist_ok=True)
             bconf = bdir / "broker.properties"
             port = broker_ports[i] if broker_ports else base_port + i
+            kafka_port = kafka_ports[i] if i < len(kafka_ports) else 0
             _write_properties(
                 bconf,
                 broker_props(
-                    cluster_dir,
-                    broker_id,
-                    port,
-                    cport,
-                    secret,
-                    overrides,
-                    bhosts[i],
-                    chost,
-                    kafka_ports[i] if i < len(kafka_ports) else 0,
-                    ack_journal,
+                    cluster_dir, broker_id, port, voters, secret, overrides, bhosts[i], kafka_port, ack_journal
                 ),
             )
             blog = bdir / "storage"
-            offsets.append(log_size(blog))
+            offset = log_size(blog)
             bproc = spawn("broker", bconf, blog)
             procs.append(bproc)
-            brokers.append(
-                ProcessInfo(
-                    "broker",
-                    broker_id,
-                    bhosts[i],
-                    port,
-                    bproc.pid,
-                    str(bdir),
-                    str(blog),
-                    str(bconf),
-                    kafka_ports[i] if i < len(kafka_ports) else 0,
-                )
+            info = ProcessInfo(
+                "broker", broker_id, bhosts[i], port, bproc.pid, str(bdir), str(blog), str(bconf), kafka_port
             )
-        for info, proc, offset in zip(brokers, procs[1:], offsets[1:], strict=True):
+            brokers.append(info)
+            started.append((info, bproc, offset))
+        for info, proc, offset in started:
             await wait_for_listening(Path(info.log), proc, timeout_s, offset)
             if progress:
                 kafka = f", Kafka clients on {info.host}:{info.kafka_port}" if info.kafka_port else ""
@@ -569,9 +601,10 @@ async def start_cluster(
         want = {b.node_id for b in brokers}
 
         async def all_registered() -> bool:
-            if want <= await registered_brokers(chost, cport):
-                return True
-            for info, proc in zip(brokers, procs[1:], strict=True):
+            for c in controllers:
+                if want <= await registered_brokers(c.host, c.port):
+                    return True
+            for info, proc, _ in started:
                 if proc.poll() is not None:
                     raise ClusterError(f"broker {info.node_id} exited with status {proc.returncode}; see {info.log}")
             return False
@@ -579,8 +612,8 @@ async def start_cluster(
         if not await wait_until(all_registered, timeout_s, clock=SYSTEM_TIME):
             raise ClusterError(f"brokers did not all register within {timeout_s}s; see the logs in {cluster_dir}")
         if progress:
-            progress(f"all {num_brokers} brokers registered with the controller")
-        state = LocalClusterState(str(cluster_dir), controller, brokers, str(cluster_dir / "metrics"), secret)
+            progress(f"all {num_brokers} brokers registered and unfenced; {num_controllers} controllers in the quorum")
+        state = LocalClusterState(str(cluster_dir), controllers, brokers, str(cluster_dir / "metrics"), secret)
         state.save()
         (cluster_dir / BOOTSTRAP_FILE).write_text(state.bootstrap + "\n")
         kafka_file = cluster_dir / KAFKA_BOOTSTRAP_FILE
@@ -633,7 +666,7 @@ def stop_process(pid: int, timeout_s: float = 15.0) -> str:
 
 
 def stop_cluster(state: LocalClusterState, timeout_s: float = 15.0) -> dict[str, str]:
-    """SIGTERM every broker (they move leaderships away and exit), then the controller."""
+    """SIGTERM every broker (they move leaderships away and exit), then the controllers."""
     result = {}
     pids = {b.node_id: node_pid(b) if node_alive(b) else -1 for b in state.brokers}
     for pid in pids.values():
@@ -645,8 +678,8 @@ def stop_cluster(state: LocalClusterState, timeout_s: float = 15.0) -> dict[str,
             result[f"broker-{broker_id}"] = "not running"
         else:
             result[f"broker-{broker_id}"] = "stopped" if wait_exit(pid, timeout_s) else stop_process(pid, 1.0)
-    c = state.controller
-    result["controller"] = stop_process(node_pid(c), timeout_s) if node_alive(c) else "not running"
+    for c in state.controllers:
+        result[f"controller-{c.node_id}"] = stop_process(node_pid(c), timeout_s) if node_alive(c) else "not running"
     return result
 
 

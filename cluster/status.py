@@ -1,20 +1,26 @@
-"""`minibroker cluster status`: processes, partitions, leaders, epochs, ISR, and HW/LEO/lag per replica.
+"""`minibroker cluster status`: the controller quorum, processes, partitions, leaders, epochs, ISR, and
+HW/LEO/lag per replica.
 
-Two sources: a local cluster's directory (`collect_status`: pids and process liveness from
-cluster.json, METADATA from the controller), or any broker of any cluster (`collect_remote_status`:
-what `rpk cluster info` and `kcat -L` show, from METADATA through a bootstrap server, plus each
-broker's DESCRIBE_LOG_DIRS). Both return the same shape; `pid` is None for a remote cluster.
+Two sources: a local cluster's directory (`collect_status`: pids and process liveness from cluster.json,
+the quorum from each controller's DESCRIBE_QUORUM, the partitions from a broker's METADATA), or any broker
+of any cluster (`collect_remote_status`: what `rpk cluster info` and `kcat -L` show, from METADATA through
+a bootstrap server, each broker's DESCRIBE_LOG_DIRS, and the quorum through a broker's DESCRIBE_QUORUM).
+Both return the same shape; `pid` is None for a remote cluster. The partitions come from a broker's own
+metadata, so they are shown when no controller can be reached, and the status then says so instead of
+calling every broker fenced.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from client.cluster_client import ClusterClient
 from cluster.local_cluster import LocalClusterState, node_alive, node_paused, node_pid
 from network.connection import BrokerConnection
-from protocol.messages import DescribeLogDirsRequest, MetadataRequest
+from protocol.errors import ErrorCode
+from protocol.messages import DescribeLogDirsRequest, DescribeQuorumRequest, MetadataRequest
 
 
 async def _ask(host: str, port: int, request: Any) -> Any:
@@ -30,15 +36,44 @@ async def _ask(host: str, port: int, request: Any) -> Any:
         await conn.close()
 
 
+def quorum_summary(described: Any, now_ms: int) -> dict[str, Any] | None:
+    """The leader's DESCRIBE_QUORUM answer as status shows it: each voter's lag behind the leader's log end."""
+    if described is None or described.error_code != ErrorCode.NONE:
+        return None
+    leader_end = max((v.log_end_offset for v in described.current_voters), default=-1)
+
+    def replica(r: Any) -> dict[str, Any]:
+        return {
+            "id": r.replica_id,
+            "log_end_offset": r.log_end_offset,
+            "lag": max(leader_end - r.log_end_offset, 0) if r.log_end_offset >= 0 else None,
+            "last_fetch_ms_ago": now_ms - r.last_fetch_timestamp if r.last_fetch_timestamp >= 0 else None,
+        }
+
+    return {
+        "leader_id": described.leader_id,
+        "leader_epoch": described.leader_epoch,
+        "high_watermark": described.high_watermark,
+        "voters": [replica(v) for v in described.current_voters],
+        "observers": [replica(o) for o in described.observers],
+    }
+
+
 async def collect_status(state: LocalClusterState) -> dict[str, Any]:
-    c = state.controller
-    meta = await _ask(c.host, c.port, MetadataRequest(None)) if node_alive(c) and not node_paused(c) else None
+    reachable = {c.node_id: node_alive(c) and not node_paused(c) for c in state.controllers}
+    answers = await asyncio.gather(
+        *(_ask(c.host, c.port, DescribeQuorumRequest()) if reachable[c.node_id] else _none() for c in state.controllers)
+    )
+    leader_answer = next((a for a in answers if a is not None and a.error_code == ErrorCode.NONE), None)
+    up = [b for b in state.brokers if node_alive(b) and not node_paused(b)]
+    meta = None
+    for b in up:
+        meta = await _ask(b.host, b.port, MetadataRequest(None))
+        if meta is not None:
+            break
     registered = {b.broker_id for b in meta.brokers} if meta else set()
     logs = await asyncio.gather(
-        *(
-            _ask(b.host, b.port, DescribeLogDirsRequest()) if node_alive(b) and not node_paused(b) else _none()
-            for b in state.brokers
-        )
+        *(_ask(b.host, b.port, DescribeLogDirsRequest()) if b in up else _none() for b in state.brokers)
     )
     partitions, leads, follows = _partitions(meta, [b.node_id for b in state.brokers], logs)
     brokers = [
@@ -54,17 +89,26 @@ async def collect_status(state: LocalClusterState) -> dict[str, Any]:
         }
         for b in state.brokers
     ]
-    return {
-        "dir": state.dir,
-        "controller": {
+    controllers = [
+        {
             "id": c.node_id,
             "pid": node_pid(c),
             "address": f"{c.host}:{c.port}",
-            "alive": node_alive(c) and meta is not None,
+            "alive": node_alive(c) and answer is not None,
             "paused": node_paused(c),
-        },
+            "role": answer.state if answer is not None else None,
+        }
+        for c, answer in zip(state.controllers, answers, strict=True)
+    ]
+    active = leader_answer.leader_id if leader_answer is not None else -1
+    return {
+        "dir": state.dir,
+        "controller": {"id": active, "alive": leader_answer is not None},
+        "controllers": controllers,
+        "quorum": quorum_summary(leader_answer, _now_ms()),
         "brokers": brokers,
         "partitions": partitions,
+        "metadata_from": next((b.node_id for b in up if meta is not None), None),
     }
 
 
@@ -72,6 +116,10 @@ async def collect_remote_status(bootstrap: str) -> dict[str, Any]:
     """The cluster behind `bootstrap` as its brokers describe it; raises ClusterUnavailableError."""
     async with ClusterClient(bootstrap, client_id="status") as client:
         meta = await client.refresh_metadata(None)
+        try:
+            described = await client.send_any(DescribeQuorumRequest(), timeout_s=5.0)
+        except (TimeoutError, ConnectionError, OSError):
+            described = None
     endpoints = sorted(meta.brokers, key=lambda b: b.broker_id)
     logs = await asyncio.gather(*(_ask(b.host, b.port, DescribeLogDirsRequest()) for b in endpoints))
     partitions, leads, follows = _partitions(meta, [b.broker_id for b in endpoints], logs)
@@ -87,13 +135,20 @@ async def collect_remote_status(bootstrap: str) -> dict[str, Any]:
         }
         for b, resp in zip(endpoints, logs, strict=True)
     ]
+    quorum = quorum_summary(described, _now_ms())
     return {
         "bootstrap_server": bootstrap,
-        # The controller is not a broker, so METADATA names it only by id (as Kafka's does in KRaft mode).
-        "controller": {"id": meta.controller_id, "pid": None, "address": None, "alive": meta.controller_id >= 0},
+        # The controllers are not brokers, so METADATA names the active one only by id (as Kafka's does).
+        "controller": {"id": meta.controller_id, "alive": quorum is not None},
+        "controllers": [],
+        "quorum": quorum,
         "brokers": brokers,
         "partitions": partitions,
     }
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _partitions(
@@ -144,16 +199,13 @@ async def _none() -> None:
 
 
 def render_status(status: dict[str, Any]) -> str:
-    c = status["controller"]
-    if c["address"] is None:
-        head = f"controller id {c['id']}  (via {status['bootstrap_server']})" if c["alive"] else "controller unknown"
-    else:
-        up = "PAUSED" if c.get("paused") else ("up" if c["alive"] else "DOWN")
-        head = f"controller {c['address']}  pid {c['pid']}  {up}"
-    lines = [head, ""]
+    lines = [*_render_quorum(status), ""]
     lines.append(f"{'broker':>6}  {'address':<21} {'pid':>7}  {'state':<12} {'leaders':>7} {'followers':>9}")
+    no_controller = not status["controller"]["alive"]
     for b in status["brokers"]:
         state = "up" if b["alive"] and b["registered"] else ("up, fenced" if b["alive"] else "DOWN")
+        if no_controller and b["alive"] and not b["registered"]:
+            state = "up"  # the metadata that would say otherwise cannot change without a controller
         if b.get("paused"):
             state = "PAUSED"  # SIGSTOP: the process exists but answers nothing until resumed
         if b["pid"] is None and not b["alive"]:
@@ -182,3 +234,27 @@ def render_status(status: dict[str, Any]) -> str:
 
 def _v(value: Any) -> str:
     return "?" if value is None else str(value)
+
+
+def _render_quorum(status: dict[str, Any]) -> list[str]:
+    quorum = status.get("quorum")
+    lines = []
+    if quorum is None:
+        lines.append("controller quorum: NO ACTIVE CONTROLLER reachable (brokers keep serving their partitions;")
+        lines.append("                   metadata changes, elections and new topics wait for one)")
+    else:
+        lines.append(
+            f"controller quorum: leader {quorum['leader_id']} (the active controller), epoch {quorum['leader_epoch']}, "
+            f"high watermark {quorum['high_watermark']}"
+        )
+    lag = {v["id"]: v for v in (quorum or {}).get("voters", [])}
+    for c in status.get("controllers", []):
+        up = "PAUSED" if c.get("paused") else ("up" if c["alive"] else "DOWN")
+        v = lag.get(c["id"])
+        behind = f"lag {v['lag']}" if v is not None and v["lag"] is not None else ""
+        role = c.get("role") or "-"
+        lines.append(f"  controller {c['id']:<5} {c['address']:<21} pid {c['pid']:>7}  {up:<6} {role:<12} {behind}")
+    if not status.get("controllers") and quorum is not None:
+        for v in quorum["voters"]:
+            lines.append(f"  controller {v['id']:<5} lag {v['lag']}")
+    return lines

@@ -18,13 +18,13 @@ Broker lifecycle (KRaft's, simplified):
   BrokerHeartbeatManager).
 * Fencing a broker (timeout, new incarnation, `want_fence`) or putting it in controlled shutdown removes
   it from every ISR (never emptying one) and moves its leaderships (how: replication_control_manager.py).
-* A fenced broker that heartbeats again is unfenced; offline partitions whose ISR holds it get it as
-  leader (or any returning replica, with unclean election enabled).
-* After a restart the controller replays its store and fences every broker it loaded, without moving
-  leaderships: leaders and epochs stay as they were, and each broker is unfenced by its first heartbeat.
-  A loaded broker that stays silent for the session timeout (counted from the first command after the
-  restart) is fenced for real: its leaderships move. So "a leader is an unfenced broker" holds except
-  in that window after a restart.
+* A fenced broker is unfenced by a heartbeat that shows it has caught up with the metadata log: its
+  `current_metadata_offset` has reached its own registration record (KRaft's rule: a broker that has not
+  seen its own registration does not know what it leads). Offline partitions whose ISR holds it then get
+  it as leader (or any returning replica, with unclean election enabled).
+* Liveness is the *active* controller's: a controller that becomes active (elected by the quorum, and
+  caught up with the log) gives every unfenced broker a fresh session from its first command, so a
+  failover fences nobody; a broker that stays silent for the session timeout after that is fenced.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ class ClusterControlManager:
         # broker id -> last time it showed it is alive (registration or heartbeat). Only brokers whose
         # session can still expire are here; a broker fenced by expiry leaves until it heartbeats.
         self._last_contact_ms: dict[int, int] = {}
-        # Brokers loaded from the store: their session starts with the first now_ms we are given.
-        self._sessions_to_start: set[int] = set(log.image.brokers)
+        # Brokers whose session starts with the next now_ms we are given (activate()).
+        self._sessions_to_start: set[int] = set()
 
     def register_broker(
         self, request: BrokerRegistrationRequest, now_ms: int, committed: list[MetadataRecord]
@@ -70,7 +70,7 @@ class ClusterControlManager:
             return BrokerRegistrationResponse(broker_epoch=existing.broker_epoch)
         registration = RegisterBrokerRecord(
             broker_id=request.broker_id,
-            broker_epoch=self._log.last_offset + 1,  # the offset this record is about to get
+            broker_epoch=self._log.next_offset,  # the offset this record is about to get
             incarnation_id=request.incarnation_id,
             host=request.host,
             port=request.port,
@@ -96,6 +96,7 @@ class ClusterControlManager:
                 f"broker {request.broker_id} has epoch {broker.broker_epoch}, not {request.broker_epoch}",
             )
         self._last_contact_ms[broker.broker_id] = now_ms
+        caught_up = request.current_metadata_offset >= broker.broker_epoch
         offline = frozenset(TopicPartition(r.topic, r.partition) for r in request.offline_replicas)
         self._replication.take_offline_replicas(broker.broker_id, offline, committed)
         should_shutdown = False
@@ -103,11 +104,11 @@ class ClusterControlManager:
             should_shutdown = self._controlled_shutdown(broker, committed)
         elif request.want_fence:
             self._fence(broker.broker_id, committed)
-        elif broker.fenced:
+        elif broker.fenced and caught_up:
             self._unfence(broker.broker_id, committed)
         after = self._log.image.brokers[broker.broker_id]
         return BrokerHeartbeatResponse(
-            is_caught_up=True,
+            is_caught_up=caught_up,
             is_fenced=after.fenced,
             should_shutdown=should_shutdown,
             next_producer_id=self._log.image.next_producer_id,
@@ -125,8 +126,19 @@ class ClusterControlManager:
             self._fence(broker_id, committed)
         return expired
 
+    def activate(self) -> None:
+        """This controller became the active one: every unfenced broker gets a fresh session, starting at
+        the next command's time (its heartbeats went to the previous controller until now)."""
+        self._last_contact_ms.clear()
+        self._sessions_to_start = {b.broker_id for b in self._log.image.brokers.values() if not b.fenced}
+
+    def deactivate(self) -> None:
+        """Another controller is active: liveness is its business."""
+        self._last_contact_ms.clear()
+        self._sessions_to_start.clear()
+
     def start_sessions(self, now_ms: int) -> None:
-        """Start the sessions of brokers loaded from the store: they may expire from `now_ms` on."""
+        """Start the sessions `activate` left pending: they may expire from `now_ms` on."""
         for broker_id in self._sessions_to_start:
             self._last_contact_ms.setdefault(broker_id, now_ms)
         self._sessions_to_start.clear()

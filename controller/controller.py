@@ -4,14 +4,14 @@ How this works
 --------------
 A command (`register_broker`, `heartbeat`, `tick`, `create_topics`, `create_partitions`,
 `incremental_alter_configs`, `alter_partition`, ...) reads the metadata image, decides which records
-express its effect, *commits* them (appends them to the metadata store, when there is one, then replays
-them into the image: metadata_log.py) and answers with a
+express its effect, *commits* them (appends them to the replicated metadata log through the writer, when
+there is one, then replays them into the image: metadata_log.py) and answers with a
 `ControllerResult(records, response, changed_partitions)`. State changes only through replayed records,
-as in Kafka's KRaft `QuorumController`; the controller is single-threaded, so a command commits
-immediately and the next command sees its effect. No sockets, no event loop and no clock reads here:
-the network layer passes `now_ms` in and carries the results out. It pushes LEADER_AND_ISR for
-`changed_partitions` to every replica's broker (`ControllerResult.leader_and_isr_by_broker`) and sends a
-returning broker its full state (`leader_and_isr_for_broker`) once it is unfenced.
+as in Kafka's KRaft `QuorumController`; the controller is single-threaded, so the next step of a command
+sees the effect of the previous one. No sockets, no event loop and no clock reads here: the controller
+node (controller_node.py) passes `now_ms` in, waits for the quorum to commit a command's records before it
+answers, and feeds in what other controllers committed (`replay`, `reset`). Brokers learn every change by
+replaying the same committed records.
 
 The decisions live in the control managers, which share the image through one `MetadataLog`:
 
@@ -20,11 +20,11 @@ The decisions live in the control managers, which share the image through one `M
     reassignment_control_manager.py   ALTER/LIST_PARTITION_REASSIGNMENTS (KIP-455)
     topic_control_manager.py          CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, replica placement
     configuration_control_manager.py  topic and dynamic broker configs (INCREMENTAL_ALTER_CONFIGS)
-    producer_id_control_manager.py    INIT_PRODUCER_ID
+    producer_id_control_manager.py    ALLOCATE_PRODUCER_IDS (blocks of ids for the brokers)
 
 A manager's command takes the command's `committed` list, commits into it and returns the response;
-this class wraps that into the `ControllerResult`. After a restart the controller replays its store and
-fences every broker it loaded (cluster_control_manager.py says why and what follows).
+this class wraps that into the `ControllerResult`. A controller that becomes the active one calls
+`activate`: every live broker gets a fresh session (cluster_control_manager.py).
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from typing import Generic, TypeVar
 from controller.cluster_control_manager import ClusterControlManager
 from controller.configuration_control_manager import ConfigurationControlManager
 from controller.controller_config import ControllerConfig
-from controller.metadata_log import MetadataLog
-from controller.metadata_store import MetadataStore
+from controller.metadata_log import MetadataLog, MetadataWriter
 from controller.producer_id_control_manager import ProducerIdControlManager
 from controller.reassignment_control_manager import ReassignmentControlManager
 from controller.replication_control_manager import ReplicationControlManager
@@ -52,6 +51,8 @@ from metadata.records import (
 )
 from protocol.errors import ErrorCode
 from protocol.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
@@ -70,8 +71,6 @@ from protocol.messages import (
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
     LeaderAndIsrPartition,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
@@ -127,20 +126,16 @@ class Controller:
     """Owns the metadata image (through its `MetadataLog`) and the control managers. Single-threaded: call
     one command at a time."""
 
-    def __init__(self, config: ControllerConfig, time: Time, store: MetadataStore | None = None) -> None:
+    def __init__(self, config: ControllerConfig, time: Time, writer: MetadataWriter | None = None) -> None:
         self.config = config
         self._time = time
-        self._log = MetadataLog(store)
+        self._log = MetadataLog(writer)
         self._configuration = ConfigurationControlManager(config, self._log)
         self._reassignment = ReassignmentControlManager(self._log)
         self._replication = ReplicationControlManager(config, self._log, self._configuration, self._reassignment)
         self._topics = TopicControlManager(config, self._log)
         self._cluster = ClusterControlManager(config, self._log, self._replication)
         self._producer_ids = ProducerIdControlManager(self._log)
-        self._commit(
-            [FenceBrokerRecord(b.broker_id, b.broker_epoch) for b in self.image.brokers.values() if not b.fenced],
-            [],
-        )
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -150,8 +145,31 @@ class Controller:
 
     @property
     def last_offset(self) -> int:
-        """Offset of the last committed record (-1 when none)."""
+        """Offset of the last record replayed into the image (-1 when none)."""
         return self._log.last_offset
+
+    # -- what the quorum committed ---------------------------------------------------------------------
+
+    def replay(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
+        """Records another controller committed (this one was not active), ending at `last_offset`."""
+        self._log.replay(records, last_offset)
+
+    def skip_to(self, offset: int) -> None:
+        """The quorum's own records up to `offset` (its control batches) hold nothing for the image."""
+        self._log.skip_to(offset)
+
+    def reset(self, image: MetadataImage, last_offset: int) -> None:
+        """Start over from `image` as of `last_offset` (a snapshot, or the committed log after a leadership
+        was lost with records not yet committed)."""
+        self._log.reset(image, last_offset)
+        self._cluster.deactivate()
+
+    def activate(self) -> None:
+        """This controller is now the active one: every live broker gets a fresh session."""
+        self._cluster.activate()
+
+    def deactivate(self) -> None:
+        self._cluster.deactivate()
 
     @property
     def on_replay(self) -> Callable[[MetadataRecord, MetadataImage], None] | None:
@@ -261,8 +279,10 @@ class Controller:
 
     # -- producer ids (producer_id_control_manager.py) ---------------------------------------------
 
-    def init_producer_id(self, request: InitProducerIdRequest) -> ControllerResult[InitProducerIdResponse]:
-        return self._run(lambda committed: self._producer_ids.init_producer_id(request, committed))
+    def allocate_producer_ids(
+        self, request: AllocateProducerIdsRequest
+    ) -> ControllerResult[AllocateProducerIdsResponse]:
+        return self._run(lambda committed: self._producer_ids.allocate_producer_ids(request, committed))
 
     # -- leaders, ISRs and reassignment (replication_ and reassignment_control_manager.py) ----------
 

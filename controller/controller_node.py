@@ -1,207 +1,150 @@
-"""The controller node: the pure `Controller`, its durable store, a dispatch table, and the pushes to brokers.
+"""A controller node: a voter of the metadata quorum that, while it leads, is the active controller.
 
-`ControllerNode(config, time, transport)` is built only from its collaborators: it reads no clock and
-opens no socket except through them, so the same class runs in the controller process
-(controller_server.py puts a socket server around it) and in the simulator.
+`ControllerNode(config, time, transport, storage, rng)` is built only from its collaborators: it reads no
+clock, opens no socket and draws no random number except through them, so the same class runs in the
+controller process (controller_server.py puts a socket server around it) and in the simulator.
 
 How this works
 --------------
-Requests arrive on the same framed protocol as the brokers'. Each controller command runs to completion
-on the event loop (single-threaded, like KRaft's controller thread): BROKER_REGISTRATION,
-BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS,
-ALTER_PARTITION, ALTER/LIST_PARTITION_REASSIGNMENTS, and a `tick` every `controller.tick.ms` that fences
-brokers whose session expired and elects new leaders.
-Whatever a command changed is pushed out:
+Every controller keeps the replicated metadata log, `__cluster_metadata-0` (raft/), and an image of what
+its committed records say (controller/controller.py's `Controller` and its control managers). One of the
+voters is the quorum's leader; once its image holds every record committed before its epoch began, it is
+the *active controller* (Kafka's QuorumController in its active state):
 
-* every active broker gets UPDATE_METADATA (the whole image: brokers, partitions, topic configs and the
-  controller's defaults for them), so any broker answers METADATA and DESCRIBE_CONFIGS for any topic,
-  applies a changed topic config to its logs and partitions, and followers find their leaders;
-* every replica of a changed partition gets LEADER_AND_ISR with its new state; a broker that was just
-  unfenced (a start or restart) gets its full state.
+* brokers' requests (BROKER_REGISTRATION, BROKER_HEARTBEAT, ALTER_PARTITION, ALLOCATE_PRODUCER_IDS) and
+  the admin requests brokers forward (CREATE_TOPICS, DELETE_TOPICS, INCREMENTAL_ALTER_CONFIGS, ...) run as
+  commands, one at a time, and so does a `tick` every `controller.tick.ms` that fences brokers whose session
+  expired and elects new leaders;
+* a command's records are appended to the log as it runs and replayed into the image at once, so its next
+  step sees them; the command is answered, and the next one runs, only once the quorum has committed them.
+  No answer, and no other command, ever sees an uncommitted record;
+* if the node stops leading with records not yet committed, its image goes back to the committed log and
+  the command's caller gets NOT_CONTROLLER: the records may still be committed by the next leader (they are
+  in a majority's log) or dropped, as a Kafka client's request to a failing controller may.
 
-Each broker has one `BrokerChannel` that keeps the newest state per partition until the broker
-acknowledges it, retrying with backoff while the broker is unreachable, so a lost push is never lost
-state. Changes are pushed in commit order per broker, and a newer state for a partition replaces an
-older one that was not sent yet.
+Every other controller answers those requests with NOT_CONTROLLER, naming the leader it knows; it applies
+what the leader commits as it learns of it, so it can take over with an up-to-date image. Nobody pushes
+anything to brokers: each broker replicates the same log as an observer and applies it
+(broker/metadata_publisher.py). The quorum's own requests (VOTE, BEGIN/END_QUORUM_EPOCH, FETCH of the
+metadata log, FETCH_SNAPSHOT) go to the raft client; DESCRIBE_QUORUM and METADATA anyone may send.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import random
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from controller.controller import Controller, ControllerResult
 from controller.controller_config import ControllerConfig
-from controller.metadata_store import MetadataStore
+from metadata.image import MetadataImage
+from metadata.records import MetadataRecord, decode_record, encode_record
 from network.request_context import ConnectionContext, api_versions_response, authenticate, check_secret
 from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.messages import (
-    EPOCH_DURING_DELETE,
+    AllocateProducerIdsRequest,
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     ApiVersionsRequest,
-    BrokerEndpoint,
+    BeginQuorumEpochRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
+    DescribeQuorumRequest,
     ElectLeadersRequest,
+    EndQuorumEpochRequest,
     ErrorResponse,
+    FetchRequest,
+    FetchSnapshotRequest,
     IncrementalAlterConfigsRequest,
-    InitProducerIdRequest,
-    LeaderAndIsrPartition,
-    LeaderAndIsrRequest,
     ListPartitionReassignmentsRequest,
     MetadataRequest,
+    MetadataResponse,
     RequestHeader,
     SaslAuthenticateRequest,
-    StopReplicaPartition,
-    StopReplicaRequest,
-    TopicPartition,
-    UpdateMetadataRequest,
+    VoteRequest,
 )
-from protocol.transport import NETWORK_ERRORS, Transport
+from protocol.transport import Transport
+from raft.quorum_config import QuorumConfig
+from raft.quorum_state import QuorumStateStore
+from raft.raft_client import NotLeaderError, RaftClient
+from raft.replicated_log import LogBatch, ReplicatedLog, Snapshot
+from server_common.config import parse_host_port
 from server_common.time import Time
+from storage.storage import OS_STORAGE, Storage
 
 log = logging.getLogger(__name__)
-
 
 _PURE_KEYS = set(ControllerConfig.KEYS)
 
 
-class StaleBrokerEpochError(Exception):
-    """The broker answered a push with STALE_BROKER_EPOCH: it restarted and has not registered again yet."""
-
-
-#: What makes a push wait and try again: the broker unreachable, or not yet registered in its new life.
-_PUSH_RETRIED: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, StaleBrokerEpochError)
-
-
-class BrokerChannel:
-    """Delivers LEADER_AND_ISR / UPDATE_METADATA to one broker, retrying until acknowledged."""
-
-    def __init__(self, node: ControllerNode, broker_id: int) -> None:
-        self.node = node
-        self.broker_id = broker_id
-        self.pending: dict[TopicPartition, LeaderAndIsrPartition] = {}
-        # Replicas of deleted topics to stop and delete, sent before any LEADER_AND_ISR (so a topic created
-        # again under the same name starts from an empty log); kept until the broker acknowledges them, also
-        # across a fenced spell, so a broker that was down when the topic went deletes its copy on return.
-        self.pending_deletes: dict[TopicPartition, None] = {}
-        self.metadata_dirty = True
-        self.wakeup = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-
-    def enqueue(self, states: list[LeaderAndIsrPartition]) -> None:
-        for s in states:
-            tp = TopicPartition(s.topic, s.partition)
-            # A replica assigned here again (a new reassignment took it back) must not be deleted by the
-            # STOP_REPLICA of its removal if that has not gone yet: it would go first and empty a log the
-            # leader may already count as in sync.
-            self.pending_deletes.pop(tp, None)
-            self.pending[tp] = s
-        self.wakeup.set()
-
-    def enqueue_deletes(self, tps: list[TopicPartition]) -> None:
-        for tp in tps:
-            self.pending.pop(tp, None)  # the state of a partition that no longer exists
-            self.pending_deletes[tp] = None
-        self.wakeup.set()
-
-    def metadata_changed(self) -> None:
-        self.metadata_dirty = True
-        self.wakeup.set()
-
-    async def run(self) -> None:
-        backoff_s = 0.05
-        while True:
-            await self.wakeup.wait()
-            self.wakeup.clear()
-            registration = self.node.controller.image.brokers.get(self.broker_id)
-            if registration is None or registration.fenced:
-                # Fenced or unknown: it gets its full state when it is unfenced. A broker in controlled
-                # shutdown is still told, so it stops leading what moved away.
-                continue
-            send = self.node.transport.send
-            try:
-                if self.metadata_dirty:
-                    self.metadata_dirty = False
-                    await send(self.broker_id, self.node.update_metadata_request(), 5000)
-                if self.pending_deletes:
-                    deletes = list(self.pending_deletes)
-                    stop = StopReplicaRequest(
-                        controller_id=self.node.node_id,
-                        controller_epoch=self.node.controller_epoch,
-                        partitions=[
-                            StopReplicaPartition(tp.topic, tp.partition, EPOCH_DURING_DELETE, delete_partition=True)
-                            for tp in deletes
-                        ],
-                    )
-                    stopped = await send(self.broker_id, stop, 5000)
-                    if stopped.error_code != ErrorCode.NONE:
-                        log.warning("broker %d refused STOP_REPLICA: %s", self.broker_id, stopped.error_message)
-                    for tp in deletes:
-                        self.pending_deletes.pop(tp, None)
-                if self.pending:
-                    batch, self.pending = self.pending, {}
-                    request = LeaderAndIsrRequest(
-                        controller_id=self.node.node_id,
-                        controller_epoch=self.node.controller_epoch,
-                        partitions=list(batch.values()),
-                        live_leaders=self.node.live_endpoints(),
-                        broker_epoch=registration.broker_epoch,
-                    )
-                    try:
-                        resp = await send(self.broker_id, request, 5000)
-                        if resp.error_code == ErrorCode.STALE_BROKER_EPOCH:
-                            # A new incarnation answered before its registration reached us: keep the batch
-                            # and retry; the registration fences it and its unfencing sends full state.
-                            raise StaleBrokerEpochError(resp.error_message or "stale broker epoch")
-                    except BaseException:
-                        for tp, s in batch.items():
-                            self.pending.setdefault(tp, s)
-                        raise
-                    if resp.error_code != ErrorCode.NONE:
-                        log.warning("broker %d refused LEADER_AND_ISR: %s", self.broker_id, resp.error_message)
-                backoff_s = 0.05
-            except _PUSH_RETRIED as exc:
-                self.metadata_dirty = True
-                log.info("push to broker %d failed (%s); retrying in %.2fs", self.broker_id, exc, backoff_s)
-                await self.node.time.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 1.0)
-                self.wakeup.set()
+def quorum_config(config: dict[str, Any]) -> QuorumConfig:
+    """The node's quorum: `controller.quorum.voters`, or, when unset, a quorum of this node alone."""
+    properties = dict(config)
+    if not properties.get("controller.quorum.voters"):
+        host, port = parse_host_port(config["listeners"], "listeners")
+        properties["controller.quorum.voters"] = f"{config['node.id']}@{host}:{port}"
+    return QuorumConfig.from_properties(properties)
 
 
 class ControllerNode:
-    def __init__(self, config: dict[str, Any], time: Time, transport: Transport) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        time: Time,
+        transport: Transport,
+        storage: Storage = OS_STORAGE,
+        rng: random.Random | None = None,
+    ) -> None:
         self.config = config
         self.time = time
         self.node_id: int = config["node.id"]
         self.secret: str | None = config.get("cluster.secret")
+        self.quorum = quorum_config(config)
+        if self.node_id not in self.quorum.voters:
+            raise ValueError(
+                f"node.id {self.node_id} is not among controller.quorum.voters {sorted(self.quorum.voters)}"
+            )
         data_dir = Path(config["metadata.log.dir"])
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.controller_epoch = self._bump_controller_epoch(data_dir)
         pure = {k: v for k, v in config.items() if k in _PURE_KEYS}
-        self.store = MetadataStore(data_dir)
-        self.controller = Controller(ControllerConfig.from_properties(pure), time, self.store)
-        self.channels: dict[int, BrokerChannel] = {}
-        # The controller's pushes reach brokers by id (at the address they registered with, over TCP).
+        self.controller = Controller(ControllerConfig.from_properties(pure), time, writer=self)
+        self.raft_log = ReplicatedLog(data_dir, time, storage, self.quorum.segment_bytes)
+        # The quorum's messages and nothing else go over this transport: to voters by id.
         self.transport = transport
+        self.raft = RaftClient(
+            self.node_id,
+            self.quorum,
+            self.raft_log,
+            QuorumStateStore(data_dir),
+            time,
+            transport,
+            rng if rng is not None else random.Random(),
+            listener=self,
+        )
+        self.active = False
+        self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
-        # Requests the controller commits (after the cluster secret check), each a pure Controller command.
+        #: Called when this node becomes or stops being the active controller (the simulator listens).
+        self.on_active_change: Callable[[bool], None] = lambda active: None
+        #: Called with each committed batch's records, its last offset and the image after it (the simulator's
+        #: checker listens): the batches this node appended too, once committed.
+        self.on_commit: Callable[[list[MetadataRecord], int, MetadataImage], None] = lambda records, offset, image: None
+        # Requests the active controller runs as commands (after the cluster secret check).
         self._commands: dict[type, Callable[[Any, int], ControllerResult[Any]]] = {
             BrokerRegistrationRequest: self.controller.register_broker,
             BrokerHeartbeatRequest: self.controller.heartbeat,
+            AllocateProducerIdsRequest: lambda request, _now: self.controller.allocate_producer_ids(request),
             CreateTopicsRequest: lambda request, _now: self.controller.create_topics(request),
             DeleteTopicsRequest: lambda request, _now: self.controller.delete_topics(request),
             CreatePartitionsRequest: lambda request, _now: self.controller.create_partitions(request),
             IncrementalAlterConfigsRequest: lambda request, _now: self.controller.incremental_alter_configs(request),
-            InitProducerIdRequest: lambda request, _now: self.controller.init_producer_id(request),
             AlterPartitionReassignmentsRequest: lambda request, _now: self.controller.alter_partition_reassignments(
                 request
             ),
@@ -216,62 +159,86 @@ class ControllerNode:
             ApiVersionsRequest: self._api_versions,
             SaslAuthenticateRequest: lambda ctx, request: authenticate(ctx, self.secret, request),
             MetadataRequest: self._metadata,
+            DescribeQuorumRequest: self._describe_quorum,
         }
 
-    def broker_address(self, broker_id: int) -> tuple[str, int] | None:
-        registration = self.controller.image.brokers.get(broker_id)
-        return None if registration is None else (registration.host, registration.port)
+    # -- the writer the control managers commit through (controller/metadata_log.py) ----------------
 
-    @staticmethod
-    def _bump_controller_epoch(data_dir: Path) -> int:
-        """A restarted controller gets a higher epoch, so brokers can tell its pushes from stale ones."""
-        from server_common.storage import write_atomically
+    @property
+    def next_offset(self) -> int:
+        return self.raft_log.log_end_offset
 
-        path = data_dir / "controller-epoch"
-        try:
-            epoch = int(path.read_text().strip()) + 1
-        except (OSError, ValueError):
-            epoch = 1
-        write_atomically(path, f"{epoch}\n".encode())
-        return epoch
+    def append(self, records: Sequence[MetadataRecord]) -> int:
+        return self.raft.append([encode_record(r) for r in records])
 
-    # -- pushes -------------------------------------------------------------------------------------
+    # -- what the quorum commits (raft/raft_client.py's listener) ----------------------------------------
 
-    def live_endpoints(self) -> list[BrokerEndpoint]:
-        return [b.endpoint() for b in self.controller.image.brokers.values() if b.is_active]
+    def handle_commit(self, batches: list[LogBatch]) -> None:
+        for batch in batches:
+            if batch.is_control:
+                self.controller.skip_to(batch.last_offset)
+                continue
+            records = [decode_record(v) for v in batch.values]
+            if batch.last_offset > self.controller.last_offset:
+                self.controller.replay(records, batch.last_offset)
+            # else: our own, replayed when this node appended it (the next command waited for this commit)
+            self.on_commit(records, batch.last_offset, self.controller.image)
+        if self.raft.snapshot_due and self.controller.last_offset < self.raft.delivered_offset:
+            self.raft.write_snapshot([encode_record(r) for r in self.controller.image.to_records()])
+        self._maybe_activate()
 
-    def update_metadata_request(self) -> UpdateMetadataRequest:
-        image = self.controller.image
-        return UpdateMetadataRequest(
-            controller_id=self.node_id,
-            controller_epoch=self.controller_epoch,
-            brokers=self.live_endpoints(),
-            partitions=[p.to_leader_and_isr() for p in image.partitions.values()],
-            topic_configs={name: dict(t.configs) for name, t in image.topics.items()},
-            topic_config_defaults=self.controller.topic_config_defaults(),
-            broker_configs={entity: dict(configs) for entity, configs in image.broker_configs.items()},
-        )
+    def handle_load_snapshot(self, snapshot: Snapshot) -> None:
+        image = MetadataImage()
+        for value in snapshot.values:
+            image.replay(decode_record(value))
+        self.controller.reset(image, snapshot.end_offset - 1)
 
-    def _channel(self, broker_id: int) -> BrokerChannel:
-        ch = self.channels.get(broker_id)
-        if ch is None:
-            ch = self.channels[broker_id] = BrokerChannel(self, broker_id)
-            ch.task = asyncio.get_running_loop().create_task(ch.run(), name=f"push-broker-{broker_id}")
-            self._tasks.add(ch.task)
-            ch.task.add_done_callback(self._task_done)
-        return ch
+    def handle_leader_change(self, leader_id: int | None, epoch: int) -> None:
+        if leader_id != self.node_id:
+            self._deactivate()
+        else:
+            self._maybe_activate()
 
-    def publish(self, result: ControllerResult[Any]) -> None:
-        if not result.records:
+    def _maybe_activate(self) -> None:
+        """Active once this node leads and its image holds everything committed before its epoch began."""
+        if self.active or not self.raft.is_leader:
+            if self.active and not self.raft.is_leader:
+                self._deactivate()
             return
-        for broker_id, tps in result.deleted_replicas.items():
-            self._channel(broker_id).enqueue_deletes(tps)
-        for broker_id in result.unfenced_brokers:
-            self._channel(broker_id).enqueue(self.controller.leader_and_isr_for_broker(broker_id))
-        for broker_id, states in result.leader_and_isr_by_broker().items():
-            self._channel(broker_id).enqueue(states)
-        for broker_id in self.controller.image.brokers:
-            self._channel(broker_id).metadata_changed()
+        if self.raft.delivered_offset <= self.raft.epoch_start_offset:
+            return
+        self.active = True
+        self.controller.activate()
+        log.info("node %d is the active controller (epoch %d)", self.node_id, self.raft.epoch)
+        self.on_active_change(True)
+
+    def _deactivate(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        self.controller.deactivate()
+        if self.controller.last_offset >= self.raft.delivered_offset:
+            self._rebuild_committed_image()
+        log.info("node %d is no longer the active controller", self.node_id)
+        self.on_active_change(False)
+
+    def _rebuild_committed_image(self) -> None:
+        """Drop what was applied but never committed: the image again from the snapshot and the log up to
+        what the quorum committed."""
+        image = MetadataImage()
+        snapshot = self.raft_log.read_snapshot()
+        start = self.raft_log.log_start_offset
+        if snapshot is not None:
+            for value in snapshot.values:
+                image.replay(decode_record(value))
+            start = snapshot.end_offset
+        last = start - 1
+        for batch in self.raft_log.batches(start, self.raft.delivered_offset):
+            if not batch.is_control:
+                for value in batch.values:
+                    image.replay(decode_record(value))
+            last = batch.last_offset
+        self.controller.reset(image, last)
 
     # -- requests -----------------------------------------------------------------------------------
 
@@ -279,7 +246,20 @@ class ControllerNode:
         return api_versions_response()
 
     async def _metadata(self, ctx: ConnectionContext, request: MetadataRequest) -> Message:
-        return self.controller.metadata(request.topics)
+        async with self._lock:  # an answer never shows a record not yet committed
+            response: MetadataResponse = self.controller.metadata(request.topics)
+        response.controller_id = self.raft.leader_id if self.raft.leader_id is not None else -1
+        return response
+
+    async def _describe_quorum(self, ctx: ConnectionContext, request: DescribeQuorumRequest) -> Message:
+        return self.raft.describe()
+
+    def not_controller(self) -> ErrorResponse:
+        leader = self.raft.leader_id
+        known = f"node {leader} leads the quorum" if leader is not None and leader != self.node_id else "no leader yet"
+        return ErrorResponse(
+            int(ErrorCode.NOT_CONTROLLER), f"node {self.node_id} is not the active controller ({known})"
+        )
 
     async def handle(self, ctx: ConnectionContext, header: RequestHeader, body: Message) -> Message | None:
         open_handler = self._open.get(type(body))
@@ -288,19 +268,48 @@ class ControllerNode:
         refused = check_secret(ctx, self.secret)
         if refused is not None:
             return refused
+        if isinstance(body, FetchRequest):
+            return await self.raft.handle_fetch(body)
+        if isinstance(body, VoteRequest):
+            return self.raft.handle_vote(body)
+        if isinstance(body, BeginQuorumEpochRequest):
+            return self.raft.handle_begin_quorum_epoch(body)
+        if isinstance(body, EndQuorumEpochRequest):
+            return self.raft.handle_end_quorum_epoch(body)
+        if isinstance(body, FetchSnapshotRequest):
+            return self.raft.handle_fetch_snapshot(body)
         command = self._commands.get(type(body))
         if command is None:
             return ErrorResponse(int(ErrorCode.INVALID_REQUEST), f"the controller does not serve {type(body).__name__}")
-        result = command(body, self.time.milliseconds())
-        self.publish(result)
-        return result.response  # type: ignore[no-any-return,unused-ignore]
+        return await self.run_command(lambda now: command(body, now))
+
+    async def run_command(self, command: Callable[[int], ControllerResult[Any]]) -> Message:
+        """Run a command as the active controller and answer once its records are committed."""
+        async with self._lock:
+            if not self.active:
+                return self.not_controller()
+            try:
+                result = command(self.time.milliseconds())
+            except NotLeaderError:
+                self._deactivate()
+                return self.not_controller()
+            if result.records:
+                try:
+                    await self.raft.wait_committed(self.controller.last_offset)
+                except NotLeaderError:
+                    self._deactivate()
+                    return self.not_controller()
+            response: Message = result.response
+            return response
 
     async def _tick_loop(self) -> None:
         period_s = self.config["controller.tick.ms"] / 1000.0
         while True:
             await self.time.sleep(period_s)
+            if not self.active:
+                continue
             try:
-                self.publish(self.controller.tick(self.time.milliseconds()))
+                await self.run_command(self.controller.tick)
             except Exception:
                 log.exception("controller tick failed")
 
@@ -312,15 +321,20 @@ class ControllerNode:
             )
 
     def start(self) -> None:
+        self.raft.start()
         tick = asyncio.get_running_loop().create_task(self._tick_loop(), name="controller-tick")
         self._tasks.add(tick)
         tick.add_done_callback(self._task_done)
 
-    async def stop(self) -> None:
-        """Stop the tick and every push; close the links and the store (also what a crash leaves: every
-        committed change is already in the store)."""
+    async def stop(self, graceful: bool = True) -> None:
+        """Stop the tick and the quorum member (a leader stopping gracefully resigns first); close the links
+        and the log. With `graceful` False, what SIGKILL leaves: everything committed is already durable."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.raft.close(graceful=graceful)
         await self.transport.close()
-        self.store.close()
+        if graceful:
+            self.raft_log.close()
+        else:
+            self.raft_log.abandon()

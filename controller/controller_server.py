@@ -1,12 +1,12 @@
 """The controller process: a `ControllerNode` (controller/controller_node.py) behind a socket server, with
-TCP links to the brokers at the addresses they registered with."""
+TCP links to the other voters of the quorum at the addresses `controller.quorum.voters` gives."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from controller.controller_node import ControllerNode
+from controller.controller_node import ControllerNode, quorum_config
 from network.socket_server import SocketServer, wait_for_termination
 from network.tcp_transport import TcpTransport
 from server_common.config import parse_host_port
@@ -16,12 +16,13 @@ from server_common.time import SYSTEM_TIME, Time
 class ControllerServer:
     def __init__(self, config: dict[str, Any], time: Time = SYSTEM_TIME) -> None:
         self.config = config
+        voters = quorum_config(config).voters
         transport = TcpTransport(
-            lambda broker_id: self.node.broker_address(broker_id),
-            "controller",
+            voters.get,
+            f"controller-{config['node.id']}",
             config.get("cluster.secret"),
             timeout_ms=5000,
-            describe=lambda broker_id: f"broker {broker_id}",
+            describe=lambda node_id: f"controller {node_id}",
             local_address=config.get("local.address"),
         )
         self.node = ControllerNode(config, time, transport)
@@ -38,6 +39,7 @@ class ControllerServer:
                     "controller_id": self.node.node_id,
                     "host": self.server.host,
                     "port": self.server.port,
+                    "voters": sorted(self.node.quorum.voters),
                 }
             ),
             flush=True,
@@ -45,7 +47,7 @@ class ControllerServer:
 
     async def shutdown(self) -> None:
         await self.server.close()
-        await self.node.stop()
+        await self.node.stop(graceful=True)
 
 
 async def run_controller(config: dict[str, Any]) -> None:

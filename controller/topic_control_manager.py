@@ -179,7 +179,7 @@ class TopicControlManager:
         configs = dict(topic.configs)
         # The id is the metadata offset of the TopicRecord: unique for the life of the cluster, like broker
         # epochs, and the same in every replay (the simulator needs runs to repeat exactly).
-        topic_id = f"{self._log.last_offset + 1:016x}"
+        topic_id = f"{self._log.next_offset:016x}"
         records: list[MetadataRecord] = [TopicRecord(name=topic.name, configs=configs, topic_id=topic_id)]
         records += [
             PartitionRecord(topic=topic.name, partition=i, replicas=replicas, isr=replicas, leader=replicas[0])

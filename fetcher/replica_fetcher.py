@@ -66,6 +66,7 @@ from protocol.messages import (
     TopicPartition,
 )
 from server_common.time import Time
+from storage.truncation import OffsetTruncationState, offset_truncation_state
 
 log = logging.getLogger(__name__)
 
@@ -107,12 +108,6 @@ class FetcherConfig:
         if config.num_replica_fetchers < 1:
             raise ValueError("num.replica.fetchers must be >= 1")
         return config
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetTruncationState:
-    offset: int
-    truncation_completed: bool
 
 
 class ReplicaFetcher:
@@ -336,24 +331,11 @@ class ReplicaFetcher:
     def offset_truncation_state(
         self, tp: TopicPartition, state: PartitionFetchState, leader: EpochEndOffset
     ) -> OffsetTruncationState:
-        """Where to truncate, given the leader's answer for our latest epoch (getOffsetTruncationState)."""
-        follower_log = self._replicas.follower_log(tp)
-        log_end_offset = follower_log.log_end_offset
-        if leader.end_offset == UNDEFINED_EPOCH_OFFSET:
-            # The leader knows nothing of the epoch: fall back to the initial offset (our HW).
-            return OffsetTruncationState(state.fetch_offset, True)
-        if leader.leader_epoch == UNDEFINED_EPOCH:
-            # An answer without an epoch (old protocol): trust the leader's end offset.
-            return OffsetTruncationState(min(leader.end_offset, log_end_offset), True)
-        follower_epoch, follower_end_offset = follower_log.end_offset_for_epoch(leader.leader_epoch)
-        if follower_end_offset == UNDEFINED_EPOCH_OFFSET:
-            # We have no epoch at or below the leader's: the leader's end offset is safe.
-            return OffsetTruncationState(min(leader.end_offset, log_end_offset), True)
-        if follower_epoch != leader.leader_epoch:
-            # We never saw the leader's epoch: cut back to where our largest smaller epoch ends and
-            # ask again with that epoch (KIP-279 multi-round truncation).
-            return OffsetTruncationState(min(follower_end_offset, log_end_offset), False)
-        return OffsetTruncationState(min(follower_end_offset, leader.end_offset, log_end_offset), True)
+        """Where to truncate, given the leader's answer for our latest epoch (fetcher/truncation.py); with no
+        epoch known to the leader, to the initial offset (our HW)."""
+        return offset_truncation_state(
+            self._replicas.follower_log(tp), state.fetch_offset, leader.leader_epoch, leader.end_offset
+        )
 
     def _truncate_to_high_watermark(self, tps: list[TopicPartition]) -> None:
         now = self._time.milliseconds()

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 NO_LEADER = -1
 TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC
 BROKER_RESOURCE = 4  # Kafka's ConfigResource.Type.BROKER: name "" is the cluster-wide default, else a broker id
@@ -109,10 +111,13 @@ class RemoveTopicRecord:
 
 @dataclass(frozen=True, slots=True)
 class ProducerIdsRecord:
-    """INIT_PRODUCER_ID handed out ids below `next_producer_id` (Kafka's ProducerIdsRecord, KIP-730):
-    an id is never given twice, across controller restarts too."""
+    """Every producer id below `next_producer_id` has been given to a broker, in blocks (Kafka's
+    ProducerIdsRecord, KIP-730): an id is never given twice, across controller failovers too. The block
+    ending here went to `broker_id` at `broker_epoch` (-1 in records written before blocks existed)."""
 
     next_producer_id: int
+    broker_id: int = -1
+    broker_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,3 +208,18 @@ def record_from_dict(data: Mapping[str, Any]) -> MetadataRecord:
         return cls(**kwargs)
     except TypeError as exc:
         raise MetadataReplayError(f"bad {cls.__name__}: {exc}") from None
+
+
+def encode_record(record: MetadataRecord) -> bytes:
+    """A record as the metadata log and snapshots store it: msgpack of `record_to_dict`."""
+    data: bytes = msgpack.packb(record_to_dict(record), use_bin_type=True)
+    return data
+
+
+def decode_record(value: bytes) -> MetadataRecord:
+    """Inverse of `encode_record`; MetadataReplayError for a value that is not a record."""
+    try:
+        data = msgpack.unpackb(value, raw=False)
+    except (ValueError, TypeError) as exc:
+        raise MetadataReplayError(f"unreadable metadata record: {exc}") from None
+    return record_from_dict(data)

@@ -67,6 +67,14 @@ METRICS_DROPPED = "MetricsDropped"
 # answers nothing and sends no heartbeat meanwhile.
 LOOP_LAG_MAX_MS = "LoopLagMaxMs"
 LOOP_LAG_AVG_MS = "LoopLagAvgMs"
+# The broker's copy of the metadata log (an observer of the controller quorum): the quorum's leader (the
+# active controller; -1 when none is known) and epoch, the last record the broker applied, and how far that
+# is behind what the quorum has committed, in records and in ms (since the broker first fell behind).
+METADATA_LEADER_ID = "MetadataLeaderId"
+METADATA_LEADER_EPOCH = "MetadataLeaderEpoch"
+METADATA_OFFSET = "MetadataOffset"
+METADATA_LAG_RECORDS = "MetadataLagRecords"
+METADATA_LAG_MS = "MetadataLagMs"
 
 # Running totals since broker_start_ms (Kafka meter counts); they restart from 0 with the broker.
 PARTITION_COUNTERS: tuple[str, ...] = (

@@ -41,6 +41,11 @@ from metrics.fields import (
     LOOP_LAG_AVG_MS,
     LOOP_LAG_MAX_MS,
     MAX_LAG,
+    METADATA_LAG_MS,
+    METADATA_LAG_RECORDS,
+    METADATA_LEADER_EPOCH,
+    METADATA_LEADER_ID,
+    METADATA_OFFSET,
     METRICS_DROPPED,
     PARTITION,
     PARTITION_COUNTERS,
@@ -104,6 +109,11 @@ BROKER_ONLY_FIELDS = StructType(
         StructField(METRICS_DROPPED, LongType()),
         StructField(LOOP_LAG_MAX_MS, DoubleType()),
         StructField(LOOP_LAG_AVG_MS, DoubleType()),
+        StructField(METADATA_LEADER_ID, IntegerType()),
+        StructField(METADATA_LEADER_EPOCH, IntegerType()),
+        StructField(METADATA_OFFSET, LongType()),
+        StructField(METADATA_LAG_RECORDS, LongType()),
+        StructField(METADATA_LAG_MS, LongType()),
     ]
 )
 

@@ -30,6 +30,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kafka.protocol.admin import DescribeQuorumRequest
 from kafka.protocol.admin.configs import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
 from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.admin.topics import (
@@ -90,6 +91,9 @@ SERVED: dict[int, tuple[type[ApiMessage], int, int]] = {
     37: (CreatePartitionsRequest, 0, 1),
     42: (DeleteGroupsRequest, 0, 2),
     44: (IncrementalAlterConfigsRequest, 0, 0),
+    # The controller quorum, as kafka-metadata-quorum.sh --bootstrap-server asks a broker (KIP-919): the
+    # broker forwards it to the quorum's leader. v2 adds the controllers' listeners and directory ids.
+    55: (DescribeQuorumRequest, 0, 1),
 }
 
 API_VERSIONS_KEY = 18

@@ -77,6 +77,9 @@ class ErrorCode(IntEnum):
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
     BROKER_ID_NOT_REGISTERED = 102
+    INCONSISTENT_VOTER_SET = 94
+    SNAPSHOT_NOT_FOUND = 98
+    POSITION_OUT_OF_RANGE = 99
 
     @property
     def retriable(self) -> bool:
@@ -229,6 +232,12 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     "replica, or at another broker epoch than its registration",
     ErrorCode.NEW_LEADER_ELECTED: "ALTER_PARTITION: a new leader was elected meanwhile",
     ErrorCode.BROKER_ID_NOT_REGISTERED: "a broker request from a broker id the controller does not know",
+    ErrorCode.INCONSISTENT_VOTER_SET: (
+        "a quorum request (VOTE, BEGIN/END_QUORUM_EPOCH) from or about a node that is not in this voter's "
+        "controller.quorum.voters: the voters' configs disagree"
+    ),
+    ErrorCode.SNAPSHOT_NOT_FOUND: "FETCH_SNAPSHOT: the leader has no snapshot with that end offset and epoch",
+    ErrorCode.POSITION_OUT_OF_RANGE: "FETCH_SNAPSHOT: the position is past the snapshot's end",
 }
 
 

@@ -178,6 +178,14 @@ class FetchPartitionResponse(Message):
     # truncates there (as from an OffsetsForLeaderEpoch answer) and fetches on. -1: no divergence.
     diverging_epoch: int = UNDEFINED_EPOCH
     diverging_end_offset: int = UNDEFINED_EPOCH_OFFSET
+    # The metadata quorum's FETCH (KIP-595): the leader as the answering node knows it (Kafka's CurrentLeader),
+    # so a follower or observer that asked the wrong node, or an old epoch, goes to the right one; -1: unknown.
+    current_leader_id: int = -1
+    current_leader_epoch: int = -1
+    # Kafka's SnapshotId (KIP-630): the fetch offset is below the leader's log start, so the fetcher must first
+    # load this snapshot (FETCH_SNAPSHOT) and fetch on from its end offset. -1: no snapshot needed.
+    snapshot_end_offset: int = -1
+    snapshot_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -941,6 +949,153 @@ class BrokerHeartbeatResponse(Message):
     next_producer_id: int = -1
 
 
+# -- the metadata quorum (KIP-595): VOTE (52), BEGIN_QUORUM_EPOCH (53), END_QUORUM_EPOCH (54), -------
+# -- DESCRIBE_QUORUM (55), FETCH_SNAPSHOT (59). The quorum replicates one partition, __cluster_metadata-0,
+# -- so unlike Kafka's these name no topic or partition. FETCH (1) names the partition as usual.
+
+
+@dataclass(slots=True)
+class VoteRequest(Message):
+    """A candidate asks a voter for its vote in `candidate_epoch`. With `pre_vote` (KIP-996) it only asks
+    whether it would get it: the voter changes no state, and the candidate bumps its epoch only after a
+    majority said yes, so a node cut off from the quorum cannot force an election when it returns."""
+
+    candidate_id: int
+    candidate_epoch: int
+    last_offset_epoch: int
+    last_offset: int
+    pre_vote: bool = False
+
+    def validate(self) -> None:
+        _non_negative("VoteRequest.candidate_id", self.candidate_id)
+        _non_negative("VoteRequest.candidate_epoch", self.candidate_epoch)
+        _non_negative("VoteRequest.last_offset", self.last_offset)
+
+
+@dataclass(slots=True)
+class VoteResponse(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    leader_id: int = -1  # the leader the voter knows in leader_epoch, -1 if none
+    leader_epoch: int = -1
+    vote_granted: bool = False
+
+
+@dataclass(slots=True)
+class BeginQuorumEpochRequest(Message):
+    """The newly elected leader tells a voter: I lead `leader_epoch`."""
+
+    leader_id: int
+    leader_epoch: int
+
+    def validate(self) -> None:
+        _non_negative("BeginQuorumEpochRequest.leader_id", self.leader_id)
+        _non_negative("BeginQuorumEpochRequest.leader_epoch", self.leader_epoch)
+
+
+@dataclass(slots=True)
+class BeginQuorumEpochResponse(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    leader_id: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(slots=True)
+class EndQuorumEpochRequest(Message):
+    """A leader resigns `leader_epoch` (a graceful shutdown, or it lost its quorum). `preferred_successors`:
+    the other voters, most caught up first; the first starts an election at once, the others after a
+    growing backoff, so the best candidate usually wins the first round."""
+
+    leader_id: int
+    leader_epoch: int
+    preferred_successors: list[int] = field(default_factory=list)
+
+    def validate(self) -> None:
+        _non_negative("EndQuorumEpochRequest.leader_id", self.leader_id)
+        _non_negative("EndQuorumEpochRequest.leader_epoch", self.leader_epoch)
+
+
+@dataclass(slots=True)
+class EndQuorumEpochResponse(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    leader_id: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(slots=True)
+class DescribeQuorumRequest(Message):
+    """Any controller answers with what it knows; only the leader knows every replica's progress."""
+
+
+@dataclass(slots=True)
+class QuorumReplicaState(Message):
+    replica_id: int
+    log_end_offset: int = -1
+    last_fetch_timestamp: int = -1  # ms since the epoch the leader last heard a FETCH from it; -1: never
+    last_caught_up_timestamp: int = -1  # the last time its fetch reached the leader's log end
+
+
+@dataclass(slots=True)
+class DescribeQuorumResponse(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    leader_id: int = -1
+    leader_epoch: int = -1
+    high_watermark: int = -1
+    current_voters: list[QuorumReplicaState] = field(default_factory=list)
+    observers: list[QuorumReplicaState] = field(default_factory=list)
+    # Beyond Kafka's answer: who answered and in what role (leader, follower, candidate, ...), so a tool
+    # asking every voter can tell a voter that lost touch from one that follows.
+    node_id: int = -1
+    state: str = ""
+
+
+@dataclass(slots=True)
+class FetchSnapshotRequest(Message):
+    replica_id: int
+    current_leader_epoch: int
+    snapshot_end_offset: int
+    snapshot_epoch: int
+    position: int
+    max_bytes: int = 1 << 20
+
+    def validate(self) -> None:
+        _non_negative("FetchSnapshotRequest.position", self.position)
+        _non_negative("FetchSnapshotRequest.max_bytes", self.max_bytes)
+
+
+@dataclass(slots=True)
+class FetchSnapshotResponse(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    current_leader_id: int = -1
+    current_leader_epoch: int = -1
+    snapshot_end_offset: int = -1
+    snapshot_epoch: int = -1
+    size: int = -1  # the snapshot's whole size in bytes
+    position: int = -1  # where `unaligned_records` starts in it
+    unaligned_records: bytes = b""
+
+
+# -- ALLOCATE_PRODUCER_IDS (67): a broker reserves a block of producer ids (KIP-730) ---------------
+
+
+@dataclass(slots=True)
+class AllocateProducerIdsRequest(Message):
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(slots=True)
+class AllocateProducerIdsResponse(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    producer_id_start: int = -1
+    producer_id_len: int = 0
+
+
 # -- registry -------------------------------------------------------------------------------------
 
 REQUEST_TYPES: dict[ApiKey, type[Message]] = {
@@ -968,6 +1123,12 @@ REQUEST_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.ALTER_PARTITION: AlterPartitionRequest,
     ApiKey.BROKER_REGISTRATION: BrokerRegistrationRequest,
     ApiKey.BROKER_HEARTBEAT: BrokerHeartbeatRequest,
+    ApiKey.VOTE: VoteRequest,
+    ApiKey.BEGIN_QUORUM_EPOCH: BeginQuorumEpochRequest,
+    ApiKey.END_QUORUM_EPOCH: EndQuorumEpochRequest,
+    ApiKey.DESCRIBE_QUORUM: DescribeQuorumRequest,
+    ApiKey.FETCH_SNAPSHOT: FetchSnapshotRequest,
+    ApiKey.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsRequest,
 }
 
 RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
@@ -995,6 +1156,12 @@ RESPONSE_TYPES: dict[ApiKey, type[Message]] = {
     ApiKey.ALTER_PARTITION: AlterPartitionResponse,
     ApiKey.BROKER_REGISTRATION: BrokerRegistrationResponse,
     ApiKey.BROKER_HEARTBEAT: BrokerHeartbeatResponse,
+    ApiKey.VOTE: VoteResponse,
+    ApiKey.BEGIN_QUORUM_EPOCH: BeginQuorumEpochResponse,
+    ApiKey.END_QUORUM_EPOCH: EndQuorumEpochResponse,
+    ApiKey.DESCRIBE_QUORUM: DescribeQuorumResponse,
+    ApiKey.FETCH_SNAPSHOT: FetchSnapshotResponse,
+    ApiKey.ALLOCATE_PRODUCER_IDS: AllocateProducerIdsResponse,
 }
 
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: (0, 0) for key in REQUEST_TYPES}

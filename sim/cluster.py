@@ -1,9 +1,10 @@
-"""A cluster in one process: the real `ControllerNode` and `BrokerNode`s on a `SimNetwork` and `SimDisk`s.
+"""A cluster in one process: the real `ControllerNode`s (the metadata quorum's voters) and `BrokerNode`s on a
+`SimNetwork` and `SimDisk`s.
 
-Node ids: the controller is 3000 (its default `node.id`), brokers are 1..N, producers 1001.., consumers
-2001... Each broker's directory lives under the run's root; a kill discards the node object (its
-in-memory state is gone), optionally drops what its disk never flushed, and a restart builds a new node
-from the same directory, which recovers it as after a SIGKILL.
+Node ids: the controllers are 3000, 3001, ... (`SimOptions.controllers` of them), brokers are 1..N,
+producers 1001.., consumers 2001... Each node's directory lives under the run's root; a kill discards the
+node object (its in-memory state is gone), optionally drops what its disk never flushed, and a restart
+builds a new node from the same directory, which recovers it as after a SIGKILL.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from broker.broker_node import BrokerNode
 from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG
+from broker.controller_channel import ControllerChannel
 from controller.controller_node import ControllerNode
 from server_common.time import Time
 from sim.disk import SimDisk
@@ -27,7 +29,7 @@ from sim.trace import Trace
 
 log = logging.getLogger(__name__)
 
-CONTROLLER_ID = 3000
+CONTROLLER_ID = 3000  # the first controller's id; controller i is CONTROLLER_ID + i
 
 # inter.broker.protocol.version for each legacy switch (Kafka's IBP gates for the same behaviour).
 TRUNCATION_IBP = {"fetch": "3.0", "epoch": "2.6", "hw": "0.10.2"}
@@ -56,6 +58,7 @@ class SimOptions:
     epoch_reply: str = "kip279"  # "kip101": OffsetsForLeaderEpoch answers without an epoch (before KIP-279)
     unclean_leader_election: bool = False
     idempotence: bool = False  # producers resend writes left in doubt (KIP-98)
+    controllers: int = 3  # voters of the metadata quorum
     broker_overrides: dict[str, Any] = field(default_factory=dict)
 
     def inter_broker_protocol_version(self) -> str:
@@ -88,13 +91,15 @@ class SimCluster:
         loop = asyncio.get_running_loop()
         self.time: Time = LoopTime(loop)
         self.network = SimNetwork(random.Random(rng.getrandbits(64)))
-        self.controller: ControllerNode | None = None
+        self.controllers: dict[int, ControllerNode] = {}
+        self.controller_disks = {c: SimDisk() for c in self.controller_ids}
+        self._committed_offset = -1  # the last metadata offset the checker has heard of
         self.brokers: dict[int, BrokerNode] = {}
         self.disks = {b: SimDisk() for b in self.broker_ids}
         self.restarts = {b: 0 for b in self.broker_ids}
         self.power_lost: dict[int, int] = {}  # broker -> bytes lost at its last crash
         self.on_crash: Callable[[int, bool], None] = lambda broker_id, lost_unflushed: None
-        #: Each metadata record the controller commits, with the image after it (the checker listens).
+        #: Each metadata record the quorum commits, once, with the image after its batch (the checker listens).
         self.on_metadata: Callable[[Any, Any], None] = lambda record, image: None
 
     @property
@@ -107,14 +112,38 @@ class SimCluster:
     def live_brokers(self) -> dict[int, BrokerNode]:
         return dict(self.brokers)
 
-    # -- controller --------------------------------------------------------------------------------
+    # -- controllers -------------------------------------------------------------------------------
 
-    def _controller_config(self) -> dict[str, Any]:
+    @property
+    def controller_ids(self) -> list[int]:
+        return [CONTROLLER_ID + i for i in range(self.options.controllers)]
+
+    @property
+    def quorum_voters(self) -> str:
+        return ",".join(f"{c}@sim:{c}" for c in self.controller_ids)
+
+    @property
+    def controller(self) -> ControllerNode | None:
+        """The active controller, else the live controller whose image is the most up to date (what an
+        election would see next), else None."""
+        live = [self.controllers[c] for c in sorted(self.controllers)]
+        for node in live:
+            if node.active:
+                return node
+        return max(live, key=lambda n: n.raft.delivered_offset, default=None)
+
+    def active_controller_id(self) -> int | None:
+        node = self.controller
+        return node.node_id if node is not None and node.active else None
+
+    def _controller_config(self, node_id: int) -> dict[str, Any]:
         o = self.options
         return CONTROLLER_CONFIG.resolve(
             {
-                "node.id": CONTROLLER_ID,
-                "metadata.log.dir": str(self.root / "controller"),
+                "node.id": node_id,
+                "listeners": f"sim:{node_id}",
+                "metadata.log.dir": str(self.root / f"controller-{node_id}"),
+                "controller.quorum.voters": self.quorum_voters,
                 "min.insync.replicas": o.min_insync_replicas,
                 "unclean.leader.election.enable": o.unclean_leader_election,
                 "broker.session.timeout.ms": 6000,
@@ -122,25 +151,54 @@ class SimCluster:
             }
         )
 
-    async def start_controller(self) -> None:
-        node = ControllerNode(
-            self._controller_config(),
-            PausableTime(asyncio.get_running_loop(), self.network.node(CONTROLLER_ID).resumed),
-            SimTransport(self.network, CONTROLLER_ID, timeout_ms=5000),
-        )
-        self.controller = node
-        node.controller.on_replay = lambda record, image: self.on_metadata(record, image)
-        self.network.bring_up(CONTROLLER_ID, node.handle)
-        node.start()
-        self.trace.event(CONTROLLER_ID, "start", epoch=node.controller_epoch)
-
-    async def kill_controller(self) -> None:
-        if self.controller is None:
+    def _committed(self, records: list[Any], last_offset: int, image: Any) -> None:
+        """A voter delivered a committed batch: the checker hears each batch once, from whichever voter first."""
+        if last_offset <= self._committed_offset:
             return
-        self.network.take_down(CONTROLLER_ID)
-        await self.controller.stop()
-        self.controller = None
-        self.trace.event(CONTROLLER_ID, "kill")
+        self._committed_offset = last_offset
+        for record in records:
+            self.on_metadata(record, image)
+
+    async def start_controller(self, node_id: int = CONTROLLER_ID) -> None:
+        node = ControllerNode(
+            self._controller_config(node_id),
+            PausableTime(asyncio.get_running_loop(), self.network.node(node_id).resumed),
+            SimTransport(self.network, node_id, timeout_ms=5000),
+            storage=self.controller_disks[node_id],
+            rng=random.Random(self.rng.getrandbits(64)),
+        )
+        self.controllers[node_id] = node
+        node.on_commit = self._committed
+        self.network.bring_up(node_id, node.handle)
+        node.start()
+        self.trace.event(node_id, "start", epoch=node.raft.epoch)
+
+    async def send_to_controller(self, src: int, request: Any, timeout_ms: int = 5000) -> Any:
+        """`request` from node `src` to the active controller, following it as a broker's channel does."""
+        channel = ControllerChannel(
+            SimTransport(self.network, src, timeout_ms=timeout_ms),
+            self.controller_ids,
+            self.active_controller_id,
+            self.time,
+            timeout_ms=timeout_ms,
+        )
+        return await channel.send(-1, request, timeout_ms)
+
+    async def start_controllers(self) -> None:
+        for node_id in self.controller_ids:
+            await self.start_controller(node_id)
+
+    async def kill_controller(self, node_id: int | None = None) -> None:
+        """SIGKILL a controller (the active one when `node_id` is None)."""
+        if node_id is None:
+            node_id = self.active_controller_id()
+        node = self.controllers.pop(node_id, None) if node_id is not None else None
+        if node is None or node_id is None:
+            return
+        self.network.take_down(node_id)
+        await node.stop(graceful=False)
+        self.controller_disks[node_id].crash(self.root / f"controller-{node_id}", self.options.crash_loses_unflushed)
+        self.trace.event(node_id, "kill")
 
     # -- brokers -----------------------------------------------------------------------------------
 
@@ -155,6 +213,7 @@ class SimCluster:
             "replica.fetch.backoff.ms": 200,
             "broker.heartbeat.interval.ms": 1000,
             "controlled.shutdown.timeout.ms": 5000,
+            "controller.quorum.voters": self.quorum_voters,
             "inter.broker.protocol.version": o.inter_broker_protocol_version(),
             "metrics.interval.ms": 0,
             # Small batches: an index entry every few batches keeps offset lookups short.
@@ -174,7 +233,8 @@ class SimCluster:
             config,
             time,
             controller=SimTransport(self.network, broker_id, timeout_ms=5000),
-            controller_id=CONTROLLER_ID,
+            quorum=SimTransport(self.network, broker_id, timeout_ms=5000),
+            lifecycle_transport=lambda: SimTransport(self.network, broker_id, timeout_ms=5000),
             fetcher_transport=lambda _fetcher_id: SimTransport(self.network, broker_id, timeout_ms=timeout),
             storage=self.disks[broker_id],
             rng=random.Random(self.rng.getrandbits(64)),
@@ -223,7 +283,7 @@ class SimCluster:
             node = self.brokers.pop(broker_id)
             self.network.take_down(broker_id)
             await node.crash()
-        if self.controller is not None:
-            self.network.take_down(CONTROLLER_ID)
-            await self.controller.stop()
-            self.controller = None
+        for node_id in list(self.controllers):
+            controller = self.controllers.pop(node_id)
+            self.network.take_down(node_id)
+            await controller.stop(graceful=False)

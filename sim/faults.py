@@ -16,7 +16,6 @@ from typing import Any
 from protocol.messages import AlterPartitionReassignmentsRequest, ElectLeadersRequest, ReassignablePartition
 from protocol.transport import NETWORK_ERRORS
 from sim.cluster import CONTROLLER_ID, SimCluster
-from sim.network import SimTransport
 
 KINDS = ("kill", "restart", "pause", "partition", "delay", "drop", "slow-disk", "reassign", "elect")
 REASSIGNER_ID = 4000  # the node an operator's ALTER_PARTITION_REASSIGNMENTS and ELECT_LEADERS come from
@@ -166,7 +165,7 @@ class FaultInjector:
             return resume
         if fault.kind == "partition":
             side = set(fault.nodes)
-            rest = [n for n in [*c.broker_ids, CONTROLLER_ID] if n not in side]
+            rest = [n for n in [*c.broker_ids, *c.controller_ids] if n not in side]
             links = [(a, b) for a in sorted(side) for b in rest]
             if not fault.one_way:
                 links += [(b, a) for a, b in links]
@@ -227,7 +226,7 @@ class FaultInjector:
             [ReassignablePartition(partition.topic, partition.partition, target)]
         )
         try:
-            await SimTransport(c.network, REASSIGNER_ID, timeout_ms=5000).send(CONTROLLER_ID, request)
+            await c.send_to_controller(REASSIGNER_ID, request)
         except NETWORK_ERRORS:
             return None  # the controller was unreachable: nothing moved
 
@@ -245,7 +244,7 @@ class FaultInjector:
             return None
         c.trace.event(REASSIGNER_ID, "fault", **details)
         try:
-            await SimTransport(c.network, REASSIGNER_ID, timeout_ms=5000).send(CONTROLLER_ID, ElectLeadersRequest())
+            await c.send_to_controller(REASSIGNER_ID, ElectLeadersRequest())
         except NETWORK_ERRORS:
             return None  # the controller was unreachable: nothing moved
 

@@ -30,10 +30,9 @@ from broker.replica_manager import FetchParams, ReplicaManager
 from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
 from server_common.poll import wait_until
 from sim.checker import Checker, Violation
-from sim.cluster import CONTROLLER_ID, SimCluster, SimOptions
+from sim.cluster import SimCluster, SimOptions
 from sim.faults import Fault, FaultInjector, generate
 from sim.loop import VirtualTimeLoop
-from sim.network import SimTransport
 from sim.timeline import Recorder
 from sim.trace import Trace
 from sim.workload import Consumer, Producer, WriteHistory
@@ -378,14 +377,19 @@ async def _run(
         return task
 
     async def scenario() -> None:
-        await cluster.start_controller()
+        await cluster.start_controllers()
         for broker in cluster.broker_ids:
             await cluster.start_broker(broker)
-        assert cluster.controller is not None
-        image = cluster.controller.controller.image
-        await wait_until(
-            lambda: sum(1 for b in image.brokers.values() if b.is_active) == options.brokers, 30.0, clock=cluster.time
-        )
+
+        def all_brokers_active() -> bool:
+            node = cluster.controller
+            return (
+                node is not None
+                and node.active
+                and (sum(1 for b in node.controller.image.brokers.values() if b.is_active) == options.brokers)
+            )
+
+        await wait_until(all_brokers_active, 30.0, clock=cluster.time)
         await create_topics(cluster, options)
         await wait_until(lambda: all_led(cluster, partitions), 30.0, clock=cluster.time)
         if script is not None:
@@ -528,7 +532,6 @@ async def _run(
 
 
 async def create_topics(cluster: SimCluster, options: SimOptions) -> None:
-    admin = SimTransport(cluster.network, ADMIN_ID)
     configs = {"min.insync.replicas": str(options.min_insync_replicas)}
     if options.unclean_leader_election:
         configs["unclean.leader.election.enable"] = "true"
@@ -538,7 +541,7 @@ async def create_topics(cluster: SimCluster, options: SimOptions) -> None:
             for i in range(options.topics)
         ]
     )
-    response = await admin.send(CONTROLLER_ID, request, 5000)
+    response = await cluster.send_to_controller(ADMIN_ID, request, 5000)
     for topic in response.topics:
         if topic.error_code:
             raise RuntimeError(f"CREATE_TOPICS failed for {topic.name}: {topic.error_message}")

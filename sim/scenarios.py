@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from protocol.messages import (
     AlterPartitionReassignmentsRequest,
@@ -52,10 +53,10 @@ from protocol.messages import (
     TopicPartition,
 )
 from server_common.poll import RetryPolicy, retry, wait_until
-from sim.cluster import CONTROLLER_ID, SimOptions
+from sim.cluster import SimOptions
 from sim.faults import REASSIGNER_ID
 from sim.loop import LoopTime
-from sim.network import LinkShape, SimTransport
+from sim.network import LinkShape
 from sim.runner import RunResult, Script, SimRun, run_seed
 from sim.timeline import Recorder
 from sim.workload import Producer
@@ -74,6 +75,22 @@ async def until(condition: Callable[[], bool], what: str, timeout_s: float = 30.
 def _replica(run: SimRun, broker: int, tp: TopicPartition):  # type: ignore[no-untyped-def]
     node = run.cluster.brokers.get(broker)
     return None if node is None else node.replica_manager.partitions.get(tp)
+
+
+def _active(run: SimRun) -> Any:
+    node = run.cluster.controller
+    assert node is not None and node.active, "no active controller"
+    return node
+
+
+def _metadata_sent_past(run: SimRun, broker: int, offset: int) -> bool:
+    """Whether the quorum's leader has answered a metadata FETCH of `broker` with a high watermark past
+    `offset`: the record at `offset` is on its way to it (however slow the link)."""
+    node = run.cluster.controller
+    if node is None or not node.raft.is_leader:
+        return False
+    progress = node.raft._observers.get(broker)
+    return progress is not None and progress.sent_high_watermark > offset
 
 
 def _controller_leader(run: SimRun, tp: TopicPartition) -> tuple[int, tuple[int, ...]]:
@@ -228,8 +245,7 @@ async def kip279_failover(run: SimRun) -> None:
     await _write(producer, tp)
     _step(run, f"B writes m2 m3 (LEO {_replica(run, b, tp).log.log_end_offset}); A never gets them, still in the ISR")
     net.cut(a, b)  # from now on B learns nothing from A: it cannot truncate
-    elect = SimTransport(net, REASSIGNER_ID, timeout_ms=5000)
-    await elect.send(CONTROLLER_ID, ElectLeadersRequest())
+    await run.cluster.send_to_controller(REASSIGNER_ID, ElectLeadersRequest())
     await until(lambda: _leads(run, a, tp), "A elected, the preferred replica")
     await _write(producer, tp)
     part = _replica(run, a, tp)
@@ -267,7 +283,8 @@ async def kafka_7164(run: SimRun) -> None:
     await _write(producer, tp)
     await until(lambda: _replica(run, r3, tp).log.log_end_offset == 1, "r3 fetched x")
     _step(run, "r1 writes x at offset 0; r3 fetches it, r2 does not")
-    net.cut(CONTROLLER_ID, r3)  # r3 misses what the controller says from now on (it keeps its session)
+    for c in run.cluster.controller_ids:
+        net.cut(c, r3)  # r3 misses what the metadata says from now on (its heartbeats still arrive)
     await run.cluster.kill_broker(r1)
     await until(lambda: _leads(run, r2, tp), "r2 elected", timeout_s=30)
     _step(run, f"r1 dies; r2 leads at epoch {_replica(run, r2, tp).leader_epoch} without x; r3 is not told")
@@ -296,15 +313,18 @@ async def kip320_stale_leader(run: SimRun) -> None:
     tp = run.partitions[0]
     controller = run.cluster.controller
     assert controller is not None
-    image = controller.controller.image
-    l_, n, f = image.partitions[tp].replicas
+    l_, n, f = controller.controller.image.partitions[tp].replicas
     producer = run.producer(1001, acks=1)
-    reassigner = SimTransport(net, REASSIGNER_ID, timeout_ms=5000)
+
+    def image() -> Any:
+        node = run.cluster.controller
+        assert node is not None
+        return node.controller.image
 
     async def reorder(order: list[int]) -> None:
         request = AlterPartitionReassignmentsRequest([ReassignablePartition(tp.topic, tp.partition, order)])
-        await reassigner.send(CONTROLLER_ID, request)
-        await until(lambda: list(image.partitions[tp].replicas) == order, f"replicas ordered {order}")
+        await run.cluster.send_to_controller(REASSIGNER_ID, request)
+        await until(lambda: list(image().partitions[tp].replicas) == order, f"replicas ordered {order}")
 
     _step(run, f"L={l_} leads {tp} at epoch 0, N={n} and F={f} follow, acks=1")
     await _write(producer, tp)
@@ -316,11 +336,12 @@ async def kip320_stale_leader(run: SimRun) -> None:
     await reorder([n, l_, f])
     await until(lambda: _replica(run, l_, tp).assignment == [n, l_, f], "L told of the new order")
     await asyncio.sleep(0.1)  # and of the metadata that follows it: nothing from the controller in flight
-    # From now on the controller's word reaches L 3 s late, one request at a time, in order.
-    net.shapes[(CONTROLLER_ID, l_)] = LinkShape(3000.0, 0.0)
-    await reassigner.send(CONTROLLER_ID, ElectLeadersRequest())
+    # From now on the metadata reaches L 3 s late, one FETCH answer at a time, in order.
+    for c in run.cluster.controller_ids:
+        net.shapes[(c, l_)] = LinkShape(3000.0, 0.0)
+    await run.cluster.send_to_controller(REASSIGNER_ID, ElectLeadersRequest())
     await until(lambda: _leads(run, n, tp), "N elected")
-    channel = controller.channels[l_]
+    epoch_1_offset = _active(run).controller.last_offset
     net.uncut(l_, n)
     producer.metadata.leaders[tp] = n  # L, still at epoch 0, would take the write: send it to N
     await _write(producer, tp)
@@ -336,11 +357,12 @@ async def kip320_stale_leader(run: SimRun) -> None:
     # now reaches N 4 s late too. The controller tells L of epoch 1 after the metadata it sends first; once
     # that is on its way, L will follow N, truncating x, before it hears of epoch 2. Only then is L elected
     # again.
-    net.shapes[(CONTROLLER_ID, n)] = LinkShape(4000.0, 0.0)
-    await until(lambda: tp not in channel.pending, "epoch 1's LEADER_AND_ISR on its way to L", timeout_s=10)
+    for c in run.cluster.controller_ids:
+        net.shapes[(c, n)] = LinkShape(4000.0, 0.0)
+    await until(lambda: _metadata_sent_past(run, l_, epoch_1_offset), "epoch 1 on its way to L", timeout_s=10)
     await reorder([l_, n, f])
-    await reassigner.send(CONTROLLER_ID, ElectLeadersRequest())
-    await until(lambda: image.partitions[tp].leader == l_, "L elected at epoch 2")
+    await run.cluster.send_to_controller(REASSIGNER_ID, ElectLeadersRequest())
+    await until(lambda: image().partitions[tp].leader == l_, "L elected at epoch 2")
     await until(lambda: _replica(run, f, tp).leader_epoch == 2, "F told of epoch 2")
     _step(run, f"F hears of epoch 2 (leader L) while L is at epoch {_replica(run, l_, tp).leader_epoch}, holding x")
     await until(lambda: _replica(run, l_, tp).leader_epoch == 2 and _replica(run, l_, tp).is_leader, "L leads", 30)

@@ -5,6 +5,7 @@
     storage  metadata   the log: segments, indexes, epoch cache, checkpoints | metadata records and image
     network  metrics    socket servers, listeners, TCP links | metric records and their sinks
     fetcher  client     the follower's fetch loop | minibroker's own producer, consumer and admin client
+    raft                the metadata quorum (KRaft): elections, the replicated metadata log, snapshots
     group_coordinator   consumer groups and their offsets (run by the broker)
     broker   controller the broker node and its handlers | the controller and its metadata
     sim  cluster        the simulator | operator tools (CLI, local cluster, chaos)
@@ -28,7 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "metrics": {"protocol", "server_common"},
     "storage": {"protocol", "server_common"},
     "metadata": {"protocol", "server_common"},
-    "fetcher": {"protocol", "server_common"},
+    "raft": {"protocol", "server_common", "storage"},
+    "fetcher": {"protocol", "server_common", "storage"},
     "client": {"protocol", "server_common", "network"},
     "group_coordinator": {"protocol", "server_common"},
     "broker": {
@@ -36,17 +38,19 @@ ALLOWED: dict[str, set[str]] = {
         "server_common",
         "storage",
         "metadata",
+        "raft",
         "network",
         "metrics",
         "fetcher",
         "group_coordinator",
     },
-    "controller": {"protocol", "server_common", "storage", "metadata", "network"},
+    "controller": {"protocol", "server_common", "storage", "metadata", "raft", "network"},
     "sim": {
         "protocol",
         "server_common",
         "storage",
         "metadata",
+        "raft",
         "network",
         "metrics",
         "fetcher",
@@ -60,6 +64,7 @@ ALLOWED: dict[str, set[str]] = {
         "server_common",
         "storage",
         "metadata",
+        "raft",
         "network",
         "metrics",
         "fetcher",

@@ -15,7 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from client.cluster_client import ClusterUnavailableError
 from client.errors import ClientCommandError, ClusterUnreachableError
 from cluster.allocator import tune_allocator
-from cluster.cli import broker, chaos, cluster, configs, group, produce_consume, tools, topic
+from cluster.cli import broker, chaos, cluster, configs, group, metadata_quorum, produce_consume, tools, topic
 from cluster.cli.broker import LIFECYCLE_ACTIONS, lifecycle_parser
 from cluster.cli.common import CliError, resolve_bootstrap, resolve_secret
 from cluster.cli.tools import DELEGATED
@@ -29,7 +29,7 @@ from cluster.exit_codes import (
 from cluster.local_cluster import ClusterError
 
 # In the order `minibroker --help` lists their commands.
-FAMILIES = (broker, cluster, topic, configs, produce_consume, group, chaos, tools)
+FAMILIES = (broker, cluster, metadata_quorum, topic, configs, produce_consume, group, chaos, tools)
 
 
 def _version() -> str:

@@ -112,7 +112,7 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
     if args.dir:
         cluster_dir = Path(args.dir).resolve()
         state = LocalClusterState.load(cluster_dir)
-        hosts = [n.host for n in [state.controller, *state.brokers]]
+        hosts = [n.host for n in state.nodes]
         if needs_net and len(set(hosts)) < len(hosts):
             raise CliError(
                 f"the nodes of {cluster_dir} share an address; network faults need one per node "

@@ -49,6 +49,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         raise CliError(f"config error: {exc}", EXIT_USAGE) from None
     if args.brokers < 1:
         raise CliError("--brokers must be at least 1", EXIT_USAGE)
+    if args.controllers < 1:
+        raise CliError("--controllers must be at least 1", EXIT_USAGE)
     cluster_dir = Path(args.dir)
 
     # Progress goes to stderr in both modes: with --json, stdout carries only the one document.
@@ -75,6 +77,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
                 overrides=overrides,
                 progress=say,
                 base_address=args.base_address,
+                num_controllers=args.controllers,
                 ack_journal=args.ack_journal,
             )
         )
@@ -86,9 +89,9 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         "dir": state.dir,
         "bootstrap_server": state.bootstrap,
         "kafka_bootstrap_servers": state.kafka_bootstrap,
+        "controller_quorum_voters": state.quorum_voters,
         # what a topic a Kafka producer names gets when it is created for it (auto.create.topics.enable)
         "auto_created_topics": auto_topic_defaults(len(state.brokers), overrides),
-        "controller": f"{state.controller.host}:{state.controller.port}",
         "metrics_dir": state.metrics_dir,
         "brokers": [
             {"id": b.node_id, "address": f"{b.host}:{b.port}", "pid": b.pid, "log": b.log} for b in state.brokers
@@ -111,7 +114,7 @@ def _describe_up(info: dict[str, Any], detached: bool) -> str:
     d = shlex.quote(info["dir"])
     lines = [
         f"cluster running in {info['dir']}",
-        f"  controller        {info['controller']}",
+        f"  controllers       {info['controller_quorum_voters']}  (controller.quorum.voters)",
         *[f"  broker {b['id']:<10} {b['address']}  pid {b['pid']}  log {b['log']}" for b in info["brokers"]],
         f"  metrics           {info['metrics_dir']}",
         f"  bootstrap server  {info['bootstrap_server']}  (also in {os.path.join(info['dir'], 'bootstrap.servers')})",
@@ -170,7 +173,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     status = run_async(collect_status(LocalClusterState.load(Path(args.dir or DEFAULT_DIR))))
     emit(args, status, lambda: render_status(status))
-    return EXIT_OK if status["controller"]["alive"] else EXIT_UNREACHABLE
+    reachable = status["controller"]["alive"] or any(b["alive"] and b.get("registered") for b in status["brokers"])
+    return EXIT_OK if reachable or status["partitions"] else EXIT_UNREACHABLE
 
 
 def _print_kafka_bootstrap(args: argparse.Namespace, remote: str | None) -> int:
@@ -193,18 +197,26 @@ def register(sub: Subcommands) -> None:
     csub = cl.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
     p = csub.add_parser(
         "up",
-        help="start a controller and N brokers",
-        description="Start a controller and N brokers as local processes; stays in the foreground unless --detach. "
-        "Each broker gets max.connections=1000 and connections.max.idle.ms=300000 (a laptop's limits, not "
-        "Kafka's unlimited and 600000); --override changes them.",
+        help="start a quorum of controllers and N brokers",
+        description="Start a quorum of controllers (the voters of the metadata log, node ids 3000, 3001, ...) and N "
+        "brokers as local processes; stays in the foreground unless --detach. Each broker gets max.connections=1000 "
+        "and connections.max.idle.ms=300000 (a laptop's limits, not Kafka's unlimited and 600000); --override "
+        "changes them.",
     )
     p.add_argument("--brokers", type=int, default=3)
+    p.add_argument(
+        "--controllers",
+        type=int,
+        default=3,
+        help="controllers in the quorum (default 3: one may fail; 1 is a quorum of one, with no failover)",
+    )
     p.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
-    p.add_argument("--base-port", type=int, default=9092, help="first broker's port; the controller uses base+100")
+    p.add_argument("--base-port", type=int, default=9092, help="first broker's port; every controller uses base+100")
     p.add_argument(
         "--base-address",
         default="127.0.0.10",
-        help="the controller's loopback address; broker N gets base+N (default 127.0.0.10, all in 127.0.0.0/8)",
+        help="controller 3000's loopback address; controller 3000+i gets base-i, broker N base+N (default "
+        "127.0.0.10, all in 127.0.0.0/8)",
     )
     p.add_argument("--secret", help="cluster.secret for controller-only requests")
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="broker or controller config (repeatable)")
@@ -226,9 +238,11 @@ def register(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_cluster_down)
     p = csub.add_parser(
         "status",
-        help="brokers, partitions, leaders, epochs, ISR, HW/LEO and lag",
+        help="controller quorum, brokers, partitions, leaders, epochs, ISR, HW/LEO and lag",
         description="Show the local cluster in --dir (with pids), or any cluster through --bootstrap-server "
-        f"(or ${BOOTSTRAP_ENV}): brokers, controller, topics, partitions, leaders, ISR, HW/LEO and lag.",
+        f"(or ${BOOTSTRAP_ENV}): the controller quorum (active controller, epoch, each voter's lag), brokers, "
+        "topics, partitions, leaders, ISR, HW/LEO and lag. The partitions come from a broker's metadata, so "
+        "they show when no controller is reachable, and the status says so. Exit 3 when nothing answers.",
     )
     p.add_argument("--dir", help=f"local cluster directory (default {DEFAULT_DIR})")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", help="describe the cluster behind this broker")

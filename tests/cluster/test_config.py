@@ -66,12 +66,12 @@ def test_listeners_accept_kafka_style_and_plain_addresses() -> None:
 def test_cluster_up_gives_brokers_a_laptops_connection_limits_and_an_override_wins(tmp_path: Path) -> None:
     from cluster.local_cluster import LAPTOP_CONNECTION_LIMITS, broker_props
 
-    props = broker_props(tmp_path, 1, 9092, 9192, None, {})
+    props = broker_props(tmp_path, 1, 9092, "3000@127.0.0.1:9192", None, {})
     config = load_config(BROKER_CONFIG, overrides={k: str(v) for k, v in props.items() if v is not None}, environ={})
     assert config["max.connections"] == 1000 and config["connections.max.idle.ms"] == 300_000
     alone = load_config(BROKER_CONFIG, overrides={"broker.id": "1", "log.dirs": str(tmp_path)}, environ={})
     assert alone["max.connections"] == 2**31 - 1 and alone["connections.max.idle.ms"] == 600_000  # Kafka's
-    props = broker_props(tmp_path, 1, 9092, 9192, None, {"max.connections": "5000"})
+    props = broker_props(tmp_path, 1, 9092, "3000@127.0.0.1:9192", None, {"max.connections": "5000"})
     assert props["max.connections"] == "5000"
     assert props["connections.max.idle.ms"] == LAPTOP_CONNECTION_LIMITS["connections.max.idle.ms"]
 

@@ -14,14 +14,29 @@ def register(m: Managers, broker_id: int, now_ms: int, incarnation: str = "a") -
     return m.cluster.register_broker(request, now_ms, []).broker_epoch
 
 
-def test_a_registration_is_fenced_with_the_offset_of_its_record_as_epoch_until_it_heartbeats() -> None:
+def test_a_registration_is_fenced_with_the_offset_of_its_record_as_epoch_until_it_heartbeats_caught_up() -> None:
     m = Managers()
     committed: list[MetadataRecord] = []
     request = BrokerRegistrationRequest(broker_id=1, host="127.0.0.1", port=9000, incarnation_id="a")
     epoch = m.cluster.register_broker(request, 0, committed).broker_epoch
     assert epoch == m.log.last_offset == 0 and m.log.image.brokers[1].fenced
-    response = m.cluster.heartbeat(BrokerHeartbeatRequest(broker_id=1, broker_epoch=epoch), 10, [])
-    assert not response.is_fenced and not m.log.image.brokers[1].fenced
+    behind = m.cluster.heartbeat(BrokerHeartbeatRequest(1, epoch, current_metadata_offset=epoch - 1), 10, [])
+    assert behind.is_fenced and not behind.is_caught_up and m.log.image.brokers[1].fenced
+    response = m.cluster.heartbeat(BrokerHeartbeatRequest(1, epoch, current_metadata_offset=epoch), 10, [])
+    assert not response.is_fenced and response.is_caught_up and not m.log.image.brokers[1].fenced
+
+
+def test_a_broker_that_has_not_seen_its_own_registration_stays_fenced() -> None:
+    """KRaft's rule: a broker whose metadata has not reached its registration record does not know what it
+    leads (its partitions' states come after): it is unfenced only once it has."""
+    m = Managers()
+    m.live_brokers(2, 3)
+    epoch = register(m, 1, 0)
+    for offset in (-1, 0, epoch - 1):
+        response = m.cluster.heartbeat(BrokerHeartbeatRequest(1, epoch, current_metadata_offset=offset), 10, [])
+        assert response.is_fenced
+    caught_up = BrokerHeartbeatRequest(1, epoch, current_metadata_offset=epoch + 5)
+    assert not m.cluster.heartbeat(caught_up, 10, []).is_fenced
 
 
 def test_a_heartbeat_with_another_epoch_is_stale_and_changes_nothing() -> None:
@@ -41,10 +56,12 @@ def test_a_session_expires_only_past_the_timeout_and_fences_the_broker_once() ->
     assert m.cluster.fence_expired(5000, []) == []
 
 
-def test_brokers_loaded_from_the_store_start_their_session_when_the_controller_is_first_given_the_time() -> None:
+def test_a_controller_that_becomes_active_gives_every_live_broker_a_fresh_session() -> None:
     m = Managers()
     m.live_brokers(1)
-    loaded = ClusterControlManager(m.config, m.log, m.replication)  # as after a restart: broker 1 is in the image
-    loaded.start_sessions(5000)
-    assert loaded.fence_expired(6000, []) == []
-    assert loaded.fence_expired(6001, []) == [1]
+    active = ClusterControlManager(m.config, m.log, m.replication)  # another controller, broker 1 in its image
+    assert active.fence_expired(100_000, []) == []  # not active: liveness is not its business
+    active.activate()
+    active.start_sessions(5000)
+    assert active.fence_expired(6000, []) == []
+    assert active.fence_expired(6001, []) == [1]

@@ -10,14 +10,14 @@ import pytest
 
 from controller.controller import Controller, ControllerResult
 from controller.controller_config import ControllerConfig
-from controller.metadata_store import MetadataStore
 from controller.partition_change import elect_leader, partition_change
 from controller.topic_control_manager import assign_replicas_to_brokers
-from metadata.image import MetadataImage, PartitionRegistration
+from metadata.image import MetadataImage, PartitionRegistration, replay_all
 from metadata.records import NO_LEADER, ConfigRecord, MetadataReplayError, PartitionChangeRecord, PartitionRecord
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
     ELECTION_UNCLEAN,
+    AllocateProducerIdsRequest,
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
@@ -51,6 +51,7 @@ from protocol.messages import (
     TopicPartition,
 )
 from server_common.time import ManualTime
+from tests.controller.recorded_log import RecordedLog
 
 SESSION_MS = 1000
 
@@ -58,10 +59,13 @@ SESSION_MS = 1000
 class Cluster:
     """A controller on a manual clock, plus the epoch each broker was last given."""
 
-    def __init__(self, store: MetadataStore | None = None, time: ManualTime | None = None, **config: Any) -> None:
+    def __init__(self, log: RecordedLog | None = None, time: ManualTime | None = None, **config: Any) -> None:
+        """With a `log` that holds records: the controller that takes over from the one that wrote them."""
         self.time = time or ManualTime()
         self.config = ControllerConfig(broker_session_timeout_ms=SESSION_MS, **config)
-        self.controller = Controller(self.config, self.time, store)
+        self.controller = Controller(self.config, self.time, log)
+        if log is not None:
+            log.replay_into(self.controller)
         self.epochs: dict[int, int] = {}
 
     @property
@@ -81,7 +85,10 @@ class Cluster:
         return response.broker_epoch
 
     def heartbeat_result(self, broker_id: int, **flags: bool) -> ControllerResult[BrokerHeartbeatResponse]:
-        request = BrokerHeartbeatRequest(broker_id=broker_id, broker_epoch=self.epochs[broker_id], **flags)
+        # Caught up with the metadata (its own registration included), as a running broker soon is.
+        request = BrokerHeartbeatRequest(
+            broker_id=broker_id, broker_epoch=self.epochs[broker_id], current_metadata_offset=10**9, **flags
+        )
         return self.controller.heartbeat(request, self.now_ms)
 
     def heartbeat(self, broker_id: int, **flags: bool) -> BrokerHeartbeatResponse:
@@ -806,7 +813,8 @@ def test_an_isr_without_the_leader_is_an_invalid_request() -> None:
 
 def test_deleting_a_topic_removes_it_and_names_every_replica_to_stop_and_delete(tmp_path: Path) -> None:
     time = ManualTime()
-    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+    log = RecordedLog()
+    cluster = Cluster(log=log, time=time)
     cluster.start_brokers(1, 2, 3)
     cluster.create("t", 3, 2)
     cluster.create("keep", 1, 1)
@@ -832,7 +840,7 @@ def test_deleting_a_topic_removes_it_and_names_every_replica_to_stop_and_delete(
     assert new_id not in ("", old_id)
     assert {s.topic_id for s in cluster.controller.leader_and_isr_for_broker(1) if s.topic == "t"} == {new_id}
     # and a restarted controller replays the deletion and the re-creation
-    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    restarted = Cluster(log=log, time=time)
     assert restarted.controller.image.topics == cluster.controller.image.topics
     assert dict(restarted.controller.image.partitions) == dict(cluster.controller.image.partitions)
 
@@ -847,7 +855,8 @@ def add_partitions(cluster: Cluster, *counts: tuple[str, int]) -> ControllerResu
 
 def test_partitions_added_to_a_topic_are_placed_like_kafkas_and_pushed_like_a_new_topics(tmp_path: Path) -> None:
     time = ManualTime()
-    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+    log = RecordedLog()
+    cluster = Cluster(log=log, time=time)
     cluster.start_brokers(1, 2, 3)
     cluster.create("t", 1, 3)
     first = cluster.partition()
@@ -871,7 +880,7 @@ def test_partitions_added_to_a_topic_are_placed_like_kafkas_and_pushed_like_a_ne
     assert {b: len(ps) for b, ps in result.leader_and_isr_by_broker().items()} == {1: 2, 2: 2, 3: 2}
     assert [p.partition for p in cluster.controller.metadata(["t"]).topics[0].partitions] == [0, 1, 2]
     # and a restarted controller has them
-    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    restarted = Cluster(log=log, time=time)
     assert restarted.controller.image.partitions_of("t") == partitions
 
 
@@ -950,7 +959,8 @@ def alter_configs(
 
 def test_topic_configs_set_and_deleted_are_committed_pushed_and_replayed_after_a_restart(tmp_path: Path) -> None:
     time = ManualTime()
-    cluster = Cluster(store=MetadataStore(tmp_path), time=time, min_insync_replicas=2)
+    log = RecordedLog()
+    cluster = Cluster(log=log, time=time, min_insync_replicas=2)
     cluster.start_brokers(1, 2, 3)
     cluster.create("t", 1, 3, **{"retention.ms": "1000"})
     # only what the topic sets is stored; METADATA adds the controller's min.insync.replicas
@@ -976,7 +986,7 @@ def test_topic_configs_set_and_deleted_are_committed_pushed_and_replayed_after_a
     # the same values again, or a delete of a key the topic does not set: nothing to commit
     assert alter_configs(cluster, "t", ("segment.bytes", SET, "65536"), ("retention.ms", DELETE, None)).records == []
 
-    restarted = Cluster(store=MetadataStore(tmp_path), time=time, min_insync_replicas=2)
+    restarted = Cluster(log=log, time=time, min_insync_replicas=2)
     assert restarted.controller.image.topics == cluster.controller.image.topics
     # deleting min.insync.replicas falls back to the controller's
     alter_configs(restarted, "t", ("min.insync.replicas", DELETE, None))
@@ -985,13 +995,15 @@ def test_topic_configs_set_and_deleted_are_committed_pushed_and_replayed_after_a
 
 def test_topic_configs_survive_a_restart_from_a_snapshot(tmp_path: Path) -> None:
     time = ManualTime()
-    cluster = Cluster(store=MetadataStore(tmp_path, snapshot_interval_records=1), time=time)
+    log = RecordedLog()
+    cluster = Cluster(log=log, time=time)
     cluster.start_brokers(1, 2, 3)
     cluster.create("t", 1, 3)
     alter_configs(cluster, "t", ("retention.ms", SET, "60000"), ("unclean.leader.election.enable", SET, "true"))
     alter_configs(cluster, "t", ("retention.ms", SET, "120000"))
 
-    restarted = Controller(cluster.config, time, MetadataStore(tmp_path))
+    restarted = Controller(cluster.config, time)
+    restarted.reset(replay_all(list(cluster.controller.image.to_records())), cluster.controller.last_offset)
 
     assert restarted.image.topics["t"].configs == {"retention.ms": "120000", "unclean.leader.election.enable": "true"}
 
@@ -1128,7 +1140,8 @@ def test_a_topic_config_of_unclean_leader_election_set_at_runtime_decides_the_ne
 
 def test_dynamic_broker_throttle_rates_are_committed_replayed_and_kept_in_snapshots(tmp_path: Path) -> None:
     time = ManualTime()
-    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+    log = RecordedLog()
+    cluster = Cluster(log=log, time=time)
 
     def alter(entity: str, *ops: AlterableConfig) -> AlterConfigsResourceResponse:
         request = IncrementalAlterConfigsRequest(
@@ -1149,7 +1162,7 @@ def test_dynamic_broker_throttle_rates_are_committed_replayed_and_kept_in_snapsh
     assert alter("", AlterableConfig(rate, int(AlterConfigOp.SET), "-3")).error_code == ErrorCode.INVALID_CONFIG
     assert alter("nope", AlterableConfig(rate, int(AlterConfigOp.SET), "1")).error_code == ErrorCode.INVALID_REQUEST
     # a restarted controller has them (replayed), and deleting one removes the entity
-    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    restarted = Cluster(log=log, time=time)
     assert restarted.controller.image.broker_configs == cluster.controller.image.broker_configs
     assert alter("2", AlterableConfig(rate, int(AlterConfigOp.DELETE))).error_code == ErrorCode.NONE
     assert cluster.controller.image.broker_configs == {"": {rate: "1000"}}
@@ -1163,22 +1176,19 @@ def test_dynamic_broker_throttle_rates_are_committed_replayed_and_kept_in_snapsh
 # -- producer ids (KIP-98) -----------------------------------------------------------------------
 
 
-def test_producer_ids_are_never_given_twice_even_by_a_restarted_controller(tmp_path: Path) -> None:
+def test_producer_id_blocks_are_never_given_twice_even_by_the_next_controller() -> None:
     time = ManualTime()
-    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
-    first = cluster.controller.init_producer_id(InitProducerIdRequest()).response
-    second = cluster.controller.init_producer_id(InitProducerIdRequest()).response
-    assert (first.error_code, first.producer_epoch, second.producer_epoch) == (0, 0, 0)
-    assert second.producer_id == first.producer_id + 1
-    # a producer naming its id gets the same id at the next epoch (nothing to commit)
-    bumped = cluster.controller.init_producer_id(InitProducerIdRequest(None, 60000, first.producer_id, 0))
-    assert (bumped.response.producer_id, bumped.response.producer_epoch) == (first.producer_id, 1)
-    # an id never handed out is not bumped: it gets a new one
-    stranger = cluster.controller.init_producer_id(InitProducerIdRequest(None, 60000, 999, 3)).response
-    assert (stranger.producer_id, stranger.producer_epoch) == (second.producer_id + 1, 0)
-    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
-    third = restarted.controller.init_producer_id(InitProducerIdRequest()).response
-    assert third.producer_id == stranger.producer_id + 1
+    log = RecordedLog()
+    cluster = Cluster(log=log, time=time)
+    cluster.start_brokers(1, 2)
+    first = cluster.controller.allocate_producer_ids(AllocateProducerIdsRequest(1, cluster.epochs[1])).response
+    second = cluster.controller.allocate_producer_ids(AllocateProducerIdsRequest(2, cluster.epochs[2])).response
+    assert (first.error_code, second.error_code) == (0, 0)
+    assert second.producer_id_start == first.producer_id_start + first.producer_id_len
+    taken_over = Cluster(log=log, time=time)  # the next controller replays the blocks
+    taken_over.epochs = dict(cluster.epochs)
+    third = taken_over.controller.allocate_producer_ids(AllocateProducerIdsRequest(1, cluster.epochs[1])).response
+    assert third.producer_id_start == second.producer_id_start + second.producer_id_len
 
 
 def test_init_producer_id_refuses_transactions() -> None:
@@ -1441,7 +1451,7 @@ def fence(cluster: Cluster, dead: int, alive: list[int]) -> None:
 def a_reassignment_led_by_a_replica_it_is_adding(store: Path) -> tuple[Cluster, PartitionRegistration, int, int]:
     """t-0 on (a, b, c) of brokers 1-5, moving to (new, new2, a); `new` caught up, then `a` died, so `new`
     leads while the move is still in progress. Returns the cluster, the partition before, new and new2."""
-    cluster = Cluster(store=MetadataStore(store))
+    cluster = Cluster(log=RecordedLog())
     cluster.start_brokers(1, 2, 3, 4, 5)
     cluster.create("t", 1, 3)
     before = cluster.partition()
@@ -1476,7 +1486,9 @@ def test_a_reassignment_that_drops_its_leader_elects_another_in_sync_replica(tmp
     )  # the dropped leader is fenced (a move that completes at once bumps twice)
     assert sorted(result.deleted_replicas) == sorted([new, new2] if cancel else [new, new2, a])
     # and what it made durable replays: a restarted controller has the same partition.
-    assert Cluster(store=MetadataStore(tmp_path), time=cluster.time).partition() == after
+    log = cluster.controller._log._writer
+    assert isinstance(log, RecordedLog)
+    assert Cluster(log=log, time=cluster.time).partition() == after
 
 
 def test_a_reassignment_that_would_leave_no_in_sync_replica_is_refused_and_changes_nothing(tmp_path: Path) -> None:
@@ -1546,7 +1558,8 @@ def test_a_move_that_completes_with_no_live_target_replica_leaves_the_partition_
 def test_a_record_the_image_would_refuse_is_not_made_durable_and_changes_nothing(tmp_path: Path, kind: str) -> None:
     # A command that computed a bad record (here, by hand: a leader outside the ISR) fails before the record
     # reaches the metadata log, which a restarted controller must be able to replay.
-    cluster = Cluster(store=MetadataStore(tmp_path))
+    log = RecordedLog()
+    cluster = Cluster(log=log)
     cluster.start_brokers(1, 2, 3)
     cluster.create("t", 1, 3)
     before = cluster.partition()
@@ -1562,18 +1575,19 @@ def test_a_record_the_image_would_refuse_is_not_made_durable_and_changes_nothing
         cluster.controller._commit([bad], [])
 
     assert cluster.partition() == before and cluster.controller.image.partition("t", 1) is None
-    restarted = Cluster(store=MetadataStore(tmp_path), time=cluster.time)
+    restarted = Cluster(log=log, time=cluster.time)
     assert restarted.partition() == before and restarted.controller.image.partition("t", 1) is None
 
 
 # -- durability -----------------------------------------------------------------------------------
 
 
-def test_a_restarted_controller_has_the_same_topics_leaders_and_epochs_with_brokers_fenced(
+def test_the_next_controller_has_the_same_topics_leaders_epochs_and_brokers_and_fences_nobody(
     tmp_path: Path,
 ) -> None:
     time = ManualTime()
-    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+    log = RecordedLog()
+    cluster = Cluster(log=log, time=time)
     cluster.start_brokers(1, 2, 3)
     cluster.create("t", 3, 3)
     cluster.advance(SESSION_MS + 1)
@@ -1582,16 +1596,13 @@ def test_a_restarted_controller_has_the_same_topics_leaders_and_epochs_with_brok
     partitions_before = dict(cluster.controller.image.partitions)
     brokers_before = dict(cluster.controller.image.brokers)
 
-    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    restarted = Cluster(log=log, time=time)
     restarted.epochs = dict(cluster.epochs)
 
     assert dict(restarted.controller.image.partitions) == partitions_before
     assert restarted.controller.image.topics == cluster.controller.image.topics
-    for broker_id, before in brokers_before.items():
-        after = restarted.controller.image.brokers[broker_id]
-        assert after.broker_epoch == before.broker_epoch
-        assert after.fenced
-    assert restarted.controller.last_offset > cluster.controller.last_offset  # the fence records
+    assert dict(restarted.controller.image.brokers) == brokers_before  # 1 and 2 live, 3 fenced: as they were
+    assert restarted.controller.last_offset == cluster.controller.last_offset  # a failover commits nothing
 
     response = restarted.heartbeat(1)
 
@@ -1604,11 +1615,12 @@ def test_a_broker_silent_after_a_controller_restart_loses_its_leadership_after_t
     tmp_path: Path,
 ) -> None:
     time = ManualTime()
-    cluster = Cluster(store=MetadataStore(tmp_path), time=time)
+    log = RecordedLog()
+    cluster = Cluster(log=log, time=time)
     cluster.start_brokers(1, 2, 3)
     cluster.create("t", 1, 3)
     preferred, second, third = replicas_of(cluster)
-    restarted = Cluster(store=MetadataStore(tmp_path), time=time)
+    restarted = Cluster(log=log, time=time)
     restarted.epochs = dict(cluster.epochs)
     restarted.keep_alive(second, third)
 
@@ -1625,14 +1637,16 @@ def test_a_broker_silent_after_a_controller_restart_loses_its_leadership_after_t
 
 def test_a_restart_after_snapshots_rebuilds_the_same_image(tmp_path: Path) -> None:
     time = ManualTime()
-    cluster = Cluster(store=MetadataStore(tmp_path, snapshot_interval_records=5), time=time)
+    log = RecordedLog()
+    cluster = Cluster(log=log, time=time)
     cluster.start_brokers(1, 2, 3)
     cluster.create("t", 4, 2)
     cluster.create("u", 2, 3)
     preferred, _, _ = cluster.controller.image.partition("u", 0).replicas  # type: ignore[union-attr]
     cluster.heartbeat(preferred, want_shutdown=True)
 
-    restarted = Controller(cluster.config, time, MetadataStore(tmp_path))
+    restarted = Controller(cluster.config, time)
+    restarted.reset(replay_all(list(cluster.controller.image.to_records())), cluster.controller.last_offset)
 
     assert dict(restarted.image.partitions) == dict(cluster.controller.image.partitions)
     assert restarted.image.brokers[preferred].in_controlled_shutdown

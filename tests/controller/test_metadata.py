@@ -1,17 +1,13 @@
-"""Metadata records, the image they build on replay, and their durable store."""
+"""Metadata records and the image they build on replay."""
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.metadata_store import LOG_FILE_NAME, SNAPSHOT_FILE_NAME, MetadataStore, MetadataStoreError, load
-from metadata.image import MetadataImage, replay_all
+from metadata.image import replay_all
 from metadata.records import (
     NO_LEADER,
     BrokerShutdownRecord,
@@ -192,121 +188,3 @@ def test_epochs_only_grow_and_the_partition_epoch_counts_every_change(isrs: list
     assert p is not None
     assert p.partition_epoch == len(isrs)
     assert p.leader_epoch == 0
-
-
-# -- the store ------------------------------------------------------------------------------------
-
-
-def test_an_empty_directory_loads_as_an_empty_image_before_offset_zero(tmp_path: Path) -> None:
-    image, last_offset = load(tmp_path)
-
-    assert image == MetadataImage()
-    assert last_offset == -1
-
-
-def test_appended_records_are_loaded_back_by_a_new_store(tmp_path: Path) -> None:
-    records = ALL_RECORD_KINDS
-    with MetadataStore(tmp_path) as store:
-        store.load()
-        store.append(0, records[:4])
-        store.append(4, records[4:])
-
-    image, last_offset = load(tmp_path)
-
-    assert image == replay_all(records)
-    assert last_offset == len(records) - 1
-
-
-def test_a_snapshot_replaces_the_log_and_later_records_follow_it(tmp_path: Path) -> None:
-    records = ALL_RECORD_KINDS
-    with MetadataStore(tmp_path, snapshot_interval_records=4) as store:
-        store.load()
-        store.append(0, records[:8])
-        assert store.snapshot_due
-        store.write_snapshot(replay_all(records[:8]), last_offset=7)
-        assert not store.snapshot_due
-        assert (tmp_path / LOG_FILE_NAME).stat().st_size == 0
-        store.append(8, records[8:])
-
-    image, last_offset = load(tmp_path)
-
-    assert (tmp_path / SNAPSHOT_FILE_NAME).exists()
-    assert image == replay_all(records)
-    assert last_offset == len(records) - 1
-
-
-def test_log_frames_already_covered_by_the_snapshot_are_skipped(tmp_path: Path) -> None:
-    # given a crash after the snapshot was renamed into place but before the log was truncated
-    records = cluster_records()
-    with MetadataStore(tmp_path) as store:
-        store.load()
-        store.append(0, records)
-    log_bytes = (tmp_path / LOG_FILE_NAME).read_bytes()
-    with MetadataStore(tmp_path) as store:
-        store.load()
-        store.write_snapshot(replay_all(records), last_offset=len(records) - 1)
-    (tmp_path / LOG_FILE_NAME).write_bytes(log_bytes)
-
-    image, last_offset = load(tmp_path)
-
-    assert image == replay_all(records)
-    assert last_offset == len(records) - 1
-
-
-def test_a_torn_tail_is_cut_off_and_appends_continue_after_the_last_good_record(tmp_path: Path) -> None:
-    records = cluster_records()
-    with MetadataStore(tmp_path) as store:
-        store.load()
-        store.append(0, records[:3])
-        store.append(3, records[3:])
-    log_path = tmp_path / LOG_FILE_NAME
-    whole = log_path.read_bytes()
-    log_path.write_bytes(whole[:-5])  # a crash in the middle of the last frame
-
-    with MetadataStore(tmp_path) as store:
-        image, last_offset = store.load()
-        assert last_offset == len(records) - 2
-        store.append(last_offset + 1, records[-1:])
-
-    image, last_offset = load(tmp_path)
-    assert image == replay_all(records)
-    assert last_offset == len(records) - 1
-
-
-def test_a_corrupted_frame_ends_the_log_there(tmp_path: Path) -> None:
-    records = cluster_records()
-    with MetadataStore(tmp_path) as store:
-        store.load()
-        store.append(0, records)
-    log_path = tmp_path / LOG_FILE_NAME
-    data = bytearray(log_path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    log_path.write_bytes(bytes(data))
-
-    image, last_offset = load(tmp_path)
-
-    assert last_offset < len(records) - 1
-    assert image == replay_all(records[: last_offset + 1])
-
-
-def test_a_corrupted_snapshot_refuses_to_load(tmp_path: Path) -> None:
-    with MetadataStore(tmp_path) as store:
-        store.load()
-        store.append(0, cluster_records())
-        store.write_snapshot(replay_all(cluster_records()), last_offset=7)
-    snapshot = tmp_path / SNAPSHOT_FILE_NAME
-    data = bytearray(snapshot.read_bytes())
-    data[-1] ^= 0xFF
-    snapshot.write_bytes(bytes(data))
-
-    with pytest.raises(MetadataStoreError):
-        load(tmp_path)
-
-
-def test_a_snapshot_is_written_without_leaving_a_temp_file(tmp_path: Path) -> None:
-    with MetadataStore(tmp_path) as store:
-        store.load()
-        store.append(0, cluster_records())
-        store.write_snapshot(replay_all(cluster_records()), last_offset=7)
-
-    assert sorted(os.listdir(tmp_path)) == [LOG_FILE_NAME, SNAPSHOT_FILE_NAME]

@@ -1,28 +1,41 @@
-"""ProducerIdControlManager on its own: new ids are durable before they are given; a known id gets its next
-epoch until the epoch runs out."""
+"""ProducerIdControlManager on its own: each broker gets a block of ids no other broker gets, committed
+before the answer; only a registered broker at its current epoch gets one."""
 
 from __future__ import annotations
 
-from controller.producer_id_control_manager import MAX_PRODUCER_EPOCH
-from metadata.records import MetadataRecord, ProducerIdsRecord
-from protocol.messages import InitProducerIdRequest
+from controller.producer_id_control_manager import PRODUCER_ID_BLOCK_SIZE
+from metadata.records import MetadataRecord, ProducerIdsRecord, RegisterBrokerRecord
+from protocol.errors import ErrorCode
+from protocol.messages import AllocateProducerIdsRequest
 from tests.controller.managers import Managers
 
 
-def test_each_new_producer_gets_the_next_id_committed_before_the_answer() -> None:
-    m = Managers()
-    committed: list[MetadataRecord] = []
-    first = m.producer_ids.init_producer_id(InitProducerIdRequest(), committed)
-    second = m.producer_ids.init_producer_id(InitProducerIdRequest(), committed)
-    assert (first.producer_id, second.producer_id) == (0, 1) and first.producer_epoch == second.producer_epoch == 0
-    assert committed == [ProducerIdsRecord(1), ProducerIdsRecord(2)]
+def _registered(m: Managers, *broker_ids: int) -> None:
+    for broker_id in broker_ids:
+        m.log.commit([RegisterBrokerRecord(broker_id, broker_id * 10, f"i{broker_id}", "h", 1)], [])
 
 
-def test_a_known_producer_gets_its_next_epoch_and_at_the_limit_a_new_id() -> None:
+def test_each_broker_gets_the_next_block_committed_before_the_answer() -> None:
     m = Managers()
-    m.producer_ids.init_producer_id(InitProducerIdRequest(), [])
+    _registered(m, 1, 2)
     committed: list[MetadataRecord] = []
-    bumped = m.producer_ids.init_producer_id(InitProducerIdRequest(None, 60000, 0, 4), committed)
-    assert (bumped.producer_id, bumped.producer_epoch, committed) == (0, 5, [])
-    renewed = m.producer_ids.init_producer_id(InitProducerIdRequest(None, 60000, 0, MAX_PRODUCER_EPOCH), [])
-    assert (renewed.producer_id, renewed.producer_epoch) == (1, 0)
+    first = m.producer_ids.allocate_producer_ids(AllocateProducerIdsRequest(1, 10), committed)
+    second = m.producer_ids.allocate_producer_ids(AllocateProducerIdsRequest(2, 20), committed)
+    assert (first.producer_id_start, first.producer_id_len) == (0, PRODUCER_ID_BLOCK_SIZE)
+    assert second.producer_id_start == PRODUCER_ID_BLOCK_SIZE
+    assert committed == [
+        ProducerIdsRecord(PRODUCER_ID_BLOCK_SIZE, 1, 10),
+        ProducerIdsRecord(2 * PRODUCER_ID_BLOCK_SIZE, 2, 20),
+    ]
+    assert m.log.image.next_producer_id == 2 * PRODUCER_ID_BLOCK_SIZE
+
+
+def test_an_unknown_broker_or_an_old_epoch_gets_no_block() -> None:
+    m = Managers()
+    _registered(m, 1)
+    committed: list[MetadataRecord] = []
+    unknown = m.producer_ids.allocate_producer_ids(AllocateProducerIdsRequest(9, 0), committed)
+    stale = m.producer_ids.allocate_producer_ids(AllocateProducerIdsRequest(1, 3), committed)
+    assert unknown.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED
+    assert stale.error_code == ErrorCode.STALE_BROKER_EPOCH
+    assert committed == [] and m.log.image.next_producer_id == 0

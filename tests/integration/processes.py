@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.local_cluster import LocalClusterState, free_ports, start_cluster, stop_cluster
+from cluster.local_cluster import LocalClusterState, ProcessInfo, free_ports, start_cluster, stop_cluster
 from network.connection import BrokerConnection
 from protocol.messages import (
     BrokerEndpoint,
@@ -229,3 +229,22 @@ def kill_processes_mentioning(text: str) -> list[tuple[int, str]]:
             os.kill(int(entry), signal.SIGKILL)
             killed.append((int(entry), command))
     return killed
+
+
+async def active_controller(state: LocalClusterState, timeout_s: float = 30.0) -> ProcessInfo:
+    """The controller the quorum elected (its DESCRIBE_QUORUM answers as leader), waiting for one."""
+    from protocol.messages import DescribeQuorumRequest
+
+    async def leader() -> ProcessInfo | None:
+        for c in state.controllers:
+            try:
+                async with await BrokerConnection.connect(c.host, c.port, "test", timeout_s=1.0) as conn:
+                    answer = await conn.send(DescribeQuorumRequest(), timeout_s=2.0)
+            except (TimeoutError, OSError):
+                continue
+            if answer.error_code == 0:
+                return state.controller(answer.leader_id)
+        return None
+
+    found: ProcessInfo = await wait_until(leader, timeout_s, what="an active controller")
+    return found

@@ -181,18 +181,18 @@ def test_a_busy_port_is_a_usage_error_that_names_the_port(tmp_path: Path) -> Non
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        # broker 1 of `--base-address 127.0.0.1` listens on 127.0.0.2
+        # broker 1 of `--base-address 127.0.0.3` listens on 127.0.0.4 (its controllers on 127.0.0.3, .2, .1)
         with socket.socket() as taken_too:
-            taken_too.bind(("127.0.0.2", port))
+            taken_too.bind(("127.0.0.4", port))
             taken_too.listen()
             up = cli(
                 *("cluster", "up", "--dir", str(tmp_path / "c"), "--brokers", "1", "--base-port", str(port)),
-                *("--base-address", "127.0.0.1"),
+                *("--base-address", "127.0.0.3"),
             )
         assert up.returncode == 2
         assert error_line(up) == (
-            f"minibroker: error: port {port} on 127.0.0.2 (broker 1) is already in use; pick another --base-port "
-            "(brokers use BASE, BASE+1, ..., the controller BASE+100)"
+            f"minibroker: error: port {port} on 127.0.0.4 (broker 1) is already in use; pick another --base-port "
+            "(brokers use BASE, BASE+1, ..., the controllers BASE+100)"
         )
         broker = cli(
             *("broker", "--broker-id", "1", "--log-dirs", str(tmp_path / "b"), "--listeners", f"127.0.0.1:{port}")
@@ -353,7 +353,7 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     assert up.returncode == 0, up.stderr
     info = json.loads(up.stdout)  # with --json stdout is the one document; progress went to stderr
     assert len(info["brokers"]) == 3
-    assert "all 3 brokers registered with the controller" in up.stderr
+    assert "all 3 brokers registered and unfenced; 3 controllers in the quorum" in up.stderr
     try:
         yield cluster_dir, info["bootstrap_server"].split(",")[0]
     finally:
@@ -467,7 +467,7 @@ def up_info(running_cluster: tuple[Path, str]) -> dict[str, object]:
         "bootstrap_server": state.bootstrap,
         "kafka_bootstrap_servers": state.kafka_bootstrap,
         "auto_created_topics": {"num.partitions": 3, "default.replication.factor": 3},
-        "controller": f"{state.controller.host}:{state.controller.port}",
+        "controller_quorum_voters": state.quorum_voters,
         "metrics_dir": state.metrics_dir,
         "brokers": [
             {"id": b.node_id, "address": f"{b.host}:{b.port}", "pid": b.pid, "log": b.log} for b in state.brokers
@@ -729,7 +729,8 @@ def test_cluster_status_describes_a_cluster_through_any_broker(running_cluster: 
     status = cli("cluster", "status", "--bootstrap-server", bootstrap.split(",")[-1], "--json")
     assert status.returncode == 0, status.stderr
     st = json.loads(status.stdout)
-    assert st["controller"]["id"] == 3000
+    assert st["controller"]["id"] in (3000, 3001, 3002) and st["controller"]["alive"]
+    assert st["quorum"]["leader_id"] == st["controller"]["id"]
     assert [(b["id"], b["alive"]) for b in st["brokers"]] == [(1, True), (2, True), (3, True)]
     assert {p["topic"] for p in st["partitions"]} >= {"orders"}
     local = json.loads(cli("cluster", "status", "--dir", str(cluster_dir), "--json").stdout)
@@ -737,7 +738,7 @@ def test_cluster_status_describes_a_cluster_through_any_broker(running_cluster: 
         (p["topic"], p["partition"], p["leader"]) for p in local["partitions"]
     )
     text = cli("cluster", "status", "--bootstrap-server", bootstrap)
-    assert text.stdout.startswith(f"controller id 3000  (via {bootstrap})\n")
+    assert text.stdout.startswith(f"controller quorum: leader {st['controller']['id']} (the active controller)")
 
 
 @pytest.mark.timeout(60)
@@ -823,14 +824,26 @@ def test_a_path_that_cannot_be_used_is_named_without_a_traceback(tmp_path: Path)
 
 @pytest.mark.timeout(120)
 def test_topic_create_without_a_controller_says_so_and_exits_3(tmp_path: Path) -> None:
-    # given a one-broker cluster whose controller has died
+    # given a one-broker cluster whose one controller has died
     cluster_dir = tmp_path / "c"
     base = free_base_port()
-    up = cli("cluster", "up", "--dir", str(cluster_dir), "--brokers", "1", "--base-port", str(base), "--detach")
+    up = cli(
+        "cluster",
+        "up",
+        "--dir",
+        str(cluster_dir),
+        "--brokers",
+        "1",
+        "--controllers",
+        "1",
+        "--base-port",
+        str(base),
+        "--detach",
+    )
     assert up.returncode == 0, up.stderr
     try:
-        controller_pid = json.loads((cluster_dir / "cluster.json").read_text())["controller"]["pid"]
-        os.kill(controller_pid, signal.SIGKILL)
+        for controller in json.loads((cluster_dir / "cluster.json").read_text())["controllers"]:
+            os.kill(controller["pid"], signal.SIGKILL)
         # when a topic is created through its broker
         created = cli("topic", "create", "nowhere", "--partitions", "1", "--dir", str(cluster_dir))
         # then the error names the controller, not a bare wire message, and the exit code is "not reachable"

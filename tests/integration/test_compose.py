@@ -51,7 +51,8 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 NETWORK_OWNER = "cluster-net"
 """The service that owns the namespace the controller and brokers share; locally that is the host."""
 BROKERS = ("broker-1", "broker-2", "broker-3")
-CLUSTER_SERVICES = ("controller", *BROKERS)
+CONTROLLERS = ("controller-1", "controller-2", "controller-3")
+CLUSTER_SERVICES = (*CONTROLLERS, *BROKERS)
 LOCAL_SERVICES = (*CLUSTER_SERVICES, "metrics-sink")
 """Services run as local processes; `mosquitto` is the real Mosquitto started by the fixture."""
 
@@ -70,7 +71,9 @@ PORT_VARIABLES = (
     "BROKER_1_PORT",
     "BROKER_2_PORT",
     "BROKER_3_PORT",
-    "CONTROLLER_PORT",
+    "CONTROLLER_1_PORT",
+    "CONTROLLER_2_PORT",
+    "CONTROLLER_3_PORT",
     "BROKER_1_KAFKA_PORT",
     "BROKER_2_KAFKA_PORT",
     "BROKER_3_KAFKA_PORT",
@@ -371,7 +374,9 @@ def test_the_port_variables_move_every_address_of_a_process_together() -> None:
         "BROKER_1_PORT": "19092",
         "BROKER_2_PORT": "19093",
         "BROKER_3_PORT": "19094",
-        "CONTROLLER_PORT": "19192",
+        "CONTROLLER_1_PORT": "19192",
+        "CONTROLLER_2_PORT": "19193",
+        "CONTROLLER_3_PORT": "19194",
         "BROKER_1_KAFKA_PORT": "19292",
         "BROKER_2_KAFKA_PORT": "19293",
         "BROKER_3_KAFKA_PORT": "19294",
@@ -386,7 +391,7 @@ def test_the_port_variables_move_every_address_of_a_process_together() -> None:
     # Then no default port is left anywhere, and this file's own interpolation agrees with docker-compose
     for name in CLUSTER_SERVICES:
         text = yaml.safe_dump(resolved[name])
-        assert not re.search(r"\b(9092|9093|9094|9192|9292|9293|9294)\b", text), (name, text)
+        assert not re.search(r"\b(9092|9093|9094|9192|9193|9194|9292|9293|9294)\b", text), (name, text)
         ours = load_compose({**moved, "MQTT_HOST_PORT": "11883"})["services"][name]
         assert ours["environment"] == resolved[name]["environment"]
         assert ours["healthcheck"]["test"] == resolved[name]["healthcheck"]["test"]
@@ -413,9 +418,19 @@ def test_every_broker_advertises_the_address_the_host_reaches_it_on() -> None:
             assert (
                 env["MINIBROKER_ADVERTISED_LISTENERS"] == f"127.0.0.1:{msgpack_port},PLAINTEXT://127.0.0.1:{kafka_port}"
             )
-            assert env["MINIBROKER_CONTROLLER_QUORUM_VOTERS"] == services["controller"]["environment"][
-                "MINIBROKER_LISTENERS"
-            ].replace("0.0.0.0", "127.0.0.1")
+            # And knows every voter of the metadata quorum at the address that voter listens on
+            voters = {
+                services[c]["environment"]["MINIBROKER_NODE_ID"]
+                + "@"
+                + services[c]["environment"]["MINIBROKER_LISTENERS"].replace("0.0.0.0", "127.0.0.1")
+                for c in CONTROLLERS
+            }
+            assert set(env["MINIBROKER_CONTROLLER_QUORUM_VOTERS"].split(",")) == voters
+            assert all(
+                services[c]["environment"]["MINIBROKER_CONTROLLER_QUORUM_VOTERS"]
+                == env["MINIBROKER_CONTROLLER_QUORUM_VOTERS"]
+                for c in CONTROLLERS
+            )
     ports = [
         int(entry.rsplit(":", 1)[1])
         for n in CLUSTER_SERVICES

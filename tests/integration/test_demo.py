@@ -43,5 +43,7 @@ def test_the_quick_start_demo_runs_to_a_valid_verdict_and_a_dashboard(tmp_path: 
         "broker-1: stopped",
         "broker-2: stopped",
         "broker-3: stopped",
-        "controller: stopped",
+        "controller-3000: stopped",
+        "controller-3001: stopped",
+        "controller-3002: stopped",
     ]

@@ -58,6 +58,7 @@ REQUIRED = {
     32: "DescribeConfigs",
     37: "CreatePartitions",
     42: "DeleteGroups",
+    55: "DescribeQuorum",
     44: "IncrementalAlterConfigs",
 }
 
@@ -244,6 +245,11 @@ def kafka_python_round_trip(bootstrap: str) -> None:
     try:
         admin.delete_records({kafka.TopicPartition("kio-b", 0): -1})
         assert admin.delete_groups(["kio-p"]) == {"kio-p": "OK"}
+        # the controller quorum, as kafka-metadata-quorum.sh asks a broker (DescribeQuorum, forwarded)
+        (quorum,) = admin.describe_metadata_quorum()["topics"][0]["partitions"]
+        assert quorum["error"] is None and quorum["leader_id"] in (3000, 3001, 3002)
+        assert sorted(v["replica_id"] for v in quorum["current_voters"]) == [3000, 3001, 3002]
+        assert [o["replica_id"] for o in quorum["observers"]] == [1]  # the one broker
     finally:
         admin.close()
 

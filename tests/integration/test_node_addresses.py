@@ -58,7 +58,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[LocalClusterState]:
 
 
 async def test_every_link_between_nodes_leaves_from_the_nodes_own_address(cluster: LocalClusterState) -> None:
-    nodes = [cluster.controller, *cluster.brokers]
+    nodes = cluster.nodes
     hosts = [n.host for n in nodes]
     assert len(set(hosts)) == len(nodes), hosts
     assert all(h.startswith("127.") and h != "127.0.0.1" for h in hosts)
@@ -71,15 +71,21 @@ async def test_every_link_between_nodes_leaves_from_the_nodes_own_address(cluste
     def links() -> dict[int, list[tuple[str, str]]]:
         return {n.pid: [(lo, re) for lo, re in tcp_connections(n.pid) if re in listeners] for n in nodes}
 
-    # Every broker talks to the controller and fetches from the two others; the controller pushes to each.
+    # Every broker talks to the active controller (its metadata FETCHes, heartbeats) and fetches from the
+    # two other brokers; each controller fetches the metadata log from the quorum's leader.
     async def all_links_up() -> dict[int, list[tuple[str, str]]] | None:
         seen = links()
-        ok = all(
-            {listeners[re].node_id for _, re in seen[b.pid]}
-            >= {3000, *(o.node_id for o in cluster.brokers if o is not b)}
-            for b in cluster.brokers
+        controllers = {c.node_id for c in cluster.controllers}
+        ok = (
+            all(
+                {listeners[re].node_id for _, re in seen[b.pid]} & controllers
+                and {listeners[re].node_id for _, re in seen[b.pid]}
+                >= {o.node_id for o in cluster.brokers if o is not b}
+                for b in cluster.brokers
+            )
+            and sum(1 for c in cluster.controllers if seen[c.pid]) >= len(cluster.controllers) - 1
         )
-        return seen if ok and len(seen[cluster.controller.pid]) >= 3 else None
+        return seen if ok else None
 
     seen = await wait_until(all_links_up, what="every inter-node link")
     for node in nodes:

@@ -58,7 +58,7 @@ async def test_with_a_cluster_secret_only_authenticated_connections_may_change_s
             assert wrong.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             assert time.monotonic() - started >= 0.09
             await asyncio.wait_for(conn.wait_closed(), 5.0)
-        c = state.controller
+        c = state.controllers[0]
         async with await BrokerConnection.connect(c.host, c.port) as conn:
             resp = await conn.send(BrokerRegistrationRequest(9, "127.0.0.1", 1, "intruder"))
             assert resp.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
@@ -186,7 +186,7 @@ def test_cluster_up_in_the_foreground_stops_every_process_on_ctrl_c(tmp_path: Pa
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.monotonic() < deadline, "cluster did not come up"
             time.sleep(0.05)
-        pids = [p["pid"] for p in [json.loads((cluster_dir / "cluster.json").read_text())["controller"]]]
+        pids = [p["pid"] for p in json.loads((cluster_dir / "cluster.json").read_text())["controllers"]]
         pids += [b["pid"] for b in json.loads((cluster_dir / "cluster.json").read_text())["brokers"]]
         assert all(pid_alive(pid) for pid in pids)
         proc.send_signal(signal.SIGINT)

@@ -1,0 +1,296 @@
+"""The quorum elects one leader per epoch, commits on a majority, and survives its leader's death: Raft's
+classic cases on virtual time (tests/raft/harness.py), each shown to fail with its rule switched off."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from raft.raft_client import CommittedTruncationError, RaftClient, Role
+from sim.loop import run
+from sim.network import LinkShape
+from tests.raft.harness import Quorum
+
+
+def test_three_voters_elect_one_leader_and_commit_on_every_voter(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path)
+        quorum.start_all()
+        leader = await quorum.leader()
+        await quorum.append([b"a", b"b"])
+        await quorum.append([b"c"])
+        await quorum.wait_for(lambda: all(r.values() == [b"a", b"b", b"c"] for r in quorum.recorders.values()))
+        assert [c.node_id for c in quorum.leaders()] == [leader.node_id]
+        assert len({c.epoch for c in quorum.nodes.values()}) == 1
+        await quorum.close()
+
+    run(scenario())
+
+
+def test_a_single_voter_elects_itself_at_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path, voters=(7,))
+        quorum.start_all()
+        leader = await quorum.leader(timeout_s=0.5)
+        assert leader.node_id == 7
+        await quorum.append([b"x"])
+        assert quorum.recorders[7].values() == [b"x"]
+        await quorum.close()
+
+    run(scenario())
+
+
+def test_the_leaders_death_elects_another_that_keeps_every_committed_record(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path)
+        quorum.start_all()
+        first = await quorum.leader()
+        await quorum.append([b"one", b"two"])
+        await quorum.kill(first.node_id)
+        loop = asyncio.get_running_loop()
+        killed_at = loop.time()
+        second = await quorum.leader()
+        elected_after = loop.time() - killed_at
+        assert second.node_id != first.node_id and second.epoch > first.epoch
+        # A kill is seen at once (the connection is refused), not after the fetch timeout.
+        assert elected_after < quorum.config.election_timeout_ms / 1000.0 + 1.0
+        await quorum.append([b"three"])
+        quorum.start(first.node_id)  # the old leader comes back as a follower and catches up
+        await quorum.wait_for(
+            lambda: all(r.values()[-3:] == [b"one", b"two", b"three"] for r in quorum.recorders.values())
+        )
+        await quorum.close()
+
+    run(scenario())
+
+
+def test_an_old_leaders_uncommitted_records_are_truncated_when_it_rejoins(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path)
+        quorum.start_all()
+        old = await quorum.leader()
+        await quorum.append([b"committed"])
+        others = [n for n in quorum.node_ids if n != old.node_id]
+        for other in others:  # the old leader is cut off, both ways
+            quorum.network.cut(old.node_id, other)
+            quorum.network.cut(other, old.node_id)
+        stray = old.append([b"never-committed"])  # appended, but no majority will ever have it
+        await quorum.wait_for(lambda: any(quorum.nodes[o].is_leader for o in others))
+        await quorum.append([b"after"])
+        assert not old.is_leader  # it resigned: no FETCH from a majority (check quorum)
+        quorum.network.heal()
+        await quorum.wait_for(lambda: quorum.recorders[old.node_id].values() == [b"committed", b"after"])
+        assert old.log.log_end_offset == quorum.nodes[others[0]].log.log_end_offset
+        assert all(b"never-committed" not in r.values() for r in quorum.recorders.values())
+        assert stray >= 0
+        await quorum.close()
+
+    run(scenario())
+
+
+def _missing_committed_record_scenario(tmp_path: Path, vote_checks_logs: bool) -> tuple[int, list[bytes], list[bytes]]:
+    """Voters 1-3; B is cut off while X commits on the leader and A; the leader dies; B comes back and runs
+    for election first. Who wins, and what each of A and B then holds in its log."""
+
+    async def scenario() -> tuple[int, list[bytes], list[bytes]]:
+        quorum = Quorum(tmp_path)
+        if not vote_checks_logs:
+            quorum.patch = lambda c: setattr(c, "_log_up_to_date", lambda epoch, offset: True)
+        quorum.start_all()
+        leader = await quorum.leader()
+        a, b = (n for n in quorum.node_ids if n != leader.node_id)
+        await quorum.append([b"before"])
+        await quorum.wait_for(lambda: quorum.recorders[b].values() == [b"before"])
+        quorum.network.cut(leader.node_id, b)
+        quorum.network.cut(b, leader.node_id)
+        await quorum.append([b"X"])  # committed by the leader and A
+        await quorum.kill(leader.node_id)
+        quorum.network.heal()
+        quorum.nodes[b]._to_candidate()  # B, which lacks X, asks for votes before A notices anything
+        winner = await quorum.leader()
+        result = winner.node_id, *(_log_values(quorum.nodes[n]) for n in (a, b))
+        await quorum.close()
+        return result
+
+    return run(scenario())  # type: ignore[no-any-return]
+
+
+def _log_values(client: RaftClient) -> list[bytes]:
+    batches = client.log.batches(client.log.log_start_offset, client.log.log_end_offset)
+    return [v for batch in batches if not batch.is_control for v in batch.values]
+
+
+def test_a_voter_missing_a_committed_record_cannot_be_elected(tmp_path: Path) -> None:
+    winner, a_log, b_log = _missing_committed_record_scenario(tmp_path, vote_checks_logs=True)
+    assert b"X" in a_log and b"X" not in b_log[:2]
+    assert winner != 0 and b"X" in (a_log if winner else b_log)
+    assert b_log[:1] == [b"before"]
+
+
+def test_without_the_vote_rule_the_voter_missing_it_wins(tmp_path: Path) -> None:
+    """The rule switched off: B is elected without X, a record a majority had committed; A, which
+    holds X, is then told to cut it (and refuses: CommittedTruncationError)."""
+    winner, a_log, b_log = _missing_committed_record_scenario(tmp_path, vote_checks_logs=False)
+    assert b"X" in a_log and b"X" not in b_log
+
+
+def _split_vote_scenario(tmp_path: Path, randomized: bool) -> bool:
+    """The leader dies; both followers see it at once (the same instant, without randomness) and run. Is a
+    new leader elected within 30 virtual seconds?"""
+
+    async def scenario() -> bool:
+        quorum = Quorum(tmp_path)
+        quorum.network.base = LinkShape(0.5, 0.0)  # no jitter: only the timers can break the tie
+        quorum.start_all()
+        leader = await quorum.leader()
+        await quorum.append([b"x"])
+        if not randomized:
+            for client in quorum.nodes.values():
+                client._rng.randrange = lambda n: 0  # type: ignore[method-assign]
+        await quorum.kill(leader.node_id)
+        try:
+            await quorum.leader(timeout_s=30.0)
+            elected = True
+        except AssertionError:
+            elected = False
+        await quorum.close()
+        return elected
+
+    return run(scenario())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_split_vote_is_resolved_by_the_randomised_timeouts(tmp_path: Path, seed: int) -> None:
+    assert _split_vote_scenario(tmp_path / str(seed), randomized=True)
+
+
+def test_without_randomised_timeouts_the_split_vote_repeats_forever(tmp_path: Path) -> None:
+    assert not _split_vote_scenario(tmp_path, randomized=False)
+
+
+def test_a_vote_is_remembered_across_a_restart(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path)
+        voter = quorum.start(1)
+        from protocol.messages import VoteRequest
+
+        assert voter.handle_vote(VoteRequest(2, 5, 0, 0)).vote_granted
+        await quorum.kill(1)
+        again = quorum.start(1)
+        assert again.epoch == 5 and again.voted_id == 2
+        assert not again.handle_vote(VoteRequest(3, 5, 0, 0)).vote_granted  # one vote per epoch
+        assert again.handle_vote(VoteRequest(2, 5, 0, 0)).vote_granted  # the same candidate asking again
+        await quorum.close()
+
+    run(scenario())
+
+
+def test_without_the_durable_vote_a_restarted_voter_votes_twice(tmp_path: Path) -> None:
+    async def scenario() -> bool:
+        quorum = Quorum(tmp_path)
+        quorum.patch = lambda c: setattr(c._store, "write", lambda state: None)
+        voter = quorum.start(1)
+        from protocol.messages import VoteRequest
+
+        voter.handle_vote(VoteRequest(2, 5, 0, 0))
+        await quorum.kill(1)
+        again = quorum.start(1)
+        granted = again.handle_vote(VoteRequest(3, 5, 0, 0)).vote_granted
+        await quorum.close()
+        return granted
+
+    assert run(scenario())
+
+
+def _rejoin_scenario(tmp_path: Path, pre_vote: bool) -> tuple[int, int]:
+    """Voter C is cut off for 20 s, then comes back. The leader's epoch before and after."""
+
+    async def scenario() -> tuple[int, int]:
+        quorum = Quorum(tmp_path)
+        if not pre_vote:
+            quorum.patch = lambda c: setattr(c, "_to_prospective", c._to_candidate)
+        quorum.start_all()
+        leader = await quorum.leader()
+        await quorum.append([b"x"])
+        before = leader.epoch
+        c = next(n for n in quorum.node_ids if n != leader.node_id)
+        for other in quorum.node_ids:
+            if other != c:
+                quorum.network.cut(c, other)
+                quorum.network.cut(other, c)
+        await asyncio.sleep(20.0)
+        quorum.network.heal()
+        await asyncio.sleep(5.0)
+        await quorum.append([b"y"])
+        after = (await quorum.leader()).epoch
+        await quorum.close()
+        return before, after
+
+    return run(scenario())  # type: ignore[no-any-return]
+
+
+def test_a_voter_back_from_a_partition_does_not_disturb_the_leader(tmp_path: Path) -> None:
+    before, after = _rejoin_scenario(tmp_path, pre_vote=True)
+    assert after == before
+
+
+def test_without_pre_vote_a_returning_voter_forces_an_election(tmp_path: Path) -> None:
+    before, after = _rejoin_scenario(tmp_path, pre_vote=False)
+    assert after > before
+
+
+def test_a_voter_far_behind_loads_the_leaders_snapshot(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path)
+        quorum.start_all()
+        leader = await quorum.leader()
+        late = next(n for n in quorum.node_ids if n != leader.node_id)
+        await quorum.kill(late)
+        for i in range(20):
+            await quorum.append([b"v%d" % i])
+        leader.write_snapshot(quorum.recorders[leader.node_id].snapshot_values())
+        assert leader.log.log_start_offset > 0
+        await quorum.append([b"after-snapshot"])
+        quorum.start(late)
+        expected = [b"v%d" % i for i in range(20)] + [b"after-snapshot"]
+        await quorum.wait_for(lambda: quorum.recorders[late].values() == expected, what="the late voter caught up")
+        assert quorum.recorders[late].snapshots_loaded == 1
+        assert quorum.nodes[late].log.log_start_offset == leader.log.log_start_offset
+        await quorum.close()
+
+    run(scenario())
+
+
+def test_observers_replicate_but_never_count_towards_a_commit(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path, observers=(100,))
+        quorum.start_all()
+        leader = await quorum.leader()
+        await quorum.append([b"seen"])
+        await quorum.wait_for(lambda: quorum.recorders[100].values() == [b"seen"])
+        assert quorum.nodes[100].role is Role.FOLLOWER and quorum.nodes[100].leader_id == leader.node_id
+        for voter in [n for n in (1, 2, 3) if n != leader.node_id]:
+            await quorum.kill(voter)
+        offset = leader.append([b"stuck"])
+        await asyncio.sleep(1.0)
+        assert leader.high_watermark <= offset  # the observer has it, but no majority of voters does
+        await quorum.close()
+
+    run(scenario())
+
+
+def test_truncating_a_committed_record_is_refused(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path)
+        quorum.start_all()
+        await quorum.leader()
+        await quorum.append([b"a"])
+        follower: RaftClient = next(c for c in quorum.nodes.values() if not c.is_leader)
+        await quorum.wait_for(lambda: follower.delivered_offset > 1)
+        with pytest.raises(CommittedTruncationError):
+            follower._truncate_diverging(0, 0)
+        await quorum.close()
+
+    run(scenario())
