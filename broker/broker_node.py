@@ -199,6 +199,8 @@ class BrokerNode:
                 group_initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
                 offsets_topic_num_partitions=config["offsets.topic.num.partitions"],
                 offsets_retention_minutes=config["offsets.retention.minutes"],
+                offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+                group_max_size=config["group.max.size"],
             ),
         )
         self.replica_manager.on_role_change = self._on_role_change
