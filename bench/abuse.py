@@ -45,10 +45,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from bench.common import ProcessReaper, free_port, main_guard, percentile, progress, rounded
+from bench.common import ProcessReaper, free_port, main_guard, percentile, process_cpu_s, progress, rounded
+from client.cluster_client import ClusterClient
 from cluster.local_cluster import LocalClusterState, random_base_address, start_cluster, stop_cluster
 from metrics.file_sink import read_records
 from network.connection import BrokerConnection
+from network.request_limits import DATA_ENTRIES
 from protocol.codec import Message, packb, to_wire
 from protocol.messages import (
     CreatableTopic,
@@ -67,9 +69,10 @@ from protocol.messages import (
     ProducePartition,
     ProduceRequest,
     RequestHeader,
+    TopicPartition,
     api_key_of,
 )
-from protocol.record_batch import build_batch
+from protocol.record_batch import MAX_RECORDS_PER_BATCH, build_batch, iter_records
 
 MIB = 1024 * 1024
 TOPIC = "abuse"
@@ -197,6 +200,7 @@ class Target:
     kafka_port: int
     led: list[int]  # partitions of TOPIC this broker leads
     group_id: str  # a group this broker coordinates
+    pid: int = 0  # its process, for the CPU time a probe cost it
 
 
 @dataclass
@@ -390,6 +394,29 @@ def _msgpack_same_partition(t: Target, n: int) -> bytes:
     return msgpack_frame(ProduceRequest(1, 5000, [ProducePartition(TOPIC, t.led[0], batch)] * n))
 
 
+#: What the listeners take (network/request_limits.py): the "at_limit" probes send the largest request each
+#: API accepts, the worst an ordinary request can cost.
+LIMIT = DATA_ENTRIES - 1  # topics count as entries too: one topic and this many partitions
+
+
+def _list_offsets_by_time(t: Target, n: int) -> bytes:
+    partitions = b"".join(_I32.pack(t.led[i % len(t.led)]) + _I64.pack(0) for i in range(n))
+    return kafka_frame(2, 1, _I32.pack(-1) + karray([kstr(TOPIC.encode()) + _I32.pack(n) + partitions]))
+
+
+def _offset_for_leader_epoch_of(t: Target, n: int) -> bytes:
+    partitions = b"".join(_I32.pack(t.led[i % len(t.led)]) + _I32.pack(-1) + _I32.pack(0) for i in range(n))
+    return kafka_frame(23, 2, karray([kstr(TOPIC.encode()) + _I32.pack(n) + partitions]))
+
+
+def _metadata_unknown(n: int) -> bytes:
+    return kafka_frame(3, 4, _I32.pack(n) + b"".join(kstr(b"u%07d" % i) for i in range(n)) + b"\x00")
+
+
+def _join_group_pipelined(t: Target, n: int) -> Outcome:
+    return _k(t, b"".join(_join_group(t, i) for i in range(n)), answers=n)
+
+
 PROBES: dict[str, Probe] = {
     p.name: p
     for p in [
@@ -483,6 +510,72 @@ PROBES: dict[str, Probe] = {
             "a forwarded request over 100,000 entries (CreateTopics of 100,001 topics)",
             lambda t: _k(t, _create_topics(MSGPACK_CAP + 1)),
             lambda t: [_create_topics(2)],
+        ),
+        Probe(
+            "kafka.metadata_at_limit",
+            "kafka",
+            f"Metadata naming {DATA_ENTRIES:,} topics that do not exist (the most it takes)",
+            lambda t: _k(t, _metadata_unknown(DATA_ENTRIES)),
+        ),
+        Probe(
+            "kafka.fetch_at_limit",
+            "kafka",
+            f"Fetch of {LIMIT:,} partitions, 8 connections x 6 at once",
+            lambda t: _kafka_fetches(t, 8, 6, LIMIT),
+        ),
+        Probe(
+            "kafka.list_offsets_by_time_at_limit",
+            "kafka",
+            f"ListOffsets by timestamp for {LIMIT:,} partitions (an index and a segment read each)",
+            lambda t: _k(t, _list_offsets_by_time(t, LIMIT)),
+        ),
+        Probe(
+            "kafka.offset_for_leader_epoch_at_limit",
+            "kafka",
+            f"OffsetForLeaderEpoch for {LIMIT:,} partitions",
+            lambda t: _k(t, _offset_for_leader_epoch_of(t, LIMIT)),
+        ),
+        Probe(
+            "kafka.produce_same_partition_at_limit",
+            "kafka",
+            f"the same partition named {LIMIT:,} times in one Produce",
+            lambda t: _k(t, _same_partition(t, LIMIT)),
+        ),
+        Probe(
+            "kafka.produce_records_at_limit",
+            "kafka",
+            f"a Produce of one batch of {MAX_RECORDS_PER_BATCH:,} tiny records (zstd), the most a batch may hold",
+            lambda t: _k(t, produce_v3([(TOPIC.encode(), [(t.led[0], tiny_records_batch(MAX_RECORDS_PER_BATCH))])])),
+        ),
+        Probe(
+            "kafka.join_group_pipelined_20k",
+            "kafka",
+            "20,000 JoinGroups pipelined on one connection (group.max.size answers past the first thousand)",
+            lambda t: _join_group_pipelined(t, 20_000),
+        ),
+        Probe(
+            "msgpack.fetch_at_limit",
+            "msgpack",
+            f"8 connections x 6 FETCHes of {DATA_ENTRIES:,} partitions (the msgpack listener's limit)",
+            lambda t: in_parallel(
+                [
+                    lambda: _m(
+                        t,
+                        msgpack_frame(
+                            FetchRequest(-1, 0, 1, MIB, [FetchPartition("nope", i, 0, 1) for i in range(DATA_ENTRIES)])
+                        )
+                        * 6,
+                        answers=6,
+                    )
+                    for _ in range(8)
+                ]
+            ),
+        ),
+        Probe(
+            "msgpack.produce_same_partition_at_limit",
+            "msgpack",
+            f"the same partition named {DATA_ENTRIES:,} times in one PRODUCE",
+            lambda t: _m(t, _msgpack_same_partition(t, DATA_ENTRIES)),
         ),
         Probe(
             "msgpack.metadata_at_cap",
@@ -613,9 +706,17 @@ class FenceWatch:
 
 def loop_held_ms(state: LocalClusterState, broker_id: int, since_ms: float, until_ms: float) -> float | None:
     """The largest LoopLagMaxMs `broker_id` reported in (since_ms, until_ms], from its metrics files."""
+    for _ in range(5):
+        try:
+            records = read_records(Path(state.metrics_dir))
+            break
+        except FileNotFoundError:  # the active file rolled while the directory was read
+            time.sleep(0.05)
+    else:
+        return None
     waits = [
         float(r["LoopLagMaxMs"])  # type: ignore[arg-type]
-        for r in read_records(Path(state.metrics_dir))
+        for r in records
         if r.get("kind") == "broker"
         and r.get("broker_id") == broker_id
         and since_ms < float(r["ts_ms"]) <= until_ms  # type: ignore[arg-type]
@@ -636,9 +737,6 @@ async def metrics_after(state: LocalClusterState, broker_id: int, after_ms: floa
 
 async def seed(state: LocalClusterState) -> dict[int, str]:
     """Create TOPIC and fill it with known records; the digest of every partition's log as read back."""
-    from client.cluster_client import ClusterClient
-    from protocol.messages import TopicPartition
-
     async with ClusterClient(state.bootstrap) as client:
         created = await client.create_topic(TOPIC, PARTITIONS, 3)
         if created.topics[0].error_code:
@@ -654,29 +752,26 @@ async def seed(state: LocalClusterState) -> dict[int, str]:
 
 
 async def digests(state: LocalClusterState) -> dict[int, str]:
-    """sha256 of each partition's committed records, read from its leader (consumer fetches)."""
-    from client.cluster_client import ClusterClient
-
+    """sha256 of each partition's seeded records (offset, key, value, headers of the first
+    RECORDS_PER_PARTITION), read from its leader with consumer fetches: what probes append after them
+    is not compared."""
     out: dict[int, str] = {}
     async with ClusterClient(state.bootstrap) as client:
         await client.refresh_metadata([TOPIC])
         for p in range(PARTITIONS):
-            from protocol.messages import TopicPartition
-
             info = client.leader_of(TopicPartition(TOPIC, p))
             digest = hashlib.sha256()
             offset = 0
-            while True:
+            while offset < RECORDS_PER_PARTITION:
                 resp = await client.fetch(info.leader_id, [FetchPartition(TOPIC, p, offset, 4 * MIB)], max_wait_ms=0)
                 part = resp.partitions[0]
                 if part.error_code or not part.records:
                     break
-                from protocol.record_batch import iter_headers
-
-                data = bytes(part.records)
-                headers = list(iter_headers(data))
-                digest.update(data)
-                offset = headers[-1].base_offset + headers[-1].last_offset_delta + 1
+                for record in iter_records(bytes(part.records)):
+                    if record.offset >= RECORDS_PER_PARTITION:
+                        break
+                    digest.update(repr((record.offset, record.key, record.value, record.headers)).encode())
+                    offset = record.offset + 1
             out[p] = f"{digest.hexdigest()}@{offset}"
     return out
 
@@ -687,7 +782,7 @@ async def find_target(state: LocalClusterState) -> Target:
     meta = await controller_metadata(state)
     led = [p.partition for t in meta.topics if t.topic == TOPIC for p in t.partitions if p.leader_id == TARGET]
     group_id = await coordinated_group(b.host, b.kafka_port, TARGET)
-    return Target(b.host, b.port, b.kafka_port, sorted(led), group_id)
+    return Target(b.host, b.port, b.kafka_port, sorted(led), group_id, b.pid)
 
 
 async def coordinated_group(host: str, kafka_port: int, broker_id: int, timeout_s: float = 60.0) -> str:
@@ -718,8 +813,6 @@ def exchange_answer(host: str, port: int, frame: bytes) -> bytes | None:
 
 async def restore_leaders(state: LocalClusterState, want: dict[tuple[str, int], tuple[int, int]]) -> None:
     """After a fence: every partition back on its preferred replica (the leader it had), waited for."""
-    from client.cluster_client import ClusterClient
-
     async with ClusterClient(state.bootstrap) as client:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -737,6 +830,7 @@ class ProbeResult:
     listener: str
     what: str
     loop_held_ms: float | None
+    broker_cpu_ms: float  # the target's CPU time from the probe's start to a second after its end
     fenced: list[int]
     moved: int  # partitions whose leader or leader epoch changed
     answers: int
@@ -752,6 +846,7 @@ async def run_probe(state: LocalClusterState, target: Target, probe: Probe) -> P
     """Send one probe to the target and measure what it cost (module docstring)."""
     before = leaderships(await controller_metadata(state))
     watch = FenceWatch(state)
+    cpu_before_s = process_cpu_s(target.pid)
     started_ms = time.time() * 1000
     with watch:
         try:
@@ -771,6 +866,7 @@ async def run_probe(state: LocalClusterState, target: Target, probe: Probe) -> P
         probe.listener,
         probe.what,
         loop_held_ms(state, TARGET, started_ms, time.time() * 1000),
+        round((process_cpu_s(target.pid) - cpu_before_s) * 1000),
         sorted(watch.fenced),
         moved,
         outcome.answers,
@@ -781,6 +877,10 @@ async def run_probe(state: LocalClusterState, target: Target, probe: Probe) -> P
     if moved or watch.fenced:
         await restore_leaders(state, before)
     return result
+
+
+def save(path: Path, value: object) -> None:
+    path.write_text(json.dumps(value, indent=1) + "\n")
 
 
 def selected(names: list[str] | None, listener: str | None) -> list[Probe]:
@@ -810,12 +910,13 @@ async def run_probes(
             progress(f"probe {probe.name}: {probe.what}")
             result = await run_probe(state, target, probe)
             progress(
-                f"  loop held {result.loop_held_ms} ms, fenced {result.fenced}, moved {result.moved}, "
+                f"  loop held {result.loop_held_ms} ms, broker CPU {result.broker_cpu_ms} ms, "
+                f"fenced {result.fenced}, moved {result.moved}, "
                 f"answers {result.answers}, closed {result.closed}, {result.seconds} s {result.notes}"
             )
             results.append(result)
             if json_file is not None:  # what was measured so far survives an interrupted run
-                json_file.write_text(json.dumps([vars(r) for r in results], indent=1) + "\n")
+                save(json_file, [vars(r) for r in results])
         intact = await digests(state) == seeded
     finally:
         if state is not None:
@@ -938,7 +1039,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result = await run_probes(reaper, args.probe, args.listener, args.json)
         if args.json:
-            args.json.write_text(json.dumps(result, indent=1) + "\n")
+            save(args.json, result)
         return result
 
     return main_guard(run)
