@@ -254,6 +254,13 @@ BROKER_CONFIG = ConfigDef(
             "default.replication.factor), as Kafka does",
         ),
         ConfigKey(
+            "producer.state.max.entries",
+            int,
+            50_000,
+            "idempotent-producer entries all of a broker's partitions hold together (about 1 KB each); past "
+            "it a partition taking a new producer evicts its least recently used one",
+        ),
+        ConfigKey(
             "producer.id.expiration.ms",
             int,
             86400000,
