@@ -343,6 +343,7 @@ class _ServerConnection(FrameProtocol):
             or self.started_this_read
             or budget.busy()
             or self.context.order_held
+            or len(frame) > _BELOW_EVERY_BYTE_LIMIT  # a large one: its answer waits for a turn of its own
         ):
             self.queue.append(frame)
             self.wakeup.set()
@@ -440,6 +441,10 @@ class _ServerConnection(FrameProtocol):
                 self.in_flight = len(pending)
                 self._maybe_resume_reading()
                 while pending and _finished(pending[0][1]):
+                    if budget.due():  # an answer to encode is a piece of work of its own
+                        await budget.next_turn()
+                        if self.peer_gone:
+                            return
                     header, outcome = pending.popleft()
                     self.in_flight = len(pending)
                     began = time.perf_counter()
