@@ -7,12 +7,12 @@ from __future__ import annotations
 import random
 import struct
 import time
-from typing import Any
 
 import pytest
 
+from bench.kafka_fuzz import random_requests
 from network.kafka_frame_check import EntryLimitError, MalformedRequestError, check_request
-from network.kafka_wire import KAFKA_WIRE, SERVED
+from network.kafka_wire import KAFKA_WIRE
 from protocol.errors import ProtocolError
 
 kafka = pytest.importorskip("kafka")
@@ -23,54 +23,6 @@ HEADER = struct.pack(">hhih", 3, 1, 7, 1) + b"c"  # Metadata v1, correlation id 
 
 def metadata_v1(body: bytes) -> bytes:
     return HEADER + body
-
-
-def _simple(type_str: str, rng: random.Random, nullable: bool) -> Any:
-    if nullable and rng.random() < 0.3:
-        return None
-    values = {
-        "int8": lambda: rng.randint(-128, 127),
-        "int16": lambda: rng.randint(-5, 5),
-        "uint16": lambda: rng.randint(0, 5),
-        "int32": lambda: rng.randint(-5, 100),
-        "int64": lambda: rng.randint(-5, 10**12),
-        "float64": lambda: 1.5,
-        "bool": lambda: rng.random() < 0.5,
-        "string": lambda: "s" * rng.randint(0, 5),
-        "bytes": lambda: b"b" * rng.randint(0, 5),
-        "records": lambda: b"r" * rng.randint(0, 5),
-        "uuid": lambda: None,
-    }
-    return values[type_str]()
-
-
-def _value(field: Any, version: int, rng: random.Random) -> Any:
-    nullable = field.nullable_for_version_q(version)
-    if field.is_array():
-        if nullable and rng.random() < 0.2:
-            return None
-        if field.is_struct_array():
-            return [_struct(field.array_of, version, rng) for _ in range(rng.randint(0, 3))]
-        return [_simple(field.array_of.type_str, rng, False) for _ in range(rng.randint(0, 3))]
-    if field.is_struct():
-        return None if nullable and rng.random() < 0.3 else _struct(field, version, rng)
-    return _simple(field.type_str, rng, nullable)
-
-
-def _struct(struct_field: Any, version: int, rng: random.Random) -> Any:
-    return struct_field.data_class(**{f.name: _value(f, version, rng) for f in struct_field.untagged_fields(version)})
-
-
-def random_requests(rng: random.Random, per_version: int) -> list[tuple[Any, int, bytes]]:
-    out = []
-    for request_class, lo, hi in SERVED.values():
-        for version in range(lo, hi + 1):
-            for _ in range(per_version):
-                fields = {f.name: _value(f, version, rng) for f in request_class._struct.untagged_fields(version)}
-                request = request_class[version](**fields)
-                request.with_header(correlation_id=rng.randint(0, 100), client_id=rng.choice(["c", None, ""]))
-                out.append((request_class, version, bytes(request.encode(header=True))))
-    return out
 
 
 def test_every_request_kafka_python_encodes_is_walked_to_its_end_and_anything_more_or_less_is_refused() -> None:
