@@ -9,6 +9,7 @@ One cluster for the module; the probes run in PROBES' order, each with its CI si
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from bench.abuse import (
     seed,
     start_probe_cluster,
 )
+from client.cluster_client import ClusterClient
 from cluster.local_cluster import LocalClusterState, stop_cluster
 from network.loop_budget import DEFAULT_SLICE_S
 
@@ -88,3 +90,28 @@ def test_a_consumer_asking_for_a_topic_that_does_not_exist_does_not_create_it(
     subprocess.run(consumer, capture_output=True, timeout=30)
     topics = {t.topic for t in asyncio.run(controller_metadata(state)).topics}
     assert "never-made" not in topics and "abuse" in topics
+
+
+def test_a_compressed_batch_is_held_to_max_message_bytes_by_the_size_it_was_sent_in(
+    cluster: tuple[LocalClusterState, Target, dict[int, str]],
+) -> None:
+    # Kafka accepts a gzip batch of a few hundred bytes holding 200,000 on a topic of max.message.bytes
+    # 100,000; kafka-python, aiokafka and kcat got MESSAGE_TOO_LARGE here (stored uncompressed, it is larger).
+    kafka = pytest.importorskip("kafka")
+    state, _, _ = cluster
+
+    async def create() -> None:
+        async with ClusterClient(state.bootstrap) as client:
+            created = await client.create_topic("small-batches", 1, 3, {"max.message.bytes": "100000"})
+            assert created.topics[0].error_code == 0
+            await client.wait_for_leaders("small-batches")
+
+    asyncio.run(create())
+    producer = kafka.KafkaProducer(bootstrap_servers=state.kafka_bootstrap, compression_type="gzip", acks="all")
+    try:
+        sent = producer.send("small-batches", b"\x00" * 200_000).get(timeout=30)
+        assert sent.offset == 0
+        with pytest.raises(kafka.errors.MessageSizeTooLargeError):
+            producer.send("small-batches", os.urandom(150_000)).get(timeout=30)  # does not compress: refused
+    finally:
+        producer.close(timeout=5)
