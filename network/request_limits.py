@@ -141,14 +141,19 @@ def count_entries(value: Any, limit: int) -> int:
     """The array entries in an unpacked msgpack value (every list, nested ones included), counted until
     they pass `limit` (then a number above it is returned: the rest is not looked at)."""
     count = 0
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if type(item) is list:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is list:
             count += len(item)
             if count > limit:
                 return count
-            stack.extend(x for x in item if type(x) is list or type(x) is dict)
-        elif type(item) is dict:
-            stack.extend(x for x in item.values() if type(x) is list or type(x) is dict)
+        elif kind is dict:
+            item = item.values()
+        else:
+            continue
+        for x in item:
+            if type(x) is list or type(x) is dict:
+                pending.append(x)
     return count
