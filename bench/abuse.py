@@ -52,6 +52,7 @@ from metrics.file_sink import read_records
 from network.connection import BrokerConnection
 from network.request_limits import DATA_ENTRIES
 from protocol.codec import Message, packb, to_wire
+from protocol.kafka_records import _zigzag
 from protocol.messages import (
     CreatableTopic,
     CreateTopicsRequest,
@@ -122,16 +123,6 @@ def karray(items: Iterable[bytes], count: int | None = None) -> bytes:
 def msgpack_frame(body: Message, correlation_id: int = 1) -> bytes:
     payload = packb([to_wire(RequestHeader(int(api_key_of(body)), 0, correlation_id, "abuse")), to_wire(body)])
     return _I32.pack(len(payload)) + payload
-
-
-def _zigzag(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append(z & 0x7F | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
 
 
 def kafka_batch(values: list[bytes | None], codec: int = 0) -> bytes:
@@ -897,6 +888,27 @@ async def run_probe(state: LocalClusterState, target: Target, probe: Probe, quic
     return result
 
 
+async def prepared_cluster(reaper: ProcessReaper, prefix: str) -> tuple[LocalClusterState, dict[int, str], Target]:
+    """The probes' cluster, started in a temporary directory the reaper removes, its processes watched, the
+    topic seeded (its digests) and the target found."""
+    work = reaper.temp_dir(prefix)
+    progress("starting a controller and 3 brokers (broker.session.timeout.ms=3000)")
+    state = await start_probe_cluster(work / "cluster")
+    reaper.watch(lambda: [p.pid for p in [state.controller, *state.brokers]])
+    progress(f"filling {TOPIC}: {PARTITIONS} partitions x {RECORDS_PER_PARTITION} records")
+    seeded = await seed(state)
+    target = await find_target(state)
+    progress(f"target broker {TARGET}: leads {TOPIC} partitions {target.led}, coordinates {target.group_id}")
+    return state, seeded, target
+
+
+async def quiet_loop_held_ms(state: LocalClusterState, seconds: float = 3.0) -> float | None:
+    """The baseline: the target's LoopLagMaxMs over `seconds` with nothing sent to it."""
+    quiet_from = time.time() * 1000
+    await asyncio.sleep(seconds)
+    return loop_held_ms(state, TARGET, quiet_from, time.time() * 1000)
+
+
 def save(path: Path, value: object) -> None:
     path.write_text(json.dumps(value, indent=1) + "\n")
 
@@ -913,20 +925,10 @@ async def run_probes(
     json_file: Path | None = None,
     quick: bool = False,
 ) -> dict[str, Any]:
-    work = reaper.temp_dir("bench-abuse-probes-")
     state: LocalClusterState | None = None
     try:
-        progress("starting a controller and 3 brokers (broker.session.timeout.ms=3000)")
-        state = await start_probe_cluster(work / "cluster")
-        running = state
-        reaper.watch(lambda: [p.pid for p in [running.controller, *running.brokers]])
-        progress(f"filling {TOPIC}: {PARTITIONS} partitions x {RECORDS_PER_PARTITION} records")
-        seeded = await seed(state)
-        target = await find_target(state)
-        progress(f"target broker {TARGET}: leads {TOPIC} partitions {target.led}, coordinates {target.group_id}")
-        quiet_from = time.time() * 1000
-        await asyncio.sleep(3.0)
-        baseline = loop_held_ms(state, TARGET, quiet_from, time.time() * 1000)
+        state, seeded, target = await prepared_cluster(reaper, "bench-abuse-probes-")
+        baseline = await quiet_loop_held_ms(state)
         results = []
         for probe in selected(names, listener):
             progress(f"probe {probe.name}: {probe.what}")

@@ -45,15 +45,14 @@ from bench.abuse import (
     controller_metadata,
     cpu_stretch,
     digests,
-    find_target,
     leaderships,
     loop_held_ms,
     metrics_after,
+    prepared_cluster,
+    quiet_loop_held_ms,
     restore_leaders,
     rss_mb,
     save,
-    seed,
-    start_probe_cluster,
 )
 from bench.common import ProcessReaper, main_guard, progress
 from cluster.local_cluster import LocalClusterState, pid_alive, stop_cluster
@@ -228,20 +227,12 @@ def fuzz_connection(host: str, port: int, rng: random.Random, bodies: list[bytes
 
 async def run(reaper: ProcessReaper, seconds: float, connections: int, seed_value: int) -> dict[str, Any]:
     rng = random.Random(seed_value)
-    work = reaper.temp_dir("bench-kafka-fuzz-")
     state: LocalClusterState | None = None
     try:
-        progress("starting a controller and 3 brokers (broker.session.timeout.ms=3000)")
-        state = await start_probe_cluster(work / "cluster")
-        running = state
-        reaper.watch(lambda: [p.pid for p in [running.controller, *running.brokers]])
-        seeded = await seed(state)
-        target = await find_target(state)
+        state, seeded, target = await prepared_cluster(reaper, "bench-kafka-fuzz-")
         bodies = seed_frames(target, rng)
         progress(f"{len(bodies)} seed frames; baseline: 3 s without fuzzing")
-        quiet_from = time.time() * 1000
-        await asyncio.sleep(3.0)
-        baseline = loop_held_ms(state, TARGET, quiet_from, time.time() * 1000)
+        baseline = await quiet_loop_held_ms(state)
         before = leaderships(await controller_metadata(state))
         rss_before = rss_mb(target.pid)
         stretch = [await asyncio.to_thread(cpu_stretch)]

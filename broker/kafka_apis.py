@@ -76,12 +76,14 @@ from protocol.messages import (
     LeaderAndIsrPartitionResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    ListOffsetsPartition,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
     MetadataRequest,
+    OffsetForLeaderEpochPartition,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     ProducePartition,
@@ -129,9 +131,17 @@ async def _slices(items: list[S], size: int = STATE_CHANGE_SLICE) -> AsyncIterat
         yield items[start : start + size]
 
 
-def _in_order_if(ctx: ConnectionContext, sliced: bool) -> contextlib.AbstractContextManager[None]:
-    """`ctx.in_order()` around work that will yield to the loop; nothing around work that will not."""
-    return ctx.in_order() if sliced else contextlib.nullcontext()
+A = TypeVar("A")
+
+
+async def _answered_in_slices(ctx: ConnectionContext, items: list[S], answer: Callable[[S], A]) -> list[A]:
+    """`answer` for each item, LOOKUP_SLICE at a time with the event loop let go in between; the connection's
+    later requests wait meanwhile (`in_order`), so the answers are as of the request's turn."""
+    out: list[A] = []
+    with ctx.in_order() if len(items) > LOOKUP_SLICE else contextlib.nullcontext():
+        async for items_slice in _slices(items, LOOKUP_SLICE):
+            out.extend(answer(item) for item in items_slice)
+    return out
 
 
 def _produce_slices(entries: list[ProducePartition]) -> list[list[ProducePartition]]:
@@ -385,26 +395,25 @@ class KafkaApis:
             refused := check_secret(ctx, self.cluster_secret, "LIST_OFFSETS from a replica")
         ):
             return refused
-        out = []
         isolation_high_watermark = request.replica_id in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID)
         fetch_only_from_leader = request.replica_id != DEBUGGING_REPLICA_ID
-        with _in_order_if(ctx, len(request.partitions) > LOOKUP_SLICE):
-            async for partitions in _slices(request.partitions, LOOKUP_SLICE):
-                for p in partitions:
-                    # timestamp -1 unless a record's is answered: Kafka answers EARLIEST and LATEST so
-                    resp = ListOffsetsPartitionResponse(p.topic, p.partition)
-                    with errors_into(resp):
-                        partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
-                        if p.timestamp >= 0:  # the earliest offset whose record timestamp is at least this
-                            resp.timestamp, resp.leader_epoch, resp.offset = partition.fetch_offset_by_timestamp(
-                                p.timestamp, p.current_leader_epoch, isolation_high_watermark, fetch_only_from_leader
-                            )
-                        else:
-                            resp.leader_epoch, resp.offset = partition.fetch_offset_for_timestamp(
-                                p.timestamp, p.current_leader_epoch, isolation_high_watermark, fetch_only_from_leader
-                            )
-                    out.append(resp)
-        return ListOffsetsResponse(partitions=out)
+
+        def answer(p: ListOffsetsPartition) -> ListOffsetsPartitionResponse:
+            # timestamp -1 unless a record's is answered: Kafka answers EARLIEST and LATEST so
+            resp = ListOffsetsPartitionResponse(p.topic, p.partition)
+            with errors_into(resp):
+                partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
+                if p.timestamp >= 0:  # the earliest offset whose record timestamp is at least this
+                    resp.timestamp, resp.leader_epoch, resp.offset = partition.fetch_offset_by_timestamp(
+                        p.timestamp, p.current_leader_epoch, isolation_high_watermark, fetch_only_from_leader
+                    )
+                else:
+                    resp.leader_epoch, resp.offset = partition.fetch_offset_for_timestamp(
+                        p.timestamp, p.current_leader_epoch, isolation_high_watermark, fetch_only_from_leader
+                    )
+            return resp
+
+        return ListOffsetsResponse(partitions=await _answered_in_slices(ctx, request.partitions, answer))
 
     async def handle_offset_for_leader_epoch(
         self, ctx: ConnectionContext, request: OffsetForLeaderEpochRequest
@@ -413,18 +422,17 @@ class KafkaApis:
             refused := check_secret(ctx, self.cluster_secret, "OFFSET_FOR_LEADER_EPOCH from a replica")
         ):
             return refused
-        out = []
-        with _in_order_if(ctx, len(request.partitions) > LOOKUP_SLICE):
-            async for partitions in _slices(request.partitions, LOOKUP_SLICE):
-                for p in partitions:
-                    resp = EpochEndOffset(p.topic, p.partition)
-                    with errors_into(resp):
-                        partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
-                        resp.leader_epoch, resp.end_offset = partition.last_offset_for_leader_epoch(
-                            p.current_leader_epoch, p.leader_epoch, fetch_only_from_leader=True
-                        )
-                    out.append(resp)
-        return OffsetForLeaderEpochResponse(partitions=out)
+
+        def answer(p: OffsetForLeaderEpochPartition) -> EpochEndOffset:
+            resp = EpochEndOffset(p.topic, p.partition)
+            with errors_into(resp):
+                partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
+                resp.leader_epoch, resp.end_offset = partition.last_offset_for_leader_epoch(
+                    p.current_leader_epoch, p.leader_epoch, fetch_only_from_leader=True
+                )
+            return resp
+
+        return OffsetForLeaderEpochResponse(partitions=await _answered_in_slices(ctx, request.partitions, answer))
 
     async def handle_delete_records(self, ctx: ConnectionContext, request: DeleteRecordsRequest) -> Message:
         if refused := check_secret(ctx, self.cluster_secret, "DELETE_RECORDS"):

@@ -74,6 +74,7 @@ from protocol.record_batch import (
     HEADER_SIZE,
     LOG_APPEND_TIME_BIT,
     LOG_OVERHEAD,
+    BatchHeader,
     assemble_batch,
     check_record_count,
     read_header,
@@ -165,16 +166,7 @@ def iter_kafka_to_native(
             records = _decode_records(data, count, where)
         except IndexError:
             raise InvalidRecordError(f"{where}: the records end before the header's {count} records") from None
-        yield assemble_batch(
-            header.base_offset,
-            header.partition_leader_epoch,
-            header.last_offset_delta,
-            header.first_timestamp,
-            header.max_timestamp,
-            count,
-            msgpack.packb(records, use_bin_type=True),
-            (header.producer_id, header.producer_epoch, header.base_sequence),
-        )
+        yield _with_payload(header, msgpack.packb(records, use_bin_type=True))
         position = stop
 
 
@@ -205,18 +197,24 @@ def iter_native_to_kafka(batches: bytes | bytearray | memoryview) -> Iterator[by
             raise CorruptRecordError(
                 f"stored batch at offset {header.base_offset} has malformed records: {exc}"
             ) from None
-        yield assemble_batch(
-            header.base_offset,
-            header.partition_leader_epoch,
-            header.last_offset_delta,
-            header.first_timestamp,
-            header.max_timestamp,
-            header.record_count,
-            payload,
-            (header.producer_id, header.producer_epoch, header.base_sequence),
-            header.attributes & ~COMPRESSION_MASK,
-        )
+        yield _with_payload(header, payload, header.attributes & ~COMPRESSION_MASK)
         position = stop
+
+
+def _with_payload(header: BatchHeader, payload: bytes, attributes: int = 0) -> bytes:
+    """The batch of `header` around another records payload: every header field kept but the attributes,
+    the length and the CRC."""
+    return assemble_batch(
+        header.base_offset,
+        header.partition_leader_epoch,
+        header.last_offset_delta,
+        header.first_timestamp,
+        header.max_timestamp,
+        header.record_count,
+        payload,
+        (header.producer_id, header.producer_epoch, header.base_sequence),
+        attributes,
+    )
 
 
 # -- PRODUCE: Kafka records to msgpack ---------------------------------------------------------------
