@@ -189,6 +189,8 @@ def _answers(sock: socket.socket) -> tuple[int, bool]:
             chunk = sock.recv(1 << 20)
         except TimeoutError:
             return got, False
+        except OSError:  # reset: the broker closed it with bytes of ours unread
+            return got, True
         if not chunk:
             return got, True
         buf += chunk
