@@ -2,9 +2,10 @@
 
 How this works
 --------------
-Every request is decoded, handled and answered on the event loop that also sends the broker's heartbeats,
-so what one request may cost is bounded before any of it is done. Per API (Kafka's API keys, shared by the
-msgpack and the Kafka listener) a `RequestLimit` gives:
+Every request is decoded, handled and answered on the event loop that also runs the node's replication (a
+broker's replica fetchers and metadata FETCHes, a controller's Raft) and timers, so what one request may
+cost is bounded before any of it is done. Per API (Kafka's API keys, shared by the msgpack and the Kafka
+listener) a `RequestLimit` gives:
 
 * `max_bytes`: the largest frame, checked on the whole frame before a byte of it is decoded (None: only
   `socket.request.max.bytes`, checked at the length prefix: PRODUCE, whose records may fill it, and the
@@ -92,6 +93,7 @@ KAFKA_LIMITS: dict[int, RequestLimit] = {
     37: RequestLimit(1 * MIB, ADMIN_ENTRIES),  # CreatePartitions
     42: RequestLimit(1 * MIB, ADMIN_ENTRIES),  # DeleteGroups
     44: RequestLimit(4 * MIB, ADMIN_ENTRIES),  # IncrementalAlterConfigs
+    55: SMALL,  # DescribeQuorum (the one partition of __cluster_metadata), forwarded to the active controller
 }
 
 #: The same APIs in minibroker's msgpack encoding, and the requests nodes send each other. A large frame's
@@ -120,12 +122,21 @@ MSGPACK_LIMITS: dict[int, RequestLimit] = {
     44: RequestLimit(1 * MIB, ADMIN_ENTRIES),  # INCREMENTAL_ALTER_CONFIGS
     45: RequestLimit(1 * MIB, ADMIN_ENTRIES),  # ALTER_PARTITION_REASSIGNMENTS
     46: RequestLimit(1 * MIB, ADMIN_ENTRIES),  # LIST_PARTITION_REASSIGNMENTS
+    # The metadata quorum's own requests carry a few fields (the successors EndQuorumEpoch names are the
+    # other voters); its log travels in FETCH and FETCH_SNAPSHOT answers, not requests.
+    52: SMALL,  # VOTE
+    53: SMALL,  # BEGIN_QUORUM_EPOCH
+    54: SMALL,  # END_QUORUM_EPOCH
+    55: SMALL,  # DESCRIBE_QUORUM
     56: _INTER_NODE,  # ALTER_PARTITION
+    59: SMALL,  # FETCH_SNAPSHOT
     62: _INTER_NODE,  # BROKER_REGISTRATION
     63: _INTER_NODE,  # BROKER_HEARTBEAT
+    67: SMALL,  # ALLOCATE_PRODUCER_IDS
 }
 
-#: An API neither table knows: a request that will be refused anyway, so no more than a small one.
+#: An API neither table knows: a request that will be refused anyway, so no more than a small one. Every API
+#: a listener serves has its entry (tests/network/test_msgpack_limits.py checks both tables are complete).
 UNKNOWN = SMALL
 
 

@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from network.request_limits import DATA_ENTRIES, msgpack_limit
+from network.kafka_wire import SERVED
+from network.request_limits import DATA_ENTRIES, KAFKA_LIMITS, MSGPACK_LIMITS, msgpack_limit
 from network.socket_server import MSGPACK_WIRE
+from protocol.api_keys import ApiKey
 from protocol.codec import MAX_ENTRIES, Message, packb, to_wire
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.messages import (
@@ -67,3 +69,10 @@ def test_requests_between_nodes_keep_the_codecs_cap() -> None:
     states = [LeaderAndIsrPartition("t", i, 1, 0, [1], 0, [1]) for i in range(DATA_ENTRIES * 2)]
     _, body = MSGPACK_WIRE.decode_request(frame(LeaderAndIsrRequest(3000, 1, states)))
     assert len(body.partitions) == DATA_ENTRIES * 2
+
+
+def test_every_api_either_listener_serves_has_its_own_limits() -> None:
+    # A new API would otherwise fall to the small default, fitting some requests and not others, found out
+    # only when a large one is refused (or, with too generous a default, when one stalls a broker).
+    assert sorted(set(ApiKey) - set(MSGPACK_LIMITS)) == []
+    assert sorted(set(SERVED) - set(KAFKA_LIMITS)) == []
