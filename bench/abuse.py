@@ -2,17 +2,17 @@
 
 Two benchmarks, each printing one JSON object as its last line of stdout:
 
-* `probes` (the default): a `cluster up`-shaped cluster (a controller, 3 brokers, each with a msgpack and a
-  Kafka listener, `broker.session.timeout.ms=3000`, heartbeats every 500 ms, metrics every 250 ms) holds a
-  topic of 6 partitions (RF 3) filled with known records. Each probe (`PROBES`, the rows of issue 41's
-  table on the Kafka listener and their equivalents on the msgpack one) is sent to broker 1 from an
-  ordinary client without credentials, one after the other. For each: how long broker 1's event loop kept
-  ready work waiting (`loop_held_ms`, the largest `LoopLagMaxMs` it reported from the probe's start to a
-  second after its end), whether the controller fenced any broker (its METADATA polled every 100 ms) or
-  any leadership moved (every partition's leader and leader epoch before and after), and what the client
-  got (answers, or the connection closed). A fenced broker's leaderships are moved back (preferred
-  election) before the next probe. At the end every partition of the topic must read back byte-identical.
-  Baseline, same run: `loop_held_ms` over a quiet interval before the first probe.
+* `probes` (the default): a `cluster up`-shaped cluster (a quorum of 3 controllers, 3 brokers, each with a
+  msgpack and a Kafka listener, `broker.session.timeout.ms=3000`, heartbeats every 500 ms, metrics every
+  250 ms) holds a topic of 6 partitions (RF 3) filled with known records. Each probe (`PROBES`, the rows of
+  issue 41's table on the Kafka listener and their equivalents on the msgpack one) is sent to broker 1 from
+  an ordinary client without credentials, one after the other. For each: how long broker 1's event loop
+  kept ready work waiting (`loop_held_ms`, the largest `LoopLagMaxMs` it reported from the probe's start
+  to a second after its end), whether the active controller fenced any broker (its METADATA polled every
+  100 ms) or any leadership moved (every partition's leader and leader epoch before and after), and what
+  the client got (answers, or the connection closed). A fenced broker's leaderships are moved back
+  (preferred election) before the next probe. At the end every partition of the topic must read back
+  byte-identical. Baseline, same run: `loop_held_ms` over a quiet interval before the first probe.
 * `connections`: one broker leading a partition of a few MiB serves a consumer whose round trips are
   measured alone (the baseline), then while 1,000 connections each hold an incomplete frame (a length
   prefix announcing 100 MB, one byte sent) and 1,000 more are open and silent: the broker's RSS growth
@@ -47,7 +47,7 @@ from typing import Any
 
 from bench.common import ProcessReaper, free_port, main_guard, percentile, process_cpu_s, progress, rounded
 from client.cluster_client import ClusterClient
-from cluster.local_cluster import LocalClusterState, random_base_address, start_cluster, stop_cluster
+from cluster.local_cluster import LocalClusterState, ProcessInfo, random_base_address, start_cluster, stop_cluster
 from metrics.file_sink import read_records
 from network.connection import BrokerConnection
 from network.request_limits import DATA_ENTRIES
@@ -650,11 +650,39 @@ async def start_probe_cluster(work: Path, overrides: dict[str, str] | None = Non
     )
 
 
-async def controller_metadata(state: LocalClusterState) -> MetadataResponse:
-    c = state.controller
-    async with await BrokerConnection.connect(c.host, c.port, "abuse-watch") as conn:
+#: The quorum's leader last seen per cluster directory: asked first, so a poll is one round trip.
+_active_controller: dict[str, int] = {}
+
+
+async def _metadata_of(c: ProcessInfo) -> MetadataResponse:
+    async with await BrokerConnection.connect(c.host, c.port, "abuse-watch", timeout_s=2.0) as conn:
         response: MetadataResponse = await conn.send(MetadataRequest(None), timeout_s=5.0)
         return response
+
+
+async def controller_metadata(state: LocalClusterState) -> MetadataResponse:
+    """METADATA from the active controller: the quorum's leader decides fencing and leaderships, and a
+    follower's image may trail it by a fetch. Every controller names the leader it knows (controller_id),
+    so one that does not lead points at the one that does; during an election a follower's answer is used."""
+    known = _active_controller.get(state.dir)
+    fallback: MetadataResponse | None = None
+    for c in sorted(state.controllers, key=lambda c: c.node_id != known):
+        try:
+            answer = await _metadata_of(c)
+            asked = c
+            if answer.controller_id not in (c.node_id, -1):
+                fallback = fallback or answer
+                asked = state.controller(answer.controller_id)
+                answer = await _metadata_of(asked)
+        except (OSError, ConnectionError, TimeoutError):
+            continue
+        if answer.controller_id == asked.node_id:
+            _active_controller[state.dir] = asked.node_id
+            return answer
+        fallback = fallback or answer
+    if fallback is None:
+        raise ConnectionError(f"no controller of {state.dir} answered METADATA")
+    return fallback
 
 
 def cpu_stretch(cpu_s: float = 0.03) -> float:
@@ -672,7 +700,7 @@ def leaderships(metadata: MetadataResponse) -> dict[tuple[str, int], tuple[int, 
 
 
 class FenceWatch:
-    """Polls the controller's METADATA every 100 ms: a registered broker missing from its broker list is
+    """Polls the active controller's METADATA every 100 ms: a registered broker missing from its broker list is
     fenced (the controller lists a broker only while it is unfenced or still leads something)."""
 
     def __init__(self, state: LocalClusterState) -> None:
@@ -892,9 +920,9 @@ async def prepared_cluster(reaper: ProcessReaper, prefix: str) -> tuple[LocalClu
     """The probes' cluster, started in a temporary directory the reaper removes, its processes watched, the
     topic seeded (its digests) and the target found."""
     work = reaper.temp_dir(prefix)
-    progress("starting a controller and 3 brokers (broker.session.timeout.ms=3000)")
+    progress("starting 3 controllers and 3 brokers (broker.session.timeout.ms=3000)")
     state = await start_probe_cluster(work / "cluster")
-    reaper.watch(lambda: [p.pid for p in [state.controller, *state.brokers]])
+    reaper.watch(lambda: [p.pid for p in state.nodes])
     progress(f"filling {TOPIC}: {PARTITIONS} partitions x {RECORDS_PER_PARTITION} records")
     seeded = await seed(state)
     target = await find_target(state)

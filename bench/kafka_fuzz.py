@@ -9,10 +9,10 @@ flipped, cut, inserted or set to 0xff; a 32-bit field set to a count no frame ca
 one connection; noise. Each connection reads what comes back, and is replaced when the broker closes it.
 
 Checked as in tests/integration/test_hostile_clients.py: no broker fenced and no leadership moved (the
-controller's METADATA every 100 ms, leader epochs before and after), broker 1's LoopLagMaxMs over the run
-against the bound of bench.abuse (250 ms times the machine's stretch, `cpu_stretch`), the records written
-before read back identical, the broker alive, and its RSS growth. Baseline, same run: LoopLagMaxMs over a
-quiet interval of 3 s before the fuzzing.
+active controller's METADATA every 100 ms, leader epochs before and after), broker 1's LoopLagMaxMs over the
+run against the bound of bench.abuse (250 ms times the machine's stretch, `cpu_stretch`), the records
+written before read back identical, the broker alive, and its RSS growth. Baseline, same run: LoopLagMaxMs
+over a quiet interval of 3 s before the fuzzing.
 
     .venv/bin/python -m bench.kafka_fuzz [--seconds 60] [--connections 4] [--seed N] [--json FILE]
 

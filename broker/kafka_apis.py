@@ -698,8 +698,8 @@ class KafkaApis:
                 error_message="this broker runs without a controller; topics come from LEADER_AND_ISR",
             )
         if (too_big := over_controller_limits(request)) is not None:
-            # Refused here: the controller would close the link it arrived on, which is also the one this
-            # broker's heartbeats travel on.
+            # Refused here: the controller would close the link it arrived on, failing with it every other
+            # forwarded request, ALTER_PARTITION and producer-id block this broker has in flight there.
             return response_type(error_code=int(ErrorCode.INVALID_REQUEST), error_message=too_big)
         try:
             response: Message = await self.forward_to_controller(request)

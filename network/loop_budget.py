@@ -2,15 +2,16 @@
 
 How this works
 --------------
-A broker's requests, its replica fetchers, its heartbeats to the controller and its timers share one
-event loop. Each request is bounded on its own (network/request_limits.py), but a thousand bounded
-requests run back to back still hold the loop for seconds: pipelined on one connection, or one each on
-many. So request work is metered per turn of the loop: the socket servers charge the time they spend
-decoding, starting and answering requests (`charge`), and once a turn has spent `slice_s` (20 ms), `due()`
-is true and further requests wait for a later turn (`next_turn`); so do the slices of long conversions
-(the Kafka listener's records). While anything waits (`busy()`), a request that arrives is queued behind
-it rather than started on the spot. Timers (a heartbeat) and other I/O run between two turns, so the loop
-never keeps ready work waiting much longer than one slice plus the one unit of work that crossed it.
+A broker's requests, its replica fetchers, its metadata FETCHes and its timers share one event loop (a
+controller's runs the quorum's Raft; a broker's heartbeats have a thread of their own). Each request is
+bounded on its own (network/request_limits.py), but a thousand bounded requests run back to back still hold
+the loop for seconds: pipelined on one connection, or one each on many. So request work is metered per turn
+of the loop: the socket servers charge the time they spend decoding, starting and answering requests
+(`charge`), and once a turn has spent `slice_s` (20 ms), `due()` is true and further requests wait for a
+later turn (`next_turn`); so do the slices of long conversions (the Kafka listener's records). While
+anything waits (`busy()`), a request that arrives is queued behind it rather than started on the spot.
+Timers (a delayed FETCH's deadline, a Raft election timeout) and other I/O run between two turns, so the
+loop never keeps ready work waiting much longer than one slice plus the one unit of work that crossed it.
 
 A turn starts at the first charge after the loop last went round: that charge schedules `_new_turn`
 with `call_soon`, which runs once every callback already queued has run, that is at the start of the

@@ -2,25 +2,25 @@
 
 How this works
 --------------
-One `_ServerConnection` (an asyncio BufferedProtocol) per client connection reads frames with the
-shared `FrameDecoder` straight into its buffers. The first request of a read, with nothing ahead of it,
-is decoded (into header and typed body) and started on the spot and, if its handler does not wait (most
-do not), answered at once: no task and no loop iteration in between. Every other frame is queued as it
-came, and one worker task per connection decodes and starts the queued requests in arrival order, one per
-turn of the event loop — up to `max.in.flight.requests.per.connection` at once — and writes their
-responses in that same order with their correlation ids. The time spent decoding, starting and answering
-is charged to the event loop's budget (network/loop_budget.py, shared by every listener of the process):
-once a turn has spent it, requests and answers wait for a later turn, and timers (the heartbeat to the
-controller) and other I/O run between. A large frame (over 64 KiB) always goes through the worker, so
-handling it and encoding its answer are two pieces of work. What one request may cost is bounded before
-it is decoded (network/request_limits.py, the wire's `decode_request`). A request's effect on the broker
-(an append, a read) happens before the next request starts, so ordering is as if they ran one by one;
-only the waits overlap (see `_work`). Most handlers reach their effect before they first wait; for those
-that may wait before it (a PRODUCE whose producer id the leader must first check, a large request applied
-in slices), the connection holds the order (`ORDERED_API_KEYS`, `ConnectionContext.in_order`): no later
-request starts until the handler says its effect is done (`ConnectionContext.release_order`, a PRODUCE
-right after its last append) or finishes. So a producer's pipelined batches reach the log in the order they
-arrived whatever a handler awaits first, and their acks=all waits still overlap.
+One `_ServerConnection` (an asyncio BufferedProtocol) per client connection reads frames with the shared
+`FrameDecoder` straight into its buffers. The first request of a read, with nothing ahead of it, is decoded
+(into header and typed body) and started on the spot and, if its handler does not wait (most do not),
+answered at once: no task and no loop iteration in between. Every other frame is queued as it came, and one
+worker task per connection decodes and starts the queued requests in arrival order, one per turn of the
+event loop — up to `max.in.flight.requests.per.connection` at once — and writes their responses in that same
+order with their correlation ids. The time spent decoding, starting and answering is charged to the event
+loop's budget (network/loop_budget.py, shared by every listener of the process): once a turn has spent it,
+requests and answers wait for a later turn, and timers (a delayed FETCH's deadline, a Raft election timeout)
+and other I/O run between. A large frame (over 64 KiB) always goes through the worker, so handling it and
+encoding its answer are two pieces of work. What one request may cost is bounded before it is decoded
+(network/request_limits.py, the wire's `decode_request`). A request's effect on the broker (an append, a
+read) happens before the next request starts, so ordering is as if they ran one by one; only the waits
+overlap (see `_work`). Most handlers reach their effect before they first wait; for those that may wait
+before it (a PRODUCE whose producer id the leader must first check, a large request applied in slices), the
+connection holds the order (`ORDERED_API_KEYS`, `ConnectionContext.in_order`): no later request starts until
+the handler says its effect is done (`ConnectionContext.release_order`, a PRODUCE right after its last
+append) or finishes. So a producer's pipelined batches reach the log in the order they arrived whatever a
+handler awaits first, and their acks=all waits still overlap.
 While `queued.max.requests.per.connection` requests wait, the socket stops being read (back-pressure
 through TCP instead of memory). On close the server stops reading, answers what it received (bounded
 by a drain timeout) and then closes the connections.
