@@ -982,7 +982,7 @@ class KafkaWireApis:
                 fields.update(
                     last_fetch_timestamp=r.last_fetch_timestamp, last_caught_up_timestamp=r.last_caught_up_timestamp
                 )
-            return K.ReplicaState(**fields)
+            return K.TopicData.PartitionData.ReplicaState(**fields)  # kafka-python nests it in the partition
 
         partition = K.TopicData.PartitionData(
             partition_index=0,
