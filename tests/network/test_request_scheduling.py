@@ -9,6 +9,7 @@ import asyncio
 import struct
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import msgpack
 import pytest
@@ -61,7 +62,7 @@ async def answers(reader: asyncio.StreamReader, count: int) -> list[int]:
     return ids
 
 
-async def latest_timer(work: asyncio.Future[object]) -> float:
+async def latest_timer(work: asyncio.Future[Any]) -> float:
     """The longest a 5 ms timer waited for the loop while `work` ran."""
     monitor = LoopLagMonitor(interval_s=0.005, warn_ms=10_000)
     monitor.start()
