@@ -36,10 +36,11 @@ from protocol.kafka_records import (
     CODEC_LZ4,
     CODEC_SNAPPY,
     CODEC_ZSTD,
+    _with_payload,
     kafka_to_native,
     native_to_kafka,
 )
-from protocol.record_batch import HEADER_SIZE, assemble_batch, build_batch, read_header
+from protocol.record_batch import HEADER_SIZE, build_batch, read_header
 
 BATCH_BYTES = 16 * 1024
 DISTINCT_BATCHES = 32
@@ -75,18 +76,7 @@ def compressed(kafka: bytes, codec: str) -> bytes:
     """The uncompressed Kafka batch with its records compressed by `codec`, length and CRC made right."""
     header = read_header(kafka)
     codec_id, compress = COMPRESSORS[codec]
-    payload = bytes(compress(kafka[HEADER_SIZE:]))
-    return assemble_batch(
-        header.base_offset,
-        header.partition_leader_epoch,
-        header.last_offset_delta,
-        header.first_timestamp,
-        header.max_timestamp,
-        header.record_count,
-        payload,
-        (header.producer_id, header.producer_epoch, header.base_sequence),
-        codec_id,
-    )
+    return _with_payload(header, bytes(compress(kafka[HEADER_SIZE:])), codec_id)
 
 
 def per_batch_us(fn: Callable[[Any], Any], inputs: list[Any], count: int) -> float:

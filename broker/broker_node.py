@@ -68,6 +68,7 @@ from raft.raft_client import RaftClient
 from raft.replicated_log import ReplicatedLog
 from server_common.time import Time
 from storage.log import Log, LogConfig
+from storage.producer_state import ProducerEntries
 from storage.storage import OS_STORAGE, Storage
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,13 @@ class BrokerNode:
         self._checkpoint_write: asyncio.Future[None] | None = None
 
         set_keys = {k: v for k, v in config.items() if v is not None}
-        self.log_manager = LogManager(self.log_dir, LogConfig.from_kafka_props(set_keys), time, storage)
+        self.log_manager = LogManager(
+            self.log_dir,
+            LogConfig.from_kafka_props(set_keys),
+            time,
+            storage,
+            ProducerEntries(config["producer.state.max.entries"]),
+        )
         self.fetch_timer = SystemTimer(time)
         self.produce_timer = SystemTimer(time)
         self.fetch_purgatory: DelayedOperationPurgatory[Any] = DelayedOperationPurgatory(
@@ -199,6 +206,8 @@ class BrokerNode:
                 group_initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
                 offsets_topic_num_partitions=config["offsets.topic.num.partitions"],
                 offsets_retention_minutes=config["offsets.retention.minutes"],
+                offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+                group_max_size=config["group.max.size"],
             ),
         )
         self.replica_manager.on_role_change = self._on_role_change

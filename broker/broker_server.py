@@ -153,6 +153,9 @@ class BrokerServer:
                 max_queued_requests=config["queued.max.requests.per.connection"],
                 max_in_flight=config["max.in.flight.requests.per.connection"],
                 wire=KAFKA_WIRE,
+                pre_auth_max_frame_bytes=(
+                    config["sasl.server.max.receive.size"] if listener.security_protocol == "SASL_PLAINTEXT" else None
+                ),
             )
             for listener in self.listeners[1:]
         }

@@ -228,6 +228,19 @@ BROKER_CONFIG = ConfigDef(
         ),
         ConfigKey("queued.max.requests.per.connection", int, 64, "requests read ahead per connection"),
         ConfigKey(
+            "queued.max.request.bytes",
+            int,
+            200 * MIB,
+            "memory a listener's frames too large for a connection's read buffer may hold while they arrive, "
+            "over all its connections; a connection whose frame would pass it is closed (-1: no limit)",
+        ),
+        ConfigKey(
+            "sasl.server.max.receive.size",
+            int,
+            512 * 1024,
+            "largest frame a SASL listener reads from a connection that has not authenticated yet",
+        ),
+        ConfigKey(
             "max.in.flight.requests.per.connection",
             int,
             5,
@@ -239,6 +252,13 @@ BROKER_CONFIG = ConfigDef(
             True,
             "a METADATA on a Kafka listener for a topic that does not exist creates it (num.partitions, "
             "default.replication.factor), as Kafka does",
+        ),
+        ConfigKey(
+            "producer.state.max.entries",
+            int,
+            50_000,
+            "idempotent-producer entries all of a broker's partitions hold together (about 1 KB each); past "
+            "it a partition taking a new producer evicts its least recently used one",
         ),
         ConfigKey(
             "producer.id.expiration.ms",
@@ -257,6 +277,19 @@ BROKER_CONFIG = ConfigDef(
         ),
         ConfigKey("group.min.session.timeout.ms", int, 6000, "smallest session timeout a group member may ask for"),
         ConfigKey("group.max.session.timeout.ms", int, 1800000, "largest session timeout a group member may ask for"),
+        ConfigKey(
+            "group.max.size",
+            int,
+            1000,
+            "members one consumer group may have, counting those given a member id to join with "
+            "(GROUP_MAX_SIZE_REACHED past it; Kafka's default is no limit)",
+        ),
+        ConfigKey(
+            "offset.metadata.max.bytes",
+            int,
+            4096,
+            "largest metadata string an offset commit may carry (OFFSET_METADATA_TOO_LARGE past it)",
+        ),
         ConfigKey("replica.fetch.wait.max.ms", int, 500, "max wait of a follower fetch"),
         ConfigKey("replica.fetch.min.bytes", int, 1, "min bytes of a follower fetch response"),
         ConfigKey("replica.fetch.max.bytes", int, MIB, "bytes per partition in a follower fetch"),
@@ -357,6 +390,13 @@ CONTROLLER_CONFIG = ConfigDef(
         ConfigKey("connections.max.idle.ms", int, 600000, "close a connection with nothing to do for this long"),
         ConfigKey(
             "socket.request.read.timeout.ms", int, 30000, "close a connection whose started frame is not complete"
+        ),
+        ConfigKey(
+            "queued.max.request.bytes",
+            int,
+            200 * MIB,
+            "memory the frames too large for a connection's read buffer may hold while they arrive, over all "
+            "connections; a connection whose frame would pass it is closed (-1: no limit)",
         ),
     ]
 )

@@ -24,6 +24,7 @@ cluster secret) are listed without their value.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import PurePath
 from typing import Any
 
 from broker.config import BROKER_CONFIG, REQUIRED
@@ -82,6 +83,13 @@ def _entry(name: str, topic_configs: Mapping[str, str], defaults: Mapping[str, s
 
 
 SENSITIVE_BROKER_CONFIGS = frozenset({"cluster.secret"})
+#: Configs whose value is a path on the broker's host: shown as the directory's name only to a connection
+#: that did not authenticate when a cluster secret is set, as DESCRIBE_LOG_DIRS shows `log_dir`.
+PATH_BROKER_CONFIGS = frozenset({"log.dirs", "metrics.dir"})
+
+
+def _last_component(path: str | None) -> str | None:
+    return None if path is None else ",".join(PurePath(p).name for p in path.split(","))
 
 
 def _config_text(value: Any) -> str:
@@ -93,10 +101,12 @@ def describe_broker_configs(
     static: Mapping[str, Any],
     dynamic: Mapping[str, Mapping[str, str]],
     keys: Iterable[str] | None = None,
+    hide_paths: bool = False,
 ) -> list[DescribeConfigsResourceResult]:
     """Broker `entity`'s configs (every key of BROKER_CONFIG), or with "" the cluster's dynamic defaults,
     sorted by name. `static` is this broker's resolved config, `dynamic` the dynamic broker configs by
-    entity ("" for the default) as UPDATE_METADATA brought them."""
+    entity ("" for the default) as UPDATE_METADATA brought them. `hide_paths`: PATH_BROKER_CONFIGS show
+    the last component of their path only."""
     defaults = dynamic.get("", {})
     if entity == "":
         names = sorted(defaults if keys is None else set(defaults) & set(keys))
@@ -128,6 +138,8 @@ def describe_broker_configs(
         sensitive = name in SENSITIVE_BROKER_CONFIGS
         if sensitive:
             synonyms = [DescribeConfigsSynonym(x.name, None, x.source) for x in synonyms]
+        elif hide_paths and name in PATH_BROKER_CONFIGS:
+            synonyms = [DescribeConfigsSynonym(x.name, _last_component(x.value), x.source) for x in synonyms]
         in_effect = synonyms[0] if synonyms else DescribeConfigsSynonym(name, None, int(ConfigSource.DEFAULT_CONFIG))
         results.append(
             DescribeConfigsResourceResult(

@@ -19,6 +19,7 @@ carries and this broker's own settings (broker/config_helper.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -34,7 +35,9 @@ from broker.replica_manager import FetchParams, ReplicaManager
 from broker.replication_quota import ReplicationQuotaManager, dynamic_throttles
 from group_coordinator import OFFSETS_TOPIC
 from network.request_context import ConnectionContext, api_versions_response, authenticate, check_secret
-from protocol.codec import Message
+from network.request_limits import count_entries, msgpack_limit
+from protocol.api_keys import ApiKey
+from protocol.codec import Message, packb, to_wire
 from protocol.errors import ErrorCode, KafkaError, errors_into
 from protocol.fetch_frame import FETCH_RECORDS_APART
 from protocol.messages import (
@@ -73,12 +76,14 @@ from protocol.messages import (
     LeaderAndIsrPartitionResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    ListOffsetsPartition,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
     MetadataRequest,
+    OffsetForLeaderEpochPartition,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     ProducePartition,
@@ -94,6 +99,7 @@ from protocol.messages import (
     TopicPartition,
     UpdateMetadataRequest,
     UpdateMetadataResponse,
+    api_key_of,
 )
 from protocol.record_batch import iter_headers
 from server_common.time import Time
@@ -105,19 +111,68 @@ ForwardToController = Callable[[Message], Awaitable[Any]]
 #: Partitions of a LEADER_AND_ISR or STOP_REPLICA applied between two yields to the event loop (see
 #: `KafkaApis.handle_leader_and_isr`): each is a millisecond or two of file work on a quiet disk.
 STATE_CHANGE_SLICE = 8
+#: Partitions of a LIST_OFFSETS or OFFSET_FOR_LEADER_EPOCH answered between two yields: a lookup by timestamp
+#: reads an index and a segment (tens of microseconds), the others a few microseconds.
+LOOKUP_SLICE = 256
+#: A PRODUCE's partitions are appended this many at a time, or fewer once their records pass
+#: PRODUCE_SLICE_BYTES (a batch is validated and appended at about 1 ms per MiB), between two yields.
+PRODUCE_SLICE = 64
+PRODUCE_SLICE_BYTES = 1024 * 1024
 
 S = TypeVar("S")
 
 
-async def _slices(items: list[S]) -> AsyncIterator[list[S]]:
-    """`items` by STATE_CHANGE_SLICE, letting the event loop run between two (one empty slice for none)."""
-    for start in range(0, max(len(items), 1), STATE_CHANGE_SLICE):
+async def _slices(items: list[S], size: int = STATE_CHANGE_SLICE) -> AsyncIterator[list[S]]:
+    """`items` by `size`, letting the event loop run between two (one empty slice for none). The slices
+    are fixed by the request alone, so a simulated run yields at the same points every time."""
+    for start in range(0, max(len(items), 1), size):
         if start:
             await asyncio.sleep(0)
-        yield items[start : start + STATE_CHANGE_SLICE]
+        yield items[start : start + size]
+
+
+A = TypeVar("A")
+
+
+async def _answered_in_slices(ctx: ConnectionContext, items: list[S], answer: Callable[[S], A]) -> list[A]:
+    """`answer` for each item, LOOKUP_SLICE at a time with the event loop let go in between; the connection's
+    later requests wait meanwhile (`in_order`), so the answers are as of the request's turn."""
+    out: list[A] = []
+    with ctx.in_order() if len(items) > LOOKUP_SLICE else contextlib.nullcontext():
+        async for items_slice in _slices(items, LOOKUP_SLICE):
+            out.extend(answer(item) for item in items_slice)
+    return out
+
+
+def _produce_slices(entries: list[ProducePartition]) -> list[list[ProducePartition]]:
+    slices: list[list[ProducePartition]] = []
+    current: list[ProducePartition] = []
+    size = 0
+    for entry in entries:
+        current.append(entry)
+        size += len(entry.records)
+        if len(current) >= PRODUCE_SLICE or size >= PRODUCE_SLICE_BYTES:
+            slices.append(current)
+            current, size = [], 0
+    if current:
+        slices.append(current)
+    return slices
 
 
 T = TypeVar("T")
+
+
+def over_controller_limits(request: Message) -> str | None:
+    """Why the controller would refuse `request` whole (its size or its entries, network/request_limits.py,
+    which the controller's listener applies too), or None."""
+    api_key = int(api_key_of(request))
+    limit = msgpack_limit(api_key)
+    value = to_wire(request)
+    if count_entries(value, limit.max_entries) > limit.max_entries:
+        return f"more than {limit.max_entries} entries in one {ApiKey(api_key).name}: split it"
+    if limit.max_bytes is not None and len(packb(value)) > limit.max_bytes:
+        return f"a {ApiKey(api_key).name} over {limit.max_bytes} bytes: split it"
+    return None
 
 
 async def answered(start: Callable[[Callable[[T], None]], DelayedOperation | None]) -> T:
@@ -209,22 +264,31 @@ class KafkaApis:
 
     # -- data plane ---------------------------------------------------------------------------------
 
-    async def handle_produce(self, ctx: ConnectionContext, request: ProduceRequest) -> ProduceResponse | None:
+    async def handle_produce(
+        self, ctx: ConnectionContext, request: ProduceRequest, check_batch_size: bool = True
+    ) -> ProduceResponse | None:
+        """`check_batch_size=False`: the Kafka listener checked each batch against max.message.bytes as the
+        client sent it, compressed (replica_manager.append_records)."""
         # The socket server starts no later request of this connection until `release_order` below (or this
         # handler's end), so whatever is awaited before the append, PRODUCEs reach the log in arrival order.
         refused = await self._invented_producer_ids(request.partitions)
         to_append = [p for p in request.partitions if id(p) not in refused] if refused else request.partitions
         appended: list[ProducePartitionResponse] = []
-        if to_append:
+        slices = _produce_slices(to_append)
+        if len(slices) == 1:
 
             def append(respond: Callable[[list[ProducePartitionResponse]], None]) -> DelayedOperation | None:
-                op = self.replica_manager.append_records(request.timeout_ms, request.acks, to_append, respond)
+                op = self.replica_manager.append_records(
+                    request.timeout_ms, request.acks, to_append, respond, check_batch_size
+                )
                 ctx.release_order()  # appended: the wait for the followers overlaps with later requests
                 return op
 
             appended = await answered(append)
-            if self.ack_journal is not None and request.acks != 0:
-                self.ack_journal.record(request.acks, to_append, appended, self.time.milliseconds(), self._epoch_of)
+        elif slices:
+            appended = await self._append_in_slices(ctx, request, slices, check_batch_size)
+        if to_append and self.ack_journal is not None and request.acks != 0:
+            self.ack_journal.record(request.acks, to_append, appended, self.time.milliseconds(), self._epoch_of)
         if request.acks == 0:
             return None  # Kafka sends no response to acks=0
         if not refused:
@@ -235,6 +299,44 @@ class KafkaApis:
     def _epoch_of(self, topic: str, partition: int) -> int:
         found = self.replica_manager.partitions.get(TopicPartition(topic, partition))
         return found.leader_epoch if found is not None else -1
+
+    async def _append_in_slices(
+        self,
+        ctx: ConnectionContext,
+        request: ProduceRequest,
+        slices: list[list[ProducePartition]],
+        check_batch_size: bool,
+    ) -> list[ProducePartitionResponse]:
+        """A large PRODUCE (thousands of partitions, or many MiB of records) appended a slice at a time with
+        the event loop let go in between, all of it before the connection's next request starts (the order
+        the server holds for a PRODUCE is released after the last slice); the answers, in request order,
+        once every slice's are in (acks=all: each slice waits in the purgatory)."""
+        loop = asyncio.get_running_loop()
+        waits: list[tuple[asyncio.Future[list[ProducePartitionResponse]], DelayedOperation | None]] = []
+        try:
+            for i, entries in enumerate(slices):
+                if i:
+                    await asyncio.sleep(0)
+                future: asyncio.Future[list[ProducePartitionResponse]] = loop.create_future()
+
+                def respond(result: list[ProducePartitionResponse], future: asyncio.Future[Any] = future) -> None:
+                    if not future.done():
+                        future.set_result(result)
+
+                op = self.replica_manager.append_records(
+                    request.timeout_ms, request.acks, entries, respond, check_batch_size
+                )
+                waits.append((future, op))
+            ctx.release_order()  # every slice appended
+            answers: list[ProducePartitionResponse] = []
+            for future, _ in waits:
+                answers.extend(await future)
+            return answers
+        except asyncio.CancelledError:
+            for _, op in waits:
+                if op is not None:
+                    op.abandon()
+            raise
 
     async def _invented_producer_ids(self, partitions: list[ProducePartition]) -> dict[int, ProducePartitionResponse]:
         """The entries (by id()) whose batches carry a producer id the controller never handed out, each with
@@ -293,14 +395,14 @@ class KafkaApis:
             refused := check_secret(ctx, self.cluster_secret, "LIST_OFFSETS from a replica")
         ):
             return refused
-        out = []
-        for p in request.partitions:
-            # timestamp -1 unless a record's is answered: Kafka answers EARLIEST and LATEST with NO_TIMESTAMP
+        isolation_high_watermark = request.replica_id in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID)
+        fetch_only_from_leader = request.replica_id != DEBUGGING_REPLICA_ID
+
+        def answer(p: ListOffsetsPartition) -> ListOffsetsPartitionResponse:
+            # timestamp -1 unless a record's is answered: Kafka answers EARLIEST and LATEST so
             resp = ListOffsetsPartitionResponse(p.topic, p.partition)
             with errors_into(resp):
                 partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
-                isolation_high_watermark = request.replica_id in (CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID)
-                fetch_only_from_leader = request.replica_id != DEBUGGING_REPLICA_ID
                 if p.timestamp >= 0:  # the earliest offset whose record timestamp is at least this
                     resp.timestamp, resp.leader_epoch, resp.offset = partition.fetch_offset_by_timestamp(
                         p.timestamp, p.current_leader_epoch, isolation_high_watermark, fetch_only_from_leader
@@ -309,8 +411,9 @@ class KafkaApis:
                     resp.leader_epoch, resp.offset = partition.fetch_offset_for_timestamp(
                         p.timestamp, p.current_leader_epoch, isolation_high_watermark, fetch_only_from_leader
                     )
-            out.append(resp)
-        return ListOffsetsResponse(partitions=out)
+            return resp
+
+        return ListOffsetsResponse(partitions=await _answered_in_slices(ctx, request.partitions, answer))
 
     async def handle_offset_for_leader_epoch(
         self, ctx: ConnectionContext, request: OffsetForLeaderEpochRequest
@@ -319,16 +422,17 @@ class KafkaApis:
             refused := check_secret(ctx, self.cluster_secret, "OFFSET_FOR_LEADER_EPOCH from a replica")
         ):
             return refused
-        out = []
-        for p in request.partitions:
+
+        def answer(p: OffsetForLeaderEpochPartition) -> EpochEndOffset:
             resp = EpochEndOffset(p.topic, p.partition)
             with errors_into(resp):
                 partition = self.replica_manager.get_partition_or_error(TopicPartition(p.topic, p.partition))
                 resp.leader_epoch, resp.end_offset = partition.last_offset_for_leader_epoch(
                     p.current_leader_epoch, p.leader_epoch, fetch_only_from_leader=True
                 )
-            out.append(resp)
-        return OffsetForLeaderEpochResponse(partitions=out)
+            return resp
+
+        return OffsetForLeaderEpochResponse(partitions=await _answered_in_slices(ctx, request.partitions, answer))
 
     async def handle_delete_records(self, ctx: ConnectionContext, request: DeleteRecordsRequest) -> Message:
         if refused := check_secret(ctx, self.cluster_secret, "DELETE_RECORDS"):
@@ -497,9 +601,19 @@ class KafkaApis:
             self.metadata_cache.topic_config_defaults,
         )
         results = []
+        seen: set[tuple[int, str]] = set()
+        hide_paths = self.cluster_secret is not None and not ctx.authenticated
         for resource in request.resources:
             result = DescribeConfigsResult(resource.resource_type, resource.resource_name)
             name = resource.resource_name
+            if (resource.resource_type, name) in seen:
+                # Each answer may hold a hundred configs: a resource named ten thousand times was an answer
+                # of tens of megabytes for a request of 78 KB. Named again, it is answered once.
+                result.error_code = int(ErrorCode.INVALID_REQUEST)
+                result.error_message = f"resource {name!r} of type {resource.resource_type} is named more than once"
+                results.append(result)
+                continue
+            seen.add((resource.resource_type, name))
             if resource.resource_type == ConfigResourceType.BROKER:
                 if name not in ("", str(self.broker_id)):
                     # As Kafka: a broker describes its own configs (the admin client sends there) or the default.
@@ -509,7 +623,11 @@ class KafkaApis:
                     )
                 else:
                     result.configs = describe_broker_configs(
-                        name, self.broker_config, self.metadata_cache.broker_configs, resource.configuration_keys
+                        name,
+                        self.broker_config,
+                        self.metadata_cache.broker_configs,
+                        resource.configuration_keys,
+                        hide_paths=hide_paths,
                     )
             elif resource.resource_type != ConfigResourceType.TOPIC:
                 result.error_code = int(ErrorCode.INVALID_REQUEST)
@@ -579,6 +697,10 @@ class KafkaApis:
                 error_code=int(ErrorCode.NOT_CONTROLLER),
                 error_message="this broker runs without a controller; topics come from LEADER_AND_ISR",
             )
+        if (too_big := over_controller_limits(request)) is not None:
+            # Refused here: the controller would close the link it arrived on, failing with it every other
+            # forwarded request, ALTER_PARTITION and producer-id block this broker has in flight there.
+            return response_type(error_code=int(ErrorCode.INVALID_REQUEST), error_message=too_big)
         try:
             response: Message = await self.forward_to_controller(request)
         except (OSError, ConnectionError, TimeoutError) as exc:

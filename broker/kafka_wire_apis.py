@@ -22,8 +22,10 @@ its endpoint on the listener of the same name, as Kafka does, and leaves out bro
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -104,9 +106,10 @@ from broker.kafka_apis import KafkaApis
 from group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from network.kafka_wire import UnsupportedApiVersions, served_versions
 from network.listeners import split_host_port
-from network.request_context import ConnectionContext, check_secret
+from network.loop_budget import loop_budget
+from network.request_context import FAILED_AUTHENTICATION_DELAY_S, ConnectionContext, check_secret
 from protocol.errors import ErrorCode, KafkaError
-from protocol.kafka_records import kafka_to_native, native_to_kafka
+from protocol.kafka_records import iter_kafka_to_native, iter_native_to_kafka
 from protocol.messages import (
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
@@ -318,13 +321,20 @@ class KafkaWireApis:
                 fields["session_lifetime_ms"] = 0
             return K[request.API_VERSION](**fields)
 
-        if self.sasl_password is None or ctx.attributes.get("sasl") != "PLAIN" or ctx.authenticated:
+        if self.sasl_password is not None and ctx.attributes.get("sasl") != "PLAIN" and not ctx.authenticated:
+            # Kafka's authenticator closes a connection whose SaslAuthenticate comes before its handshake.
+            log.info("closing %s: SaslAuthenticate before a SaslHandshake", ctx.peer)
+            return ErrorResponse(int(ErrorCode.ILLEGAL_SASL_STATE), "SaslAuthenticate before SaslHandshake")
+        if self.sasl_password is None or ctx.authenticated:
             return answer(ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate without a PLAIN SaslHandshake first")
         parts = bytes(request.auth_bytes or b"").split(b"\0")
         password = parts[2] if len(parts) == 3 else None
         if password is None or not hmac.compare_digest(password, self.sasl_password.encode()):
             log.info("SASL/PLAIN authentication failed from %s", ctx.peer)
             ctx.close_after_response = True
+            # As on the msgpack listener (and Kafka's connection.failed.authentication.delay.ms): a wrong
+            # password is answered late, so guessing costs a connection and 100 ms a try.
+            await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
             return answer(ErrorCode.SASL_AUTHENTICATION_FAILED, "Authentication failed: invalid username or password")
         ctx.authenticated = True
         ctx.attributes["principal"] = parts[1].decode("utf-8", "replace")
@@ -343,7 +353,7 @@ class KafkaWireApis:
         assert isinstance(ours, MetadataResponse)
         allowed = version < 4 or request.allow_auto_topic_creation
         if topics and self.auto_create_topics and allowed:
-            await self._auto_create(ours)
+            await self._auto_create(ctx, ours)
         K = KMetadataResponse
         T = K.MetadataResponseTopic
         P = T.MetadataResponsePartition
@@ -385,15 +395,17 @@ class KafkaWireApis:
             authorized_operations=None,
         )
 
-    async def _auto_create(self, ours: MetadataResponse) -> None:
+    async def _auto_create(self, ctx: ConnectionContext, ours: MetadataResponse) -> None:
         """Kafka's auto.create.topics.enable: topics a METADATA names that do not exist are created with the
         controller's num.partitions and default.replication.factor, and answered LEADER_NOT_AVAILABLE until
-        they have leaders (clients retry)."""
+        they have leaders (clients retry). The creation is the client's own CreateTopics: with a cluster
+        secret only an authenticated connection may create, as Kafka requires CREATE on the cluster or the
+        topic; the others get UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers them."""
         missing = [t for t in ours.topics if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
         if not missing:
             return
         created = await self.apis.handle_create_topics(
-            INTERNAL_CONTEXT, CreateTopicsRequest([CreatableTopic(t.topic, -1, -1) for t in missing])
+            ctx, CreateTopicsRequest([CreatableTopic(t.topic, -1, -1) for t in missing])
         )
         results = {r.name: r for r in created.topics} if isinstance(created, CreateTopicsResponse) else {}
         for t in missing:
@@ -410,10 +422,17 @@ class KafkaWireApis:
     # -- Produce (0) -----------------------------------------------------------------------------------
 
     async def produce(self, ctx: ConnectionContext, request: Any) -> ApiMessage | None:
+        """Each partition's Kafka batches converted one at a time (a batch's size as sent, compressed, is
+        checked against the topic's max.message.bytes and its record count capped first, as Kafka checks
+        them before anything is decompressed), letting the event loop go between two once a turn's share
+        of work is spent; the connection's next request waits meanwhile (the socket server holds a PRODUCE's
+        order until its append), and the appends follow at once."""
         version = request.API_VERSION
         answers: dict[TopicPartition, ProducePartitionResponse] = {}
         partitions: list[ProducePartition] = []
         order: list[TopicPartition] = []
+        budget = loop_budget()
+        started = time.perf_counter()
         for topic in request.topic_data:
             for p in topic.partition_data:
                 tp = TopicPartition(topic.name, p.index)
@@ -426,14 +445,23 @@ class KafkaWireApis:
                         tp, ErrorCode.INVALID_REQUEST, "transactions are not supported by minibroker"
                     )
                     continue
+                converted: list[bytes] = []
                 try:
-                    records = kafka_to_native(bytes(p.records or b""))
+                    for batch in iter_kafka_to_native(
+                        bytes(p.records or b""), max_batch_bytes=self._max_message_bytes(tp)
+                    ):
+                        converted.append(batch)
+                        if budget.due() or time.perf_counter() - started >= budget.slice_s:
+                            started = await budget.pause_if_due(started)
                 except KafkaError as exc:
                     answers[tp] = self._produce_error(tp, exc.code, str(exc))
                     continue
-                partitions.append(ProducePartition(tp.topic, tp.partition, records))
+                partitions.append(ProducePartition(tp.topic, tp.partition, b"".join(converted)))
         if partitions:
-            ours = await self.apis.handle_produce(ctx, ProduceRequest(request.acks, request.timeout_ms, partitions))
+            # Sizes were checked as sent: stored uncompressed, a batch may be larger than max.message.bytes.
+            ours = await self.apis.handle_produce(
+                ctx, ProduceRequest(request.acks, request.timeout_ms, partitions), check_batch_size=False
+            )
             if isinstance(ours, ProduceResponse):
                 for r in ours.partitions:
                     answers[TopicPartition(r.topic, r.partition)] = r
@@ -468,6 +496,11 @@ class KafkaWireApis:
             ],
             throttle_time_ms=0,
         )
+
+    def _max_message_bytes(self, tp: TopicPartition) -> int | None:
+        """The topic's max.message.bytes, when this broker hosts the partition (else the append refuses it)."""
+        partition = self.apis.replica_manager.partitions.get(tp)
+        return None if partition is None else partition.log.config.max_message_bytes
 
     @staticmethod
     def _produce_error(tp: TopicPartition, code: ErrorCode | int, message: str | None) -> ProducePartitionResponse:
@@ -514,20 +547,32 @@ class KafkaWireApis:
         if isinstance(ours, ErrorResponse):
             return K[version](throttle_time_ms=0, error_code=ours.error_code, session_id=0, responses=[])
         assert isinstance(ours, FetchResponse)
+        # The records are converted a batch at a time, the event loop let go between two once a turn's share
+        # of work is spent: an answer of 50 MiB is hundreds of milliseconds of conversion.
+        budget = loop_budget()
+        started = time.perf_counter()
+        converted: dict[int, bytes] = {}
+        for r in ours.partitions:
+            if r.records:
+                batches = []
+                for batch in iter_native_to_kafka(r.records):
+                    batches.append(batch)
+                    if budget.due() or time.perf_counter() - started >= budget.slice_s:
+                        started = await budget.pause_if_due(started)
+                converted[id(r)] = b"".join(batches)
         grouped = _by_topic(ours.partitions, lambda r: r.topic)
         return K[version](
             throttle_time_ms=0,
             error_code=ours.error_code,
             session_id=ours.session_id,
             responses=[
-                T(topic=topic, partitions=[self._fetched_partition(P, r) for r in parts])
+                T(topic=topic, partitions=[self._fetched_partition(P, r, converted.get(id(r), b"")) for r in parts])
                 for topic, parts in grouped.items()
             ],
         )
 
     @staticmethod
-    def _fetched_partition(P: Any, r: FetchPartitionResponse) -> Any:
-        records = native_to_kafka(r.records) if r.records else b""
+    def _fetched_partition(P: Any, r: FetchPartitionResponse, records: bytes) -> Any:
         return P(
             partition_index=r.partition,
             error_code=r.error_code,
@@ -937,7 +982,7 @@ class KafkaWireApis:
                 fields.update(
                     last_fetch_timestamp=r.last_fetch_timestamp, last_caught_up_timestamp=r.last_caught_up_timestamp
                 )
-            return K.ReplicaState(**fields)
+            return K.TopicData.PartitionData.ReplicaState(**fields)  # kafka-python nests it in the partition
 
         partition = K.TopicData.PartitionData(
             partition_index=0,

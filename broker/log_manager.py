@@ -21,6 +21,7 @@ from server_common.storage import write_atomically
 from server_common.time import Time
 from storage.checkpoint import HighWatermarkCheckpoint
 from storage.log import Log, LogConfig
+from storage.producer_state import ProducerEntries
 from storage.storage import OS_STORAGE, Storage
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,17 @@ def log_dir_name(tp: TopicPartition) -> str:
 
 
 class LogManager:
-    def __init__(self, log_dir: Path, config: LogConfig, time: Time, storage: Storage = OS_STORAGE) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        config: LogConfig,
+        time: Time,
+        storage: Storage = OS_STORAGE,
+        producer_entries: ProducerEntries | None = None,
+    ) -> None:
         self.log_dir = log_dir
+        #: producer.state.max.entries: the idempotent-producer entries every log of this broker holds together.
+        self.producer_entries = producer_entries or ProducerEntries()
         self.storage = storage
         self.config = config
         self.time = time
@@ -63,7 +73,9 @@ class LogManager:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        log_ = Log.open(self.log_dir / log_dir_name(tp), config or self.config, self.time, self.storage)
+        log_ = Log.open(
+            self.log_dir / log_dir_name(tp), config or self.config, self.time, self.storage, self.producer_entries
+        )
         hw = self._checkpointed_hw.get((tp.topic, tp.partition))
         if hw is not None:
             log_.update_high_watermark(hw)

@@ -230,7 +230,9 @@ class Partition:
 
     # -- leader append ------------------------------------------------------------------------------
 
-    def append_records_to_leader(self, records: bytes, required_acks: int, now_ms: int) -> AppendInfo:
+    def append_records_to_leader(
+        self, records: bytes, required_acks: int, now_ms: int, check_batch_size: bool = True
+    ) -> AppendInfo:
         self.check_leader(NO_LEADER_EPOCH)
         if required_acks == -1 and len(self.isr) < self.min_insync_replicas:
             raise NotEnoughReplicasError(
@@ -238,7 +240,7 @@ class Partition:
                 f"{self.min_insync_replicas}"
             )
         max_bytes = self.log.config.max_message_bytes
-        if len(records) > max_bytes:
+        if check_batch_size and len(records) > max_bytes:
             for header in iter_headers(records):
                 if header.size_in_bytes > max_bytes:
                     raise MessageTooLargeError(

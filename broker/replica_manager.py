@@ -164,10 +164,13 @@ class ReplicaManager:
         required_acks: int,
         entries: list[ProducePartition],
         response_callback: Callable[[list[ProducePartitionResponse]], None],
+        check_batch_size: bool = True,
     ) -> DelayedOperation | None:
         """Append to the leaders here and answer through `response_callback`, at once or, for acks=all,
         when the ISR has the records or `timeout_ms` passes (Kafka's appendRecords). Returns the parked
-        operation, if any, so the caller can abandon it when nobody waits for the answer any more."""
+        operation, if any, so the caller can abandon it when nobody waits for the answer any more.
+        `check_batch_size=False`: the batches' sizes were checked against max.message.bytes as the producer
+        sent them (the Kafka listener's, compressed), not as they are stored."""
         if required_acks not in (-1, 0, 1):
             # Kafka's isValidRequiredAcks: any other value is refused for every partition, nothing written.
             response_callback(
@@ -192,7 +195,7 @@ class ReplicaManager:
             with errors_into(resp):
                 partition = self.get_partition_or_error(tp)
                 hw_before = partition.high_watermark
-                info = partition.append_records_to_leader(entry.records, required_acks, now)
+                info = partition.append_records_to_leader(entry.records, required_acks, now, check_batch_size)
                 resp.base_offset = info.first_offset
                 resp.log_start_offset = partition.log_start_offset
                 if partition.log.config.log_append_time:

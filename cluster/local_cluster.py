@@ -354,8 +354,14 @@ def auto_topic_defaults(num_brokers: int, overrides: dict[str, str] | None = Non
 
 # Kafka's defaults are no limit on connections and 10 minutes of idleness; a laptop's process may open
 # 1,024 files (256 on macOS), which a connection flood would use up before the broker's own segment files.
-# `cluster up` sets these instead (`--override` changes them); a broker started alone keeps Kafka's.
-LAPTOP_CONNECTION_LIMITS: dict[str, int] = {"max.connections": 1000, "connections.max.idle.ms": 300_000}
+# One address may hold half of them, so a flood from one client leaves room for the rest (the brokers'
+# own links come from their own addresses). `cluster up` sets these instead (`--override` changes them);
+# a broker started alone keeps Kafka's.
+LAPTOP_CONNECTION_LIMITS: dict[str, int] = {
+    "max.connections": 1000,
+    "max.connections.per.ip": 500,
+    "connections.max.idle.ms": 300_000,
+}
 
 
 def broker_props(

@@ -72,6 +72,8 @@ class GroupConfig:
     group_initial_rebalance_delay_ms: int = 3000
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10080  # committed offsets of an Empty group expire after this
+    offset_metadata_max_bytes: int = 4096  # the longest metadata a commit may carry (Kafka's default)
+    group_max_size: int = 1000  # members of one group, joined or given a member id to join with
 
 
 def java_string_hash(text: str) -> int:
@@ -95,6 +97,9 @@ _APPEND_ERRORS = {
     int(ErrorCode.MESSAGE_TOO_LARGE): ErrorCode.UNKNOWN_SERVER_ERROR,
     int(ErrorCode.RECORD_LIST_TOO_LARGE): ErrorCode.UNKNOWN_SERVER_ERROR,
 }
+
+
+_TOO_LARGE = frozenset({int(ErrorCode.MESSAGE_TOO_LARGE), int(ErrorCode.RECORD_LIST_TOO_LARGE)})
 
 
 def _append_error(code: int) -> int:
@@ -248,6 +253,11 @@ class GroupCoordinator:
             group = self.groups[group_id] = GroupMetadata(group_id)
         if not group.supports(protocol_type, protocols):
             return JoinGroupResult(int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL), member_id=member_id)
+        newcomer = not member_id or (member_id not in group.members and member_id not in group.pending_members)
+        if newcomer and len(group.members) + len(group.pending_members) >= cfg.group_max_size:
+            # Kafka's group.max.size, counting the members waiting for their member id too: the leader's
+            # JoinGroup answer and the group's record list every member, and each join is cheap to send.
+            return JoinGroupResult(int(ErrorCode.GROUP_MAX_SIZE_REACHED), member_id=member_id)
         if not member_id and group_instance_id is not None:
             # KIP-345: a static member joins under a new member id without the MEMBER_ID_REQUIRED round; one
             # whose instance id the group knows takes over that member's place (a restart, or a duplicate).
@@ -453,6 +463,9 @@ class GroupCoordinator:
             return  # the group moved on (a rebalance, a resignation) while the write was in flight
         if group.state != GroupState.COMPLETING_REBALANCE:
             return
+        if code in _TOO_LARGE:
+            self._drop_unwritable(group, code)
+            return
         if code:
             error = _append_error(code)
             for m in group.members.values():
@@ -462,6 +475,34 @@ class GroupCoordinator:
         group.set_state(GroupState.STABLE, self.time.milliseconds())
         for m in group.members.values():
             m.answer_sync(SyncGroupResult(0, group.protocol_type, group.protocol_name, m.assignment))
+
+    @staticmethod
+    def _never_written(group: GroupMetadata) -> bool:
+        return (
+            group.state == GroupState.EMPTY
+            and group.generation_id == 0
+            and not group.members
+            and not group.pending_members
+            and not group.offsets
+            and not group.pending_commits
+        )
+
+    def _drop_unwritable(self, group: GroupMetadata, code: int) -> None:
+        """The group's record (every member's subscription and assignment) is larger than __consumer_offsets
+        takes: no generation of these members can ever be written. Their SyncGroups fail (UNKNOWN_SERVER_ERROR,
+        as Kafka maps MESSAGE_TOO_LARGE) and they are removed, so the group is Empty and holds none of their
+        metadata; each client rejoins as a new member, with smaller assignments or not at all."""
+        now = self.time.milliseconds()
+        size = len(group_value(group.to_value(now)))
+        log.error(
+            "group %s: its record of %d members (%d bytes) is refused by %s (%s): the SyncGroup fails and the "
+            "members are removed",
+            group.group_id, len(group.members), size, OFFSETS_TOPIC, ErrorCode(code).name,
+        )  # fmt: skip
+        for m in group.members.values():
+            m.answer_sync(SyncGroupResult(_append_error(code)))
+        for m in list(group.members.values()):
+            self._remove(group, m, now, "the group's record could not be written")
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> int:
         if error := self._not_owned(group_id):
@@ -556,6 +597,15 @@ class GroupCoordinator:
             member = group.members[member_id]
             member.session_deadline_ms = self.time.milliseconds() + member.session_timeout_ms
         now = self.time.milliseconds()
+        # Kafka's validateOffsetMetadataLength: a partition whose metadata is too long is answered
+        # OFFSET_METADATA_TOO_LARGE and not committed; the others are.
+        limit = self.config.offset_metadata_max_bytes
+        too_large = int(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+        refused = {tp: too_large for tp, (_, _, md) in offsets.items() if md is not None and len(md) > limit}
+        if refused:
+            offsets = {tp: value for tp, value in offsets.items() if tp not in refused}
+            if not offsets:
+                return refused
         values = {tp: OffsetValue(o, epoch, metadata or "", now) for tp, (o, epoch, metadata) in offsets.items()}
         records: list[tuple[bytes | None, bytes | None]] = [
             (offset_key(group_id, topic, partition), offset_value(value))
@@ -568,10 +618,10 @@ class GroupCoordinator:
             group.pending_commits.subtract(values.keys())
             group.pending_commits += Counter()  # drops the zero counts
         if code:
-            return every(_append_error(code))
+            return every(_append_error(code)) | refused
         if self.groups.get(group_id) is group:
             group.offsets.update(values)
-        return every(0)
+        return every(0) | refused
 
     # -- DeleteGroups -----------------------------------------------------------------------------------
 
@@ -684,11 +734,20 @@ class GroupCoordinator:
     # -- time -------------------------------------------------------------------------------------------
 
     def tick(self, now_ms: int) -> None:
-        """Expire what has run out of time: sessions, pending member ids, join phases, sync phases."""
+        """Expire what has run out of time: sessions, pending member ids, join phases, sync phases. A group
+        that only ever had members waiting for their id (never a generation, never an offset: nothing of it
+        was written) is forgotten when the last of them expires, so joins under made-up group ids do not pile
+        up; an Empty group with nothing to expire costs a glance."""
         for group in list(self.groups.values()):
-            for member_id, deadline in list(group.pending_members.items()):
-                if now_ms >= deadline:
-                    del group.pending_members[member_id]
+            if group.state == GroupState.EMPTY and not group.members and not group.pending_members:
+                continue
+            if group.pending_members:
+                for member_id, deadline in list(group.pending_members.items()):
+                    if now_ms >= deadline:
+                        del group.pending_members[member_id]
+                if self._never_written(group):
+                    del self.groups[group.group_id]
+                    continue
             for member in list(group.members.values()):
                 waiting = member.join is not None or member.sync is not None
                 if not waiting and now_ms >= member.session_deadline_ms:

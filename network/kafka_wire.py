@@ -20,14 +20,16 @@ guesses the broker's release from the maxima. As Kafka 4 does, Produce v0-2 are 
 librdkafka checks them) and answered UNSUPPORTED_VERSION.
 
 Failure handling, as Kafka's SocketServer does it: a request for an API this listener does not serve,
-in a version outside its range (except ApiVersions, answered with error 35 and the ranges), or whose
-body does not decode closes the connection with a log line; the broker goes on.
+in a version outside its range (except ApiVersions, answered with error 35 and the ranges), over its
+API's size or entry limit (network/request_limits.py), malformed (a length or count the frame cannot
+hold, a negative count, bytes after the request: network/kafka_frame_check.py) or whose body does not
+decode closes the connection with a log line; the broker goes on.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kafka.protocol.admin import DescribeQuorumRequest
@@ -57,6 +59,8 @@ from kafka.protocol.producer.produce import ProduceRequest
 from kafka.protocol.producer.transaction import InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from network.kafka_frame_check import check_request
+from network.request_limits import kafka_limit
 from protocol.errors import ProtocolError
 from protocol.framing import frame_prefix
 from protocol.messages import RequestHeader
@@ -97,18 +101,7 @@ SERVED: dict[int, tuple[type[ApiMessage], int, int]] = {
 }
 
 API_VERSIONS_KEY = 18
-PRODUCE_KEY = 0
-DELETE_RECORDS_KEY = 21
-DELETE_GROUPS_KEY = 42
-#: The most entries a request may name in all (a PRODUCE's or DeleteRecords' partitions, DeleteGroups'
-#: groups), and the largest request other than a PRODUCE (whose records may fill socket.request.max.bytes):
-#: decoding runs on the event loop that also sends the broker's heartbeats, so what one request may cost
-#: to decode is bounded before it is decoded.
-MAX_ENTRIES = 100_000
-MAX_NON_PRODUCE_BYTES = 4 * 1024 * 1024
 _HEADER_START = struct.Struct(">hhi")
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
 
 
 class UnsupportedApiVersions:
@@ -149,15 +142,17 @@ class KafkaWire:
             raise ProtocolError(
                 f"{request_class.__name__} version {api_version} is not served on this listener (served: {lo}-{hi})"
             )
-        if api_key != PRODUCE_KEY and len(frame) > MAX_NON_PRODUCE_BYTES:
+        # What decoding may cost is bounded before anything is decoded (network/request_limits.py): the
+        # frame's size, then a walk that checks every length inside it and counts its entries.
+        limit = kafka_limit(api_key)
+        if limit.max_bytes is not None and len(frame) > limit.max_bytes:
             raise ProtocolError(
-                f"a {request_class.__name__} of {len(frame)} bytes is over the {MAX_NON_PRODUCE_BYTES} bytes allowed"
+                f"a {request_class.__name__} of {len(frame)} bytes is over the {limit.max_bytes} bytes allowed"
             )
-        if api_key == PRODUCE_KEY and _produce_entries_over(frame, MAX_ENTRIES):
-            raise ProtocolError(f"a ProduceRequest naming more than {MAX_ENTRIES} partitions")
-        counter = _ENTRY_COUNTERS.get(api_key)
-        if counter is not None and _counted_over(counter, frame, api_version, MAX_ENTRIES):
-            raise ProtocolError(f"a {request_class.__name__} naming more than {MAX_ENTRIES} entries")
+        try:
+            check_request(request_class, api_version, frame, limit.max_entries)
+        except ProtocolError as exc:
+            raise ProtocolError(f"{request_class.__name__} v{api_version}: {exc}") from None
         try:
             request = request_class.decode(memoryview(frame), version=api_version, header=True)
         except Exception as exc:  # noqa: BLE001 - any decoding failure is the peer's malformed frame
@@ -176,125 +171,6 @@ class KafkaWire:
         response.with_header(correlation_id=header.correlation_id)
         payload = response.encode(header=True)
         return [frame_prefix(len(payload)), bytes(payload)]
-
-
-def _produce_entries_over(frame: bytes | bytearray, limit: int) -> bool:
-    """Whether a non-flexible PRODUCE (v3-8: header v1) names more than `limit` partitions, counted by
-    walking the frame's lengths without decoding it, and stopping at the limit. A frame too short for
-    what it announces is left to the decoder to refuse."""
-    try:
-        (client_id,) = _INT16.unpack_from(frame, 8)
-        position = 10 + max(client_id, 0)
-        (transactional_id,) = _INT16.unpack_from(frame, position)
-        position += 2 + max(transactional_id, 0) + 2 + 4  # the id, acks, timeout_ms
-        (topics,) = _INT32.unpack_from(frame, position)
-        position += 4
-        seen = 0
-        for _ in range(max(topics, 0)):
-            (name,) = _INT16.unpack_from(frame, position)
-            (partitions,) = _INT32.unpack_from(frame, position + 2 + max(name, 0))
-            position += 2 + max(name, 0) + 4
-            seen += max(partitions, 0)
-            if seen > limit:
-                return True
-            for _ in range(partitions):
-                (records,) = _INT32.unpack_from(frame, position + 4)
-                position += 8 + max(records, 0)
-        return False
-    except struct.error:
-        return False
-
-
-class _Cursor:
-    """Reads a request frame's lengths and counts without decoding it (struct.error past its end)."""
-
-    __slots__ = ("frame", "position")
-
-    def __init__(self, frame: bytes | bytearray, position: int) -> None:
-        self.frame, self.position = frame, position
-
-    def int16(self) -> int:
-        (value,) = _INT16.unpack_from(self.frame, self.position)
-        self.position += 2
-        return int(value)
-
-    def int32(self) -> int:
-        (value,) = _INT32.unpack_from(self.frame, self.position)
-        self.position += 4
-        return int(value)
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            if self.position >= len(self.frame) or shift > 28:
-                raise struct.error("a varint past the frame's end, or longer than 5 bytes")
-            byte = self.frame[self.position]
-            self.position += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def array(self, flexible: bool) -> int:
-        """An array's entry count (a null one counts as none)."""
-        return max(self.uvarint() - 1 if flexible else self.int32(), 0)
-
-    def string(self, flexible: bool) -> None:
-        length = self.uvarint() - 1 if flexible else self.int16()
-        self.position += max(length, 0)
-
-    def tagged_fields(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            size = self.uvarint()
-            self.position += size
-
-
-def _delete_groups_entries(body: _Cursor, flexible: bool, limit: int) -> int:
-    return body.array(flexible)
-
-
-def _delete_records_entries(body: _Cursor, flexible: bool, limit: int) -> int:
-    seen = 0
-    for _ in range(body.array(flexible)):
-        body.string(flexible)
-        partitions = body.array(flexible)
-        seen += partitions
-        if seen > limit:
-            break
-        if not flexible:
-            body.position += 12 * partitions  # int32 partition, int64 offset
-            continue
-        for _ in range(partitions):
-            body.position += 12
-            body.tagged_fields()
-        body.tagged_fields()
-    return seen
-
-
-EntryCounter = Callable[[_Cursor, bool, int], int]
-"""The entries a request body names (read from `body`, flexible or not), counting stopped past `limit`."""
-
-#: API key -> (its first flexible version, its EntryCounter).
-_ENTRY_COUNTERS: dict[int, tuple[int, EntryCounter]] = {
-    DELETE_GROUPS_KEY: (2, _delete_groups_entries),
-    DELETE_RECORDS_KEY: (2, _delete_records_entries),
-}
-
-
-def _counted_over(counter: tuple[int, EntryCounter], frame: bytes | bytearray, version: int, limit: int) -> bool:
-    """Whether the request names more than `limit` entries, counted from its lengths without decoding it.
-    A frame too short for what it announces is left to the decoder to refuse."""
-    first_flexible, count = counter
-    flexible = version >= first_flexible
-    try:
-        body = _Cursor(frame, 8)  # after api_key, api_version, correlation_id
-        body.string(False)  # client_id: an int16-length string in every header version
-        if flexible:
-            body.tagged_fields()
-        return bool(count(body, flexible, limit) > limit)
-    except struct.error:
-        return False
 
 
 KAFKA_WIRE = KafkaWire()

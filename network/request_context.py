@@ -9,9 +9,10 @@ from any listener (the msgpack socket server, the simulated network) with the sa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,20 @@ class ConnectionContext:
             wake, self.on_order_released = self.on_order_released, None
             if wake is not None:
                 wake()
+
+    @contextlib.contextmanager
+    def in_order(self) -> Iterator[None]:
+        """Around effects a handler applies in slices, yielding to the loop between them (a LIST_OFFSETS of
+        thousands of partitions): the connection's later requests start after, as if they ran one by one.
+        Entered before the handler first waits, as the server learns of the hold only then. A hold the
+        server already took (a PRODUCE's, until its append) is left to its own release."""
+        held_already = self.order_held
+        self.order_held = True
+        try:
+            yield
+        finally:
+            if not held_already:
+                self.release_order()
 
 
 Handler = Callable[[ConnectionContext, RequestHeader, Message], Awaitable[Message | None]]

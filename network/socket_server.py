@@ -2,19 +2,25 @@
 
 How this works
 --------------
-One `_ServerConnection` (an asyncio BufferedProtocol) per client connection reads frames with the
-shared `FrameDecoder` straight into its buffers and decodes each into (header, typed body). A request
-with nothing ahead of it is started on the spot and, if its handler does not wait (most do not), answered
-before the next frame is read: no task and no loop iteration in between. Otherwise it is queued, and one
-worker task per connection starts the queued requests in arrival order — up to
-`max.in.flight.requests.per.connection` at once — and writes their responses in that same order with
-their correlation ids. A request's effect on the broker (an append, a read) happens before the next
-request starts, so ordering is as if they ran one by one; only the waits overlap (see `_work`). Most
-handlers reach their effect before they first wait; for those that may wait before it (a PRODUCE whose
-producer id the leader must first check), the connection holds the order (`ORDERED_API_KEYS`): no later
-request starts until the handler says its effect is done (`ConnectionContext.release_order`, a PRODUCE
-right after its append) or finishes. So a producer's pipelined batches reach the log in the order they
-arrived whatever a handler awaits first, and their acks=all waits still overlap.
+One `_ServerConnection` (an asyncio BufferedProtocol) per client connection reads frames with the shared
+`FrameDecoder` straight into its buffers. The first request of a read, with nothing ahead of it, is decoded
+(into header and typed body) and started on the spot and, if its handler does not wait (most do not),
+answered at once: no task and no loop iteration in between. Every other frame is queued as it came, and one
+worker task per connection decodes and starts the queued requests in arrival order, one per turn of the
+event loop — up to `max.in.flight.requests.per.connection` at once — and writes their responses in that same
+order with their correlation ids. The time spent decoding, starting and answering is charged to the event
+loop's budget (network/loop_budget.py, shared by every listener of the process): once a turn has spent it,
+requests and answers wait for a later turn, and timers (a delayed FETCH's deadline, a Raft election timeout)
+and other I/O run between. A large frame (over 64 KiB) always goes through the worker, so handling it and
+encoding its answer are two pieces of work. What one request may cost is bounded before it is decoded
+(network/request_limits.py, the wire's `decode_request`). A request's effect on the broker (an append, a
+read) happens before the next request starts, so ordering is as if they ran one by one; only the waits
+overlap (see `_work`). Most handlers reach their effect before they first wait; for those that may wait
+before it (a PRODUCE whose producer id the leader must first check, a large request applied in slices), the
+connection holds the order (`ORDERED_API_KEYS`, `ConnectionContext.in_order`): no later request starts until
+the handler says its effect is done (`ConnectionContext.release_order`, a PRODUCE right after its last
+append) or finishes. So a producer's pipelined batches reach the log in the order they arrived whatever a
+handler awaits first, and their acks=all waits still overlap.
 While `queued.max.requests.per.connection` requests wait, the socket stops being read (back-pressure
 through TCP instead of memory). On close the server stops reading, answers what it received (bounded
 by a drain timeout) and then closes the connections.
@@ -25,7 +31,11 @@ Limits (Kafka's keys where Kafka has one; docs/protocol.md lists them with their
 * `connections.max.idle.ms`: a connection with nothing queued, in flight or half-received for that long
   is closed;
 * `socket.request.read.timeout.ms`: a frame that has begun must be complete within that long, so a peer
-  cannot hold buffer memory with a frame it never finishes;
+  cannot hold buffer memory with a frame it never finishes (not counted while the server holds reading
+  back because its queue is full);
+* `queued.max.request.bytes`: the buffers of frames too large for a connection's scratch buffer, over all
+  connections of the listener; a connection whose frame would take them past it is closed;
+* `sasl.server.max.receive.size` on a SASL listener: the largest frame before the connection authenticates;
 * memory per connection follows what arrived (see protocol/framing.py); a connection quiet for a second
   gives its read buffer back; while a client does not read its responses (the transport's write buffer
   is over its high-water mark) the connection's requests are not read either.
@@ -45,14 +55,19 @@ import asyncio
 import collections
 import logging
 import os
+import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgpack
+
 from network.frame_protocol import FrameProtocol
+from network.loop_budget import LoopBudget, loop_budget
 from network.request_context import ConnectionContext, Handler
+from network.request_limits import RequestLimit, count_entries, msgpack_limit
 from protocol.api_keys import ApiKey
-from protocol.codec import Message, packb, to_wire, unpackb
+from protocol.codec import MAX_ENTRIES, Message, TooManyEntriesError, from_wire, packb, to_wire, unpackb
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.fetch_frame import FETCH_RECORDS_APART, encode_fetch_response
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame_prefix
@@ -170,11 +185,60 @@ class Wire(Protocol):
         ...
 
 
+#: Frames up to this size are below every API's byte limit: their API need not be looked up first.
+_BELOW_EVERY_BYTE_LIMIT = 64 * 1024
+
+
+def _peek_header(frame: bytes | bytearray) -> dict[str, Any] | None:
+    """The header map of a msgpack request, read without unpacking the body (None if unreadable)."""
+    unpacker = msgpack.Unpacker(max_buffer_size=len(frame), max_map_len=16, max_str_len=1024, max_array_len=16)
+    unpacker.feed(memoryview(frame)[:4096])
+    try:
+        if unpacker.read_array_header() != 2:
+            return None
+        header = unpacker.unpack()
+    except (ValueError, msgpack.UnpackException, msgpack.OutOfData, TypeError):
+        return None
+    return header if type(header) is dict else None
+
+
+def _too_many_entries(header: Any, limit: RequestLimit) -> RequestDecodeError:
+    return RequestDecodeError(
+        from_wire(RequestHeader, header),  # an unreadable header is a ProtocolError: the connection closes
+        ErrorCode.INVALID_REQUEST,
+        f"more than {limit.max_entries} entries (partitions, topics, ...) in one request of API key "
+        f"{header.get('api_key')}: split it",
+    )
+
+
 class MsgpackWire:
-    """minibroker's own protocol (docs/protocol.md): a msgpack `[header, body]` per frame."""
+    """minibroker's own protocol (docs/protocol.md): a msgpack `[header, body]` per frame, within the
+    limits of its API (network/request_limits.py): a frame over the API's byte limit is not unpacked (the
+    connection is closed); one with more entries than the API allows is answered INVALID_REQUEST, refused
+    by the parser at the header of its first array past the limit (a large frame, whose API is read from
+    its header first) or by a count of its arrays before its typed message is built."""
 
     def decode_request(self, frame: bytes | bytearray) -> tuple[RequestHeader, Any]:
-        return decode_request_value(unpackb(frame))
+        header: dict[str, Any] | None = None
+        limit = None
+        if len(frame) > _BELOW_EVERY_BYTE_LIMIT:
+            header = _peek_header(frame)
+            api_key = None if header is None else header.get("api_key")
+            limit = msgpack_limit(api_key if type(api_key) is int else -1)
+            if limit.max_bytes is not None and len(frame) > limit.max_bytes:
+                raise ProtocolError(f"a request of API key {api_key} and {len(frame)} bytes is over {limit.max_bytes}")
+        try:
+            value = unpackb(frame, MAX_ENTRIES if limit is None else limit.max_entries)
+        except TooManyEntriesError:
+            if header is None or limit is None:
+                raise
+            raise _too_many_entries(header, limit) from None
+        if type(value) is list and len(value) == 2 and type(value[0]) is dict and type(value[1]) is dict:
+            api_key = value[0].get("api_key")
+            limit = msgpack_limit(api_key if type(api_key) is int else -1)
+            if count_entries(value[1], limit.max_entries) > limit.max_entries:
+                raise _too_many_entries(value[0], limit)
+        return decode_request_value(value)
 
     def encode_response(self, header: RequestHeader, response: Any) -> list[Any] | None:
         if header.api_key == ApiKey.FETCH and header.api_version == FETCH_RECORDS_APART:
@@ -188,14 +252,19 @@ MSGPACK_WIRE = MsgpackWire()
 
 class _ServerConnection(FrameProtocol):
     def __init__(self, server: SocketServer, connection_id: int) -> None:
-        super().__init__(FrameDecoder(max_frame_bytes=server.max_frame_bytes))
+        # Until it authenticates, a connection to a SASL listener may send only small frames.
+        super().__init__(FrameDecoder(max_frame_bytes=server.pre_auth_max_frame_bytes or server.max_frame_bytes))
         self.server = server
-        self.queue: collections.deque[tuple[RequestHeader, Message | None, RequestDecodeError | None]] = (
-            collections.deque()
-        )
+        self.large_frame_bytes = 0  # what this connection adds to the server's held_bytes
+        # Frames received and not started yet, undecoded: the worker decodes each when it starts it.
+        self.queue: collections.deque[bytes | bytearray] = collections.deque()
+        self.started_this_read = False  # a request of the current read was started on the spot
         self.wakeup = _Wakeup(self.loop)
         self.context = ConnectionContext(connection_id, "?")
         self.reading_paused = False
+        # Reading stopped because this server has not started what it received: a frame left half-read
+        # then is not the peer's delay, so socket.request.read.timeout.ms does not run meanwhile.
+        self.waiting_for_queue = False
         self.peer_gone = False  # the connection is closed: nothing more to read or write
         self.draining = False  # the server is closing: answer what was received, read nothing new
         self.worker: asyncio.Task[None] | None = None
@@ -230,16 +299,31 @@ class _ServerConnection(FrameProtocol):
         self.server._workers.add(self.worker)
         self.worker.add_done_callback(self.server._workers.discard)
 
-    def buffer_updated(self, nbytes: int) -> None:
-        self.last_active_s = self.loop.time()
-        super().buffer_updated(nbytes)
-
     def on_bad_frame(self, exc: ProtocolError) -> None:
         self.server.stats.bad_frames_total += 1
         log.warning("closing connection from %s: %s", self.context.peer, exc)
         self._abort()
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        view = self.decoder.get_buffer()
+        if self.decoder.large_frame_bytes != self.large_frame_bytes and self._account_large_frame():
+            # Over queued.max.request.bytes: the frame this connection is receiving would take the listener
+            # past it. Closed once this read is done (a transport may not be closed from get_buffer).
+            self.loop.call_soon(self.close_for, f"queued.max.request.bytes={self.server.max_held_bytes} reached")
+        return view
+
+    def _account_large_frame(self) -> bool:
+        """Bring the server's count of large frames being received up to date; True when this
+        connection's frame grew the count past the limit."""
+        now = self.decoder.large_frame_bytes
+        grew = now > self.large_frame_bytes
+        self.server.held_bytes += now - self.large_frame_bytes
+        self.large_frame_bytes = now
+        return grew and self.server.max_held_bytes >= 0 and self.server.held_bytes > self.server.max_held_bytes
+
     def after_frames(self) -> None:
+        if self.decoder.large_frame_bytes != self.large_frame_bytes:
+            self._account_large_frame()  # a large frame completed
         if self.decoder.pending:
             if self.partial_since_s is None:
                 self.partial_since_s = self.last_active_s
@@ -247,35 +331,56 @@ class _ServerConnection(FrameProtocol):
             self.partial_since_s = None
         if len(self.queue) >= self.server.max_queued_requests:
             self._pause_reading()
+            self.waiting_for_queue = True
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.last_active_s = self.loop.time()
+        self.started_this_read = False
+        super().buffer_updated(nbytes)
 
     def on_frame(self, frame: bytes | bytearray) -> None:
-        try:
-            header, body = self.server.wire.decode_request(frame)
-        except RequestDecodeError as exc:
-            self.server.stats.bad_requests_total += 1
-            self._enqueue(exc.header, None, exc)
-        else:
-            self._enqueue(header, body, None)
-
-    def _enqueue(self, header: RequestHeader, body: Message | None, error: RequestDecodeError | None) -> None:
+        """Start the request now if nothing is ahead of it, no other request of this read was started and
+        this turn of the loop has budget left; else queue its frame for the worker, which decodes it when
+        its turn comes. A read that brought a thousand pipelined requests starts one of them here."""
+        budget = self.server.budget
         if (
-            not self.queue
-            and not self.pending
-            and not self.draining
-            and not self.peer_gone
-            and self.worker is not None
-            and self.can_write.is_set()
+            self.queue
+            or self.pending
+            or self.draining
+            or self.peer_gone
+            or self.worker is None
+            or not self.can_write.is_set()
+            or self.started_this_read
+            or budget.busy()
+            or self.context.order_held
+            or len(frame) > _BELOW_EVERY_BYTE_LIMIT  # a large one: its answer waits for a turn of its own
         ):
-            # Nothing ahead of it: start it now, and answer now if it does not wait.
-            outcome = self._start(header, body, error)
+            self.queue.append(frame)
+            self.wakeup.set()
+            return
+        self.started_this_read = True
+        started = time.perf_counter()
+        try:
+            header, outcome = self._decode_and_start(frame)  # a ProtocolError closes the connection
             if isinstance(outcome, _Answered):
                 self._write_response(header, outcome.response)
             else:
                 self.pending.append((header, outcome))
                 self.in_flight = 1
-            return
-        self.queue.append((header, body, error))
-        self.wakeup.set()
+        finally:
+            budget.charge(time.perf_counter() - started)
+
+    def _decode_and_start(
+        self, frame: bytes | bytearray
+    ) -> tuple[RequestHeader, _Answered | asyncio.Task[Message | None]]:
+        """Decode a frame and start its request (`_start`). Raises ProtocolError for a frame that cannot be
+        answered (the connection is closed); a body that breaks a rule is answered with the error."""
+        try:
+            header, body = self.server.wire.decode_request(frame)
+        except RequestDecodeError as exc:
+            self.server.stats.bad_requests_total += 1
+            return exc.header, self._start(exc.header, None, exc)
+        return header, self._start(header, body, None)
 
     def _pause_reading(self) -> None:
         if not self.reading_paused and self.transport is not None and not self.peer_gone:
@@ -297,6 +402,7 @@ class _ServerConnection(FrameProtocol):
         self.server.stats.active_connections -= 1
         self.server._forget(self)
         self.decoder = _CLOSED_DECODER  # give the buffers back now, not when the worker is collected
+        self._account_large_frame()
         self.queue.clear()
         self.can_write.set()
         self.wakeup.set()
@@ -323,23 +429,48 @@ class _ServerConnection(FrameProtocol):
         """
         pending = self.pending
         limit = self.server.max_in_flight
+        budget = self.server.budget
         try:
             while True:
                 self.wakeup.clear()
-                while self.queue and len(pending) < limit and not self.peer_gone and not self.context.order_held:
-                    header, body, error = self.queue.popleft()
-                    pending.append((header, self._start(header, body, error)))
+                started_one = False
+                if self.queue and len(pending) < limit and not self.peer_gone and not self.context.order_held:
+                    if budget.due():
+                        await budget.next_turn()
+                        continue
+                    frame = self.queue.popleft()
+                    began = time.perf_counter()
+                    try:
+                        pending.append(self._decode_and_start(frame))
+                    except ProtocolError as exc:
+                        self.on_bad_frame(exc)
+                        return
+                    finally:
+                        budget.charge(time.perf_counter() - began)
+                    started_one = True
                 self.in_flight = len(pending)
                 self._maybe_resume_reading()
                 while pending and _finished(pending[0][1]):
+                    if budget.due():  # an answer to encode is a piece of work of its own
+                        await budget.next_turn()
+                        if self.peer_gone:
+                            return
                     header, outcome = pending.popleft()
                     self.in_flight = len(pending)
-                    if not self._write_response(header, _result(outcome)):
+                    began = time.perf_counter()
+                    written = self._write_response(header, _result(outcome))
+                    budget.charge(time.perf_counter() - began)
+                    if not written:
                         return
                     if not self.can_write.is_set():
                         await self.can_write.wait()
                 if self.peer_gone or (self.draining and not self.queue and not pending):
                     return
+                if started_one and self.queue:
+                    # One request per turn of the loop: other connections, timers and I/O go in between,
+                    # so a thousand pipelined requests are a slow client, not a stalled broker.
+                    await asyncio.sleep(0)
+                    continue
                 if (pending and _finished(pending[0][1])) or (
                     self.queue and len(pending) < limit and not self.context.order_held
                 ):
@@ -422,6 +553,10 @@ class _ServerConnection(FrameProtocol):
             and len(self.queue) < self.server.max_queued_requests // 2
         ):
             self.reading_paused = False
+            self.waiting_for_queue = False
+            if self.partial_since_s is not None:
+                # The frame could not complete while we did not read: its time starts again now.
+                self.partial_since_s = self.loop.time()
             if self.transport is not None and not self.peer_gone:
                 self.transport.resume_reading()
 
@@ -456,6 +591,9 @@ class _ServerConnection(FrameProtocol):
             self.server.stats.handler_errors_total += 1
             log.exception("error handling %s from %s", type(body).__name__, self.context.peer)
             return ErrorResponse(int(ErrorCode.UNKNOWN_SERVER_ERROR), f"{type(exc).__name__}: {exc}")
+        finally:
+            if self.context.authenticated and self.decoder is not _CLOSED_DECODER:
+                self.decoder.max_frame_bytes = self.server.max_frame_bytes  # the pre-authentication cap is over
 
 
 def write_parts(transport: asyncio.WriteTransport, parts: list[Any]) -> bool:
@@ -532,6 +670,8 @@ class SocketServer:
         request_read_timeout_ms: int = 30_000,
         wire: Wire = MSGPACK_WIRE,
         ordered_api_keys: frozenset[int] = ORDERED_API_KEYS,
+        queued_max_request_bytes: int = -1,
+        pre_auth_max_frame_bytes: int | None = None,
     ) -> None:
         self.handler = handler
         self.wire = wire
@@ -545,6 +685,12 @@ class SocketServer:
         self.max_connections_per_ip = max_connections_per_ip
         self.connections_max_idle_ms = connections_max_idle_ms
         self.request_read_timeout_ms = request_read_timeout_ms
+        #: queued.max.request.bytes: the most memory the frames too large for a connection's scratch buffer may
+        #: hold while they are received, over all connections (-1: no limit).
+        self.max_held_bytes = queued_max_request_bytes
+        self.held_bytes = 0
+        #: sasl.server.max.receive.size on a SASL listener: the largest frame before authentication.
+        self.pre_auth_max_frame_bytes = pre_auth_max_frame_bytes
         self.stats = ServerStats()
         self._server: asyncio.AbstractServer | None = None
         self._workers: set[asyncio.Task[None]] = set()
@@ -554,6 +700,7 @@ class SocketServer:
         self._maintenance: asyncio.Task[None] | None = None
         self._refusals_unlogged = 0
         self._last_refusal_log_s = -1e9
+        self.budget: LoopBudget  # the event loop's (network/loop_budget.py), shared by every listener: set by start()
 
     @classmethod
     def from_config(
@@ -569,6 +716,7 @@ class SocketServer:
             max_connections_per_ip=config["max.connections.per.ip"],
             connections_max_idle_ms=config["connections.max.idle.ms"],
             request_read_timeout_ms=config["socket.request.read.timeout.ms"],
+            queued_max_request_bytes=config.get("queued.max.request.bytes", -1),
             **kwargs,
         )
 
@@ -621,7 +769,11 @@ class SocketServer:
             for conn in list(self._connections):
                 if conn.peer_gone:
                     continue
-                if conn.partial_since_s is not None and now - conn.partial_since_s > read_s:
+                if (
+                    conn.partial_since_s is not None
+                    and not conn.waiting_for_queue
+                    and now - conn.partial_since_s > read_s
+                ):
                     self.stats.incomplete_closed_total += 1
                     conn.close_for(
                         f"request not complete after socket.request.read.timeout.ms={self.request_read_timeout_ms}"
@@ -640,6 +792,7 @@ class SocketServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self.budget = loop_budget()
         self._server = await loop.create_server(self._make_connection, self.host, self.port, reuse_address=True)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]

@@ -338,16 +338,26 @@ def packb(value: Any) -> bytes:
 MAX_ENTRIES = 100_000
 
 
-def unpackb(data: bytes | bytearray | memoryview) -> Any:
+class TooManyEntriesError(ProtocolError):
+    """An array or map longer than the caller allowed, refused at its header before its entries were read."""
+
+
+def unpackb(data: bytes | bytearray | memoryview, max_entries: int = MAX_ENTRIES) -> Any:
     """Exactly one msgpack value; trailing bytes, bad bytes, non-string map keys or an array or map of
-    more than MAX_ENTRIES entries are ProtocolErrors."""
+    more than `max_entries` (at most MAX_ENTRIES) entries are ProtocolErrors (TooManyEntriesError for the
+    last)."""
+    max_entries = min(max_entries, MAX_ENTRIES)
     try:
         return msgpack.unpackb(
-            data, raw=False, use_list=True, strict_map_key=False, max_array_len=MAX_ENTRIES, max_map_len=MAX_ENTRIES
+            data, raw=False, use_list=True, strict_map_key=False, max_array_len=max_entries, max_map_len=max_entries
         )
     except msgpack.ExtraData as exc:
         raise ProtocolError(f"{len(exc.extra)} trailing bytes after the message") from exc
-    except (ValueError, msgpack.UnpackException, TypeError) as exc:
+    except ValueError as exc:
+        if "exceeds max_array_len" in str(exc) or "exceeds max_map_len" in str(exc):
+            raise TooManyEntriesError(f"an array or map of more than {max_entries} entries") from exc
+        raise ProtocolError(f"undecodable msgpack: {exc}") from exc
+    except (msgpack.UnpackException, TypeError) as exc:
         raise ProtocolError(f"undecodable msgpack: {exc}") from exc
 
 

@@ -24,6 +24,7 @@ class ErrorCode(IntEnum):
     REPLICA_NOT_AVAILABLE = 9
     MESSAGE_TOO_LARGE = 10
     STALE_CONTROLLER_EPOCH = 11
+    OFFSET_METADATA_TOO_LARGE = 12
     NETWORK_EXCEPTION = 13
     COORDINATOR_NOT_AVAILABLE = 15
     COORDINATOR_LOAD_IN_PROGRESS = 14
@@ -37,6 +38,7 @@ class ErrorCode(IntEnum):
     MEMBER_ID_REQUIRED = 79
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
+    GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
@@ -141,6 +143,14 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ErrorCode.REPLICA_NOT_AVAILABLE: "the replica is not available on this broker",
     ErrorCode.MESSAGE_TOO_LARGE: "a batch is larger than message.max.bytes; nothing was appended",
     ErrorCode.STALE_CONTROLLER_EPOCH: "a controller request from an older controller epoch; ignored",
+    ErrorCode.GROUP_MAX_SIZE_REACHED: (
+        "JoinGroup (Kafka listener): the group already has group.max.size members (joined or waiting for their "
+        "member id)"
+    ),
+    ErrorCode.OFFSET_METADATA_TOO_LARGE: (
+        "OffsetCommit (Kafka listener): the partition's metadata is longer than offset.metadata.max.bytes; "
+        "that partition's offset was not committed"
+    ),
     ErrorCode.NETWORK_EXCEPTION: "the connection failed before an answer came back",
     ErrorCode.INVALID_TOPIC_EXCEPTION: "the topic name is not valid",
     ErrorCode.RECORD_LIST_TOO_LARGE: "the records of one partition exceed the limit",
@@ -219,9 +229,9 @@ DESCRIPTIONS: dict[ErrorCode, str] = {
     ),
     ErrorCode.UNSUPPORTED_SASL_MECHANISM: "Kafka listener, SaslHandshake: only PLAIN is served",
     ErrorCode.ILLEGAL_SASL_STATE: (
-        "Kafka listener: a SASL request where none is expected (a PLAINTEXT listener, or SaslAuthenticate "
-        "before SaslHandshake), or any other request before a SASL_PLAINTEXT connection authenticated "
-        "(the connection is closed)"
+        "Kafka listener: a SASL request on a PLAINTEXT listener, or on one that already authenticated; on a "
+        "SASL_PLAINTEXT listener, SaslAuthenticate before SaslHandshake or any other request before the "
+        "connection authenticated closes the connection instead"
     ),
     ErrorCode.SASL_AUTHENTICATION_FAILED: (
         "Kafka listener, SaslAuthenticate: the PLAIN password is not cluster.secret (the connection is closed)"

@@ -159,6 +159,11 @@ class FrameDecoder:
         """Buffer memory this decoder holds now."""
         return len(self._buf) + (len(self._big) if self._big is not None else 0)
 
+    @property
+    def large_frame_bytes(self) -> int:
+        """The buffer of the one frame too large for the scratch that is being received (0: none)."""
+        return len(self._big) if self._big is not None else 0
+
     def release(self) -> bool:
         """Give the scratch buffer back if nothing is buffered; True if it did. The next read allocates
         a fresh one of the initial size."""

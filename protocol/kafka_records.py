@@ -61,14 +61,24 @@ sends, so only `decompress_raw` is used.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import cramjam
 import msgpack
 from crc32c import crc32c
 
-from protocol.errors import CorruptRecordError, InvalidRecordError
-from protocol.record_batch import CRC_START, HEADER_SIZE, LOG_APPEND_TIME_BIT, LOG_OVERHEAD, assemble_batch, read_header
+from protocol.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
+from protocol.record_batch import (
+    CRC_START,
+    HEADER_SIZE,
+    LOG_APPEND_TIME_BIT,
+    LOG_OVERHEAD,
+    BatchHeader,
+    assemble_batch,
+    check_record_count,
+    read_header,
+)
 
 CODEC_NONE = 0
 CODEC_GZIP = 1
@@ -106,11 +116,22 @@ def kafka_to_native(batches: bytes | bytearray | memoryview, max_bytes: int = MA
     Raises CorruptRecordError for damaged framing or a bad CRC, InvalidRecordError for a batch that is
     intact but not acceptable (see the module docstring), or whose records decompress to more than
     `max_bytes` (all batches of the set together)."""
+    return b"".join(iter_kafka_to_native(batches, max_bytes))
+
+
+def iter_kafka_to_native(
+    batches: bytes | bytearray | memoryview,
+    max_bytes: int = MAX_DECOMPRESSED_BYTES,
+    max_batch_bytes: int | None = None,
+) -> Iterator[bytes]:
+    """`kafka_to_native` a batch at a time, so a caller may let other work run between two. Before a batch
+    is decompressed: its record count is checked against MAX_RECORDS_PER_BATCH (InvalidRecordError) and,
+    with `max_batch_bytes` (the topic's max.message.bytes), its size as sent, compressed, against that
+    (MessageTooLargeError), as Kafka checks it."""
     view = memoryview(batches)
     end = len(view)
     if end == 0:
         raise InvalidRecordError("a produce request must have at least one record batch per partition")
-    out = []
     position = 0
     while position < end:
         if end - position <= MAGIC_OFFSET:
@@ -123,13 +144,18 @@ def kafka_to_native(batches: bytes | bytearray | memoryview, max_bytes: int = MA
             )
         header = read_header(view, position)  # magic 2, a possible length, within the input
         stop = position + header.size_in_bytes
+        where = f"batch at byte {position}"
+        if max_batch_bytes is not None and header.size_in_bytes > max_batch_bytes:
+            raise MessageTooLargeError(
+                f"{where}: {header.size_in_bytes} bytes, larger than max.message.bytes={max_batch_bytes}"
+            )
+        count = header.record_count
+        check_record_count(count, where)
         if crc32c(view[position + CRC_START : stop]) != header.crc:
             raise CorruptRecordError(f"batch at byte {position}: CRC mismatch")
-        where = f"batch at byte {position}"
         attributes = header.attributes
         if attributes & ~(COMPRESSION_MASK | TIMESTAMP_TYPE_BIT):
             raise InvalidRecordError(f"{where}: {_attribute_problem(attributes)}")
-        count = header.record_count
         if count != header.last_offset_delta + 1:
             raise InvalidRecordError(
                 f"{where}: record_count {count} does not match last_offset_delta {header.last_offset_delta}"
@@ -140,20 +166,8 @@ def kafka_to_native(batches: bytes | bytearray | memoryview, max_bytes: int = MA
             records = _decode_records(data, count, where)
         except IndexError:
             raise InvalidRecordError(f"{where}: the records end before the header's {count} records") from None
-        out.append(
-            assemble_batch(
-                header.base_offset,
-                header.partition_leader_epoch,
-                header.last_offset_delta,
-                header.first_timestamp,
-                header.max_timestamp,
-                count,
-                msgpack.packb(records, use_bin_type=True),
-                (header.producer_id, header.producer_epoch, header.base_sequence),
-            )
-        )
+        yield _with_payload(header, msgpack.packb(records, use_bin_type=True))
         position = stop
-    return b"".join(out)
 
 
 def native_to_kafka(batches: bytes | bytearray | memoryview) -> bytes:
@@ -161,9 +175,13 @@ def native_to_kafka(batches: bytes | bytearray | memoryview) -> bytes:
 
     A partial batch at the end is dropped. Raises CorruptRecordError when a complete batch is malformed
     (bad header, or a payload that is not `record_count` records of the documented shape)."""
+    return b"".join(iter_native_to_kafka(batches))
+
+
+def iter_native_to_kafka(batches: bytes | bytearray | memoryview) -> Iterator[bytes]:
+    """`native_to_kafka` a batch at a time, so a caller may let other work run between two."""
     view = memoryview(batches)
     end = len(view)
-    out = []
     position = 0
     while end - position >= LOG_OVERHEAD:
         (batch_length,) = _INT32.unpack_from(view, position + 8)
@@ -179,21 +197,24 @@ def native_to_kafka(batches: bytes | bytearray | memoryview) -> bytes:
             raise CorruptRecordError(
                 f"stored batch at offset {header.base_offset} has malformed records: {exc}"
             ) from None
-        out.append(
-            assemble_batch(
-                header.base_offset,
-                header.partition_leader_epoch,
-                header.last_offset_delta,
-                header.first_timestamp,
-                header.max_timestamp,
-                header.record_count,
-                payload,
-                (header.producer_id, header.producer_epoch, header.base_sequence),
-                header.attributes & ~COMPRESSION_MASK,
-            )
-        )
+        yield _with_payload(header, payload, header.attributes & ~COMPRESSION_MASK)
         position = stop
-    return b"".join(out)
+
+
+def _with_payload(header: BatchHeader, payload: bytes, attributes: int = 0) -> bytes:
+    """The batch of `header` around another records payload: every header field kept but the attributes,
+    the length and the CRC."""
+    return assemble_batch(
+        header.base_offset,
+        header.partition_leader_epoch,
+        header.last_offset_delta,
+        header.first_timestamp,
+        header.max_timestamp,
+        header.record_count,
+        payload,
+        (header.producer_id, header.producer_epoch, header.base_sequence),
+        attributes,
+    )
 
 
 # -- PRODUCE: Kafka records to msgpack ---------------------------------------------------------------

@@ -71,7 +71,7 @@ from storage.epoch_cache import LeaderEpochFileCache
 from storage.file_records import FileRecords
 from storage.offset_index import INDEX_SUFFIX
 from storage.offset_metadata import LogOffsetMetadata
-from storage.producer_state import ProducerBatch, ProducerStateManager
+from storage.producer_state import ProducerBatch, ProducerEntries, ProducerStateManager
 from storage.segment import LOG_SUFFIX, NO_TIMESTAMP, LogSegment
 from storage.storage import OS_STORAGE, Storage
 
@@ -138,6 +138,7 @@ class Log:
         log_start_offset: int,
         epoch_cache: LeaderEpochFileCache,
         storage: Storage = OS_STORAGE,
+        producer_entries: ProducerEntries | None = None,
     ) -> None:
         self._dir = dir
         self._storage = storage
@@ -149,7 +150,7 @@ class Log:
         self._log_start_offset = log_start_offset
         self._log_start_checkpoint = LogStartOffsetCheckpoint(dir / LOG_START_OFFSET_FILE)
         self._epoch_cache = epoch_cache
-        self.producer_state = ProducerStateManager(dir, storage)
+        self.producer_state = ProducerStateManager(dir, storage, shared=producer_entries)
         self._high_watermark = log_start_offset
         self._unflushed_messages = 0
         self._last_flush_ms = time.milliseconds()
@@ -162,7 +163,14 @@ class Log:
     # -- opening -----------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, dir: Path, config: LogConfig, time: Time, storage: Storage = OS_STORAGE) -> Log:
+    def open(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        time: Time,
+        storage: Storage = OS_STORAGE,
+        producer_entries: ProducerEntries | None = None,
+    ) -> Log:
         """Open (creating if missing) the replica directory `dir`, recovering after an unclean shutdown."""
         parse_topic_partition(dir.name)
         dir.mkdir(parents=True, exist_ok=True)
@@ -185,7 +193,7 @@ class Log:
 
         log_start = max(checkpointed_start or 0, segments[0].base_offset)
         epoch_cache = _open_epoch_cache(dir, segments, log_start, recovered_epochs)
-        log = cls(dir, config, time, segments, log_start, epoch_cache, storage)
+        log = cls(dir, config, time, segments, log_start, epoch_cache, storage, producer_entries)
         if log_start > log.log_end_offset:
             # Everything the segments hold was deleted before the crash; the log restarts at log start.
             log.truncate_fully_and_start_at(log_start)
@@ -848,6 +856,7 @@ class Log:
             for segment in self._segments:
                 with contextlib.suppress(OSError):
                     segment.close()
+            self.producer_state.release()
             self._closed = True
             return
         self.flush()
@@ -859,6 +868,7 @@ class Log:
             segment.trim()
             segment.close()
         write_atomically(self._dir / CLEAN_SHUTDOWN_FILE, b"")
+        self.producer_state.release()
         self._closed = True
 
     def abandon(self) -> None:
@@ -866,12 +876,14 @@ class Log:
         for segment in self._segments:
             with contextlib.suppress(OSError):
                 segment.close()
+        self.producer_state.release()
         self._closed = True
 
     def delete(self) -> None:
         """Remove the replica directory and everything in it."""
         for segment in self._segments:
             segment.close()
+        self.producer_state.release()
         self._closed = True
         shutil.rmtree(self._dir, ignore_errors=True)
 

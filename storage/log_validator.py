@@ -18,7 +18,8 @@ and refuses the whole partition's records with INVALID_RECORD (87), naming the b
   `producer_id` is -1 (no producer) or a real id (>= 0); `producer_epoch` is never below -1; with a
   producer id `base_sequence` is >= 0 (LogValidator.validateBatch: "Invalid sequence number"); without
   one the epoch and sequence are not read, as in Kafka (aiokafka writes sequence 0 there);
-* `record_count == last_offset_delta + 1`;
+* `record_count == last_offset_delta + 1`, and at most MAX_RECORDS_PER_BATCH (10,000: checking one batch
+  is one piece of work on the event loop, so it is bounded before the payload is decoded);
 * the payload is one msgpack array of exactly `record_count` records, nothing after it;
 * each record is `[offset_delta, timestamp_delta, key, value]` or the same with `headers`, the offset
   deltas run 0, 1, ..., n-1 (Kafka: "inner record offsets must be consecutive"), the timestamp delta is
@@ -58,6 +59,7 @@ from protocol.record_batch import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     BatchHeader,
+    check_record_count,
     read_header,
 )
 
@@ -136,6 +138,7 @@ def _validate_batch(payload: memoryview, header: BatchHeader) -> int:
         raise InvalidRecordError(
             f"{where}: record_count {count} does not match last_offset_delta {header.last_offset_delta}"
         )
+    check_record_count(count, where)
     try:
         items: Any = msgpack.unpackb(payload, raw=False, use_list=False, strict_map_key=True)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:

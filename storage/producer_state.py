@@ -29,7 +29,13 @@ Bounded, so invented producer ids cannot grow a broker without limit (each entry
   producer that comes back after that starts again at sequence 0 or gets UNKNOWN_PRODUCER_ID;
 * at most `MAX_PRODUCERS_PER_PARTITION` entries: a new producer past that evicts the one that wrote least
   recently. Eviction follows the order batches are applied, which is the log's order, so followers and a
-  rebuild evict exactly what the leader did and every replica deduplicates the same way.
+  rebuild evict exactly what the leader did and every replica deduplicates the same way;
+* at most `producer.state.max.entries` (50,000) over all the partitions of a broker (`ProducerEntries`,
+  shared by its logs): past that, a partition taking a new producer first evicts its own least recently
+  used one, so real producer ids spread over many partitions cannot grow every broker without bound
+  either. This eviction depends on the broker's other partitions, so replicas may differ in what they
+  still deduplicate, as with Kafka's expiration by time: a producer whose entry went gets
+  UNKNOWN_PRODUCER_ID from a new leader for a batch resent past that point, never a duplicate append.
 Transactions are not supported.
 """
 
@@ -54,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 BATCHES_PER_PRODUCER = 5
 MAX_PRODUCERS_PER_PARTITION = 10_000
+MAX_PRODUCER_ENTRIES = 50_000  # producer.state.max.entries: over all of a broker's partitions
 SNAPSHOT_SUFFIX = ".snapshot"
 _SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 _SNAPSHOT_VERSION = 1
@@ -107,17 +114,44 @@ class ProducerStateEntry:
         self.last_timestamp = max(self.last_timestamp, timestamp)
 
 
+class ProducerEntries:
+    """How many producer entries the partitions of one broker hold together, against `max_entries`."""
+
+    def __init__(self, max_entries: int = MAX_PRODUCER_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self.total = 0
+
+    @property
+    def full(self) -> bool:
+        return self.total >= self.max_entries
+
+
 class ProducerStateManager:
-    """The producer entries of one partition's log, and its snapshots in the log directory."""
+    """The producer entries of one partition's log, and its snapshots in the log directory.
+
+    Invariant: `shared.total` counts `len(producers)` of every open manager sharing it (`_set`, `release`)."""
 
     def __init__(
-        self, dir: Path, storage: Storage = OS_STORAGE, max_producers: int = MAX_PRODUCERS_PER_PARTITION
+        self,
+        dir: Path,
+        storage: Storage = OS_STORAGE,
+        max_producers: int = MAX_PRODUCERS_PER_PARTITION,
+        shared: ProducerEntries | None = None,
     ) -> None:
         self._dir = dir
         self._storage = storage
         self.max_producers = max_producers
-        self.evicted = 0  # entries dropped to stay within max_producers
+        self.evicted = 0  # entries dropped to stay within max_producers or the broker's shared limit
+        self._shared = shared or ProducerEntries(2**63 - 1)
         self.producers: dict[int, ProducerStateEntry] = {}
+
+    def _set(self, producers: dict[int, ProducerStateEntry]) -> None:
+        self._shared.total += len(producers) - len(self.producers)
+        self.producers = producers
+
+    def release(self) -> None:
+        """The log is closed or deleted: its entries no longer count against the broker's limit."""
+        self._set({})
 
     # -- the leader's check ------------------------------------------------------------------------
 
@@ -165,23 +199,26 @@ class ProducerStateManager:
         entry = self.producers.pop(batch.producer_id, None)  # re-inserted last: the dict is in LRU order
         if entry is None:
             entry = ProducerStateEntry(batch.producer_id, batch.producer_epoch)
-            if len(self.producers) >= self.max_producers:
+            if self.producers and (len(self.producers) >= self.max_producers or self._shared.full):
                 evicted = next(iter(self.producers))
                 del self.producers[evicted]
                 self.evicted += 1
+            else:
+                self._shared.total += 1
         self.producers[batch.producer_id] = entry
         last_seq = next_sequence(batch.base_sequence, batch.last_offset - batch.base_offset)
         meta = BatchMetadata(batch.base_sequence, last_seq, batch.base_offset, batch.last_offset, batch.max_timestamp)
         entry.add(batch.producer_epoch, meta, batch.max_timestamp)
 
     def clear(self) -> None:
-        self.producers.clear()
+        self._set({})
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Drop the producers whose newest batch is older than `expiration_ms`; how many were dropped."""
         expired = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp > expiration_ms]
         for pid in expired:
             del self.producers[pid]
+        self._shared.total -= len(expired)
         return len(expired)
 
     # -- snapshots ---------------------------------------------------------------------------------
@@ -253,11 +290,12 @@ class ProducerStateManager:
         Returns the offset replay started from."""
         self.delete_snapshots_above(log_end_offset)
         start = 0
-        self.producers = {}
+        self._set({})
         for offset in reversed(self.snapshot_offsets()):
             loaded = self._read_snapshot(offset)
             if loaded is not None:
-                self.producers, start = loaded, offset
+                self._set(loaded)
+                start = offset
                 break
         for batch in batches_from(start):
             if batch.base_offset >= start:

@@ -299,3 +299,38 @@ async def test_a_log_append_time_topic_has_its_batches_stamped_by_the_leader(tmp
     (result,) = (await describe(apis, DescribeConfigsResource(2, TOPIC, ["message.timestamp.type"]))).results
     [entry] = result.configs
     assert (entry.name, entry.value, entry.config_source) == ("message.timestamp.type", "LogAppendTime", TOPIC_CONFIG)
+
+
+async def test_a_resource_named_twice_is_answered_once_and_log_dirs_is_a_name_to_anonymous_clients(
+    tmp_path: Path,
+) -> None:
+    broker = LeaderBroker(tmp_path)
+    apis = broker_apis(broker, cluster_secret="s3cret")
+    apis.broker_config = {"broker.id": LOCAL_ID, "log.dirs": "/srv/kafka/broker-1/data"}
+    broker_type = int(ConfigResourceType.BROKER)
+    mine = DescribeConfigsResource(broker_type, str(LOCAL_ID), ["log.dirs"])
+    # The broker named 10,000 times was 26.7 MB of answer for 78 KB of request: each name after the first is
+    # answered with an error, not with the hundred configs again.
+    anonymous = await apis.handle_describe_configs(CTX, DescribeConfigsRequest([mine, mine, mine]))
+    assert isinstance(anonymous, DescribeConfigsResponse)
+    first, *again = anonymous.results
+    assert [r.error_code for r in again] == [ErrorCode.INVALID_REQUEST] * 2 and all(not r.configs for r in again)
+    # as DESCRIBE_LOG_DIRS does: where the data lives on the host only for authenticated connections
+    assert [c.value for c in first.configs] == ["data"]
+    admin = ConnectionContext(2, "admin", authenticated=True)
+    described = await apis.handle_describe_configs(admin, DescribeConfigsRequest([mine]))
+    assert isinstance(described, DescribeConfigsResponse)
+    assert [c.value for c in described.results[0].configs] == ["/srv/kafka/broker-1/data"]
+
+
+def test_a_request_the_controller_would_refuse_whole_is_refused_before_it_is_forwarded() -> None:
+    # The controller closes a connection whose request is over its limits: the link the broker's heartbeats
+    # use. A CreateTopics of 100,001 topics through the Kafka listener got the broker fenced that way.
+    from broker.kafka_apis import over_controller_limits
+    from network.request_limits import ADMIN_ENTRIES
+    from protocol.messages import CreatableTopic, CreateTopicsRequest
+
+    fits = CreateTopicsRequest([CreatableTopic(f"t{i}", 1, 1) for i in range(ADMIN_ENTRIES)])
+    assert over_controller_limits(fits) is None
+    too_many = CreateTopicsRequest([CreatableTopic(f"t{i}", 1, 1) for i in range(ADMIN_ENTRIES + 1)])
+    assert f"more than {ADMIN_ENTRIES} entries" in (over_controller_limits(too_many) or "")

@@ -69,8 +69,10 @@ def test_cluster_up_gives_brokers_a_laptops_connection_limits_and_an_override_wi
     props = broker_props(tmp_path, 1, 9092, "3000@127.0.0.1:9192", None, {})
     config = load_config(BROKER_CONFIG, overrides={k: str(v) for k, v in props.items() if v is not None}, environ={})
     assert config["max.connections"] == 1000 and config["connections.max.idle.ms"] == 300_000
+    assert config["max.connections.per.ip"] == 500
     alone = load_config(BROKER_CONFIG, overrides={"broker.id": "1", "log.dirs": str(tmp_path)}, environ={})
-    assert alone["max.connections"] == 2**31 - 1 and alone["connections.max.idle.ms"] == 600_000  # Kafka's
+    assert alone["max.connections"] == alone["max.connections.per.ip"] == 2**31 - 1  # Kafka's
+    assert alone["connections.max.idle.ms"] == 600_000
     props = broker_props(tmp_path, 1, 9092, "3000@127.0.0.1:9192", None, {"max.connections": "5000"})
     assert props["max.connections"] == "5000"
     assert props["connections.max.idle.ms"] == LAPTOP_CONNECTION_LIMITS["connections.max.idle.ms"]

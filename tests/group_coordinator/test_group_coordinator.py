@@ -454,3 +454,64 @@ async def test_a_group_whose_tombstones_were_not_written_is_kept_and_the_error_a
     log.fail_with = 0
     assert await c.delete_groups(["g"]) == {"g": 0}
     assert c.fetch_offsets("g", None)[1] == {}
+
+
+async def test_commit_metadata_over_offset_metadata_max_bytes_is_refused_for_its_partition_only() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    too_long = "m" * (CONFIG.offset_metadata_max_bytes + 1)
+    offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {
+        ("t", 0): (5, -1, "x" * CONFIG.offset_metadata_max_bytes),
+        ("t", 1): (7, -1, too_long),
+    }
+    answers = await c.commit_offsets("g", -1, "", None, offsets)
+    assert answers == {("t", 0): 0, ("t", 1): ErrorCode.OFFSET_METADATA_TOO_LARGE}
+    _, committed = c.fetch_offsets("g", [("t", 0), ("t", 1)])
+    assert committed[("t", 0)][0] == 5 and committed[("t", 1)][0] == -1
+    assert len(log.records[c.partition_for("g")]) == 1  # only the one that fits was written
+
+
+async def test_a_group_whose_record_is_too_large_to_write_fails_its_sync_and_lets_its_members_go() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    a, b = await new_member(c, "a"), await new_member(c, "b")
+    ja, jb = await join(c, a), await join(c, b)
+    await settle(c, clock)
+    ra, rb = await ja, await jb
+    leader = ra if ra.leader == ra.member_id else rb
+    follower = rb if leader is ra else ra
+    fs = asyncio.create_task(c.sync_group("g", follower.generation_id, follower.member_id, None, None, None, {}))
+    await asyncio.sleep(0)
+    log.fail_with = int(ErrorCode.MESSAGE_TOO_LARGE)  # the record of the assignments is over max.message.bytes
+    ls = await c.sync_group("g", leader.generation_id, leader.member_id, None, None, None,
+                            {leader.member_id: b"L" * 100, follower.member_id: b"F" * 100})  # fmt: skip
+    assert ls.error_code == (await fs).error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+    # Not a group that rebalances for ever around a record it cannot write: empty, its members forgotten.
+    described = c.describe_group("g")
+    assert (described.state, described.members) == ("Empty", [])
+    assert c.heartbeat("g", leader.generation_id, leader.member_id, None) == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+async def test_a_group_takes_at_most_group_max_size_members_counting_those_waiting_for_an_id() -> None:
+    clock, log = ManualTime(), Log()
+    c = GroupCoordinator(1, clock, log.append, GroupConfig(**{**vars(CONFIG), "group_max_size": 3}), random.Random(7))
+    await c.on_elected(c.partition_for("g"), [])
+    ids = [await new_member(c, f"c{i}") for i in range(3)]
+    refused = await (await join(c, client="c3"))
+    assert refused.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
+    joined = await join(c, ids[0])  # one of the three, coming back with its id, is let in
+    await settle(c, clock, 10_000)
+    assert (await joined).error_code == 0
+
+
+async def test_a_group_of_joins_that_never_came_back_is_forgotten_when_their_ids_expire() -> None:
+    clock, log = ManualTime(), Log()
+    c = await coordinator(log, clock)
+    owned = [g for g in (f"junk-{i}" for i in range(200)) if c.partition_for(g) == c.partition_for("g")]
+    for group in owned:
+        first = await (await join(c, group_id=group))
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    assert len(c.groups) == len(owned) > 10
+    await settle(c, clock, 10_001)  # the session timeout of the ids handed out
+    assert c.groups == {}
+    assert log.records == {}  # nothing of them was ever written, so nothing to tombstone

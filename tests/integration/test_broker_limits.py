@@ -166,3 +166,31 @@ def test_fetches_parked_by_a_client_that_went_away_leave_the_purgatory(broker: B
         time.sleep(0.1)
     assert record is not None, "no broker metrics record after the connection closed"
     assert record["FetchPurgatorySize"] == 0
+
+
+@pytest.mark.parametrize("broker", [("queued.max.request.bytes=67108864",)], indirect=True)
+def test_half_sent_large_frames_hold_no_more_than_queued_max_request_bytes(broker: BrokerProcess) -> None:
+    # Ten connections each sent 30 MiB of a 100 MiB frame and went quiet: the broker grew from 52 to 403 MB
+    # for the 30 s of socket.request.read.timeout.ms. Over queued.max.request.bytes (64 MiB here) the
+    # connection whose frame would pass it is closed, the others keep theirs and the broker keeps serving.
+    assert broker.proc is not None
+    before = rss_mb(broker.proc.pid)
+    chunk = bytes.fromhex("06400000") + b"\x00" * (30 * 1024 * 1024)
+    senders = [socket.create_connection(("127.0.0.1", broker.port)) for _ in range(4)]
+    closed = []
+    try:
+        for s in senders:
+            s.settimeout(10)
+            try:
+                s.sendall(chunk)
+            except OSError:
+                pass  # closed while it sent: the broker refused to hold its frame
+        closed = [closed_by_peer(s, 2.0) for s in senders]
+        assert asyncio.run(serves(broker.port))
+        grown = rss_mb(broker.proc.pid) - before
+    finally:
+        for s in senders:
+            s.close()
+    assert closed.count(True) >= 2, closed  # 2 x 30 MiB fit in 64 MiB; the third and fourth did not
+    assert grown < 64 + 40, f"RSS grew {grown:.0f} MB"
+    assert "queued.max.request.bytes=67108864 reached" in broker.log_text()

@@ -10,6 +10,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -108,3 +109,65 @@ def test_kcat_authenticates_with_debians_older_librdkafka(cluster: LocalClusterS
         timeout=60,
     )
     assert refused.returncode != 0 and "Authentication failed" in refused.stderr
+
+
+def kafka_request(api_key: int, version: int, body: bytes, correlation_id: int = 1) -> bytes:
+    payload = struct.pack(">hhih", api_key, version, correlation_id, 4) + b"test" + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def read_answer(s: socket.socket) -> bytes:
+    size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+    return s.recv(size, socket.MSG_WAITALL)
+
+
+HANDSHAKE = kafka_request(17, 1, struct.pack(">h", 5) + b"PLAIN")
+
+
+def authenticate(password: bytes) -> bytes:
+    token = b"\0alice\0" + password
+    return kafka_request(36, 0, struct.pack(">i", len(token)) + token, correlation_id=2)
+
+
+def first_listener(cluster: LocalClusterState) -> tuple[str, int]:
+    host, port = cluster.kafka_bootstrap.split(",")[0].rsplit(":", 1)
+    return host, int(port)
+
+
+def test_a_wrong_password_is_answered_after_a_delay_then_the_connection_closed(cluster: LocalClusterState) -> None:
+    # As on the msgpack listener (and Kafka's connection.failed.authentication.delay.ms, 100 ms): guessing costs
+    # a connection and a tenth of a second a try (it cost nothing: 1,473 guesses a second).
+    with socket.create_connection(first_listener(cluster), timeout=10) as s:
+        s.sendall(HANDSHAKE)
+        read_answer(s)
+        started = time.perf_counter()
+        s.sendall(authenticate(b"wrong"))
+        answer = read_answer(s)
+        waited = time.perf_counter() - started
+        assert struct.unpack_from(">h", answer, 4)[0] == 58  # SASL_AUTHENTICATION_FAILED
+        assert s.recv(1) == b""
+    assert waited >= 0.1
+
+
+def test_sasl_authenticate_before_the_handshake_closes_the_connection(cluster: LocalClusterState) -> None:
+    with socket.create_connection(first_listener(cluster), timeout=10) as s:
+        s.sendall(authenticate(SECRET.encode()))
+        assert s.recv(4) == b""
+
+
+def test_a_large_frame_before_authentication_is_refused_and_accepted_after(cluster: LocalClusterState) -> None:
+    # sasl.server.max.receive.size (512 KB): before it authenticates a connection may not make the broker
+    # read (or buffer) a larger frame; the prefix alone closes it.
+    records = b"r" * 600_000  # not a record batch: answered with the partition's error once it is read
+    topic = struct.pack(">h", 4) + b"nope" + struct.pack(">iii", 1, 0, len(records)) + records
+    big = kafka_request(0, 3, struct.pack(">hhii", -1, 1, 1000, 1) + topic)
+    with socket.create_connection(first_listener(cluster), timeout=10) as s:
+        s.sendall(big[:4096])
+        assert s.recv(4) == b""
+    with socket.create_connection(first_listener(cluster), timeout=10) as s:
+        s.sendall(HANDSHAKE)
+        read_answer(s)
+        s.sendall(authenticate(SECRET.encode()))
+        assert struct.unpack_from(">h", read_answer(s), 4)[0] == 0
+        s.sendall(big)
+        assert struct.unpack_from(">i", read_answer(s))[0] == 1  # the Produce's answer

@@ -88,3 +88,21 @@ def test_pipelined_appends_land_in_request_order(broker: BrokerProcess) -> None:
         [(_, _, fetched)] = read_frames(s, 1)
     values = [r.value for r in iter_records(fetched["partitions"][0]["records"])]
     assert values == [f"v{i}".encode() for i in range(1, 51)]
+
+
+def test_a_produce_appended_in_slices_takes_effect_before_the_next_request_on_its_connection(
+    broker: BrokerProcess,
+) -> None:
+    # 70 partitions are appended in two slices with the event loop let go in between; the request behind it
+    # (to the last partition, in the second slice) must still land after it, as if they ran one by one.
+    asyncio.run(assign([broker], "wide", 70, dict.fromkeys(range(70), 1), replicas=[1]))
+    first = ProduceRequest(1, 5000, [ProducePartition("wide", p, build_batch([b"first"])) for p in range(70)])
+    second = ProduceRequest(1, 5000, [ProducePartition("wide", 69, build_batch([b"second"]))])
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        s.sendall(frame(0, 1, first) + frame(0, 2, second))
+        (_, h1, a1), (_, h2, a2) = read_frames(s, 2)
+        assert (h1["correlation_id"], h2["correlation_id"]) == (1, 2)
+        assert {p["error_code"] for p in a1["partitions"]} == {0} and a2["partitions"][0]["error_code"] == 0
+        s.sendall(frame(1, 3, FetchRequest(-1, 0, 1, 1 << 20, [FetchPartition("wide", 69, 0, 1 << 20)])))
+        [(_, _, fetched)] = read_frames(s, 1)
+    assert [r.value for r in iter_records(fetched["partitions"][0]["records"])] == [b"first", b"second"]

@@ -248,3 +248,28 @@ async def test_with_a_cluster_secret_forged_follower_fetches_cannot_move_the_hig
             os.kill(pid, signal.SIGCONT)
         await client.close()
         stop_cluster(state)
+
+
+def test_with_a_secret_a_kafka_client_that_did_not_authenticate_creates_no_topic_and_sees_no_paths(
+    tmp_path: Path,
+) -> None:
+    # Metadata auto-created topics for any client (1,000 a request) while CreateTopics was refused; and
+    # DescribeConfigs showed log.dirs, which DescribeLogDirs hides from the same client.
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    admin_api = pytest.importorskip("confluent_kafka.admin")
+    from tests.integration.processes import kafka_cluster
+
+    with kafka_cluster(tmp_path / "c", {}, secret="s3cret") as state:
+        producer = confluent_kafka.Producer({"bootstrap.servers": state.kafka_bootstrap})
+        asked = producer.list_topics(topic="made-up", timeout=20).topics["made-up"]  # allow_auto_topic_creation
+        assert asked.error is not None and asked.error.code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+
+        async def topics() -> set[str]:
+            async with ClusterClient(state.bootstrap, secret="s3cret") as client:
+                return {t.topic for t in (await client.refresh_metadata()).topics}
+
+        assert "made-up" not in asyncio.run(topics())
+        admin = admin_api.AdminClient({"bootstrap.servers": state.kafka_bootstrap})
+        broker = admin_api.ConfigResource(admin_api.ResourceType.BROKER, "1")
+        configs = admin.describe_configs([broker])[broker].result(timeout=20)
+        assert configs["log.dirs"].value == "data"  # the directory's name, not where it is on the host

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from network.kafka_wire import KAFKA_WIRE, MAX_ENTRIES, MAX_NON_PRODUCE_BYTES, UNSUPPORTED_API_VERSIONS
+from network.kafka_wire import KAFKA_WIRE, UNSUPPORTED_API_VERSIONS
+from network.request_limits import DATA_ENTRIES, RequestLimit, kafka_limit
 from protocol.errors import ProtocolError
 
 kafka = pytest.importorskip("kafka")
@@ -63,18 +64,31 @@ def test_what_cannot_be_decoded_closes_the_connection(frame: bytes) -> None:
 
 def test_a_large_request_other_than_produce_is_refused_before_it_is_decoded() -> None:
     M = MetadataRequest
-    topics = [M.MetadataRequestTopic(name=f"topic-{i:08d}") for i in range(MAX_NON_PRODUCE_BYTES // 14 + 1)]
+    cap = kafka_limit(3).max_bytes
+    assert cap is not None
+    topics = [M.MetadataRequestTopic(name=f"topic-{i:08d}") for i in range(cap // 14 + 1)]
     frame = encoded(M[1](topics=topics))
-    assert len(frame) > MAX_NON_PRODUCE_BYTES
+    assert len(frame) > cap
     with pytest.raises(ProtocolError, match="bytes allowed"):
         KAFKA_WIRE.decode_request(frame)
 
 
 def test_a_produce_naming_too_many_partitions_is_refused_by_counting_not_decoding() -> None:
-    KAFKA_WIRE.decode_request(produce(MAX_ENTRIES))
-    frame = produce(MAX_ENTRIES + 1)
+    KAFKA_WIRE.decode_request(produce(DATA_ENTRIES - 1))  # and its topic: the limit counts both
+    frame = produce(DATA_ENTRIES)
     started = time.perf_counter()
-    with pytest.raises(ProtocolError, match="more than 100000 partitions"):
+    with pytest.raises(ProtocolError, match=f"more than {DATA_ENTRIES} entries"):
+        KAFKA_WIRE.decode_request(frame)
+    assert time.perf_counter() - started < 0.5
+
+
+def test_a_produce_of_a_million_topics_without_partitions_is_refused_at_the_limit() -> None:
+    # Issue 41: the old count was of partitions only, so 1,000,000 empty topics (5.9 MB) were decoded whole.
+    n = 1_000_000
+    body = struct.pack(">hhi", -1, 1, 1000) + struct.pack(">i", n) + struct.pack(">hi", 0, 0) * n
+    frame = struct.pack(">hhih", 0, 3, 1, -1) + body
+    started = time.perf_counter()
+    with pytest.raises(ProtocolError, match="entries"):
         KAFKA_WIRE.decode_request(frame)
     assert time.perf_counter() - started < 0.5
 
@@ -95,15 +109,16 @@ def delete_records(version: int, partitions: int) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "build, version",
-    [(delete_groups, 0), (delete_groups, 2), (delete_records, 1), (delete_records, 2)],
+    "build, version, topics",
+    [(delete_groups, 0, 0), (delete_groups, 2, 0), (delete_records, 1, 2), (delete_records, 2, 2)],
     ids=["DeleteGroups v0", "DeleteGroups v2 (flexible)", "DeleteRecords v1", "DeleteRecords v2 (flexible)"],
 )
 def test_admin_requests_naming_too_many_groups_or_partitions_are_refused_by_counting(  # type: ignore[no-untyped-def]
-    build, version, monkeypatch: pytest.MonkeyPatch
+    build, version, topics, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("network.kafka_wire.MAX_ENTRIES", 7)  # the rule, on frames small enough to build fast
+    # The rule, on frames small enough to build fast: the limit counts every entry, topics included.
+    monkeypatch.setattr("network.kafka_wire.kafka_limit", lambda api_key: RequestLimit(None, 7 + topics))
     header, body = KAFKA_WIRE.decode_request(build(version, 7))
     assert header.api_version == version
-    with pytest.raises(ProtocolError, match="more than 7 entries"):
+    with pytest.raises(ProtocolError, match=f"more than {7 + topics} entries"):
         KAFKA_WIRE.decode_request(build(version, 8))

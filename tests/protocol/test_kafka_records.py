@@ -19,7 +19,7 @@ from kafka import codec as kcodec
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from protocol.errors import CorruptRecordError, ErrorCode, InvalidRecordError
+from protocol.errors import CorruptRecordError, ErrorCode, InvalidRecordError, MessageTooLargeError
 from protocol.kafka_records import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -29,6 +29,7 @@ from protocol.kafka_records import (
     CONTROL_BIT,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
+    iter_kafka_to_native,
     kafka_to_native,
     native_to_kafka,
 )
@@ -36,6 +37,7 @@ from protocol.record_batch import (
     CRC_START,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAX_RECORDS_PER_BATCH,
     assemble_batch,
     build_batch,
     iter_headers,
@@ -568,3 +570,31 @@ def test_the_decompression_limit_holds_for_all_batches_of_a_request_together() -
     kafka_to_native(batch, max_bytes=1_000_000)
     with pytest.raises(InvalidRecordError, match="decompress to more than"):
         kafka_to_native(batch + batch, max_bytes=1_000_000)
+
+
+# -- what a batch may cost: its size as sent, its record count ------------------------------------------
+
+
+def test_a_compressed_batch_is_checked_against_max_message_bytes_by_the_size_it_was_sent_in() -> None:
+    # Kafka accepts a 300-byte gzip batch of 200,000 bytes on a topic whose max.message.bytes is 100,000.
+    batch = kafka_batch([(i, 1_700_000_000_000, None, b"\x00" * 2000, []) for i in range(100)], CODEC_GZIP)
+    assert len(batch) < 1000
+    (converted,) = iter_kafka_to_native(batch, max_batch_bytes=100_000)
+    assert len(converted) > 200_000 and [r.value for r in iter_records(converted)] == [b"\x00" * 2000] * 100
+    with pytest.raises(MessageTooLargeError, match="max.message.bytes=500"):
+        list(iter_kafka_to_native(batch, max_batch_bytes=500))
+
+
+def test_a_batch_of_more_records_than_a_batch_may_hold_is_refused_before_it_is_decompressed() -> None:
+    # The header says how many records follow: 2,000,000 empty records were 1.5 MB of zstd, and seconds of
+    # conversion on the event loop. The count is checked first, so a payload that is not even zstd (the
+    # CRC is right: the producer made it so) is refused for its count, not its codec.
+    too_many = MAX_RECORDS_PER_BATCH + 1
+    header = struct.pack(">hiqqqhii", CODEC_ZSTD, too_many - 1, 0, 0, -1, -1, -1, too_many)
+    body = header + b"not zstd at all"
+    batch = struct.pack(">qiib", 0, 9 + len(body), -1, 2) + struct.pack(">I", crc32c(body)) + body
+    with pytest.raises(InvalidRecordError, match=f"{too_many} records, more than the {MAX_RECORDS_PER_BATCH}"):
+        kafka_to_native(batch)
+    stored = assemble_batch(0, -1, too_many - 1, 0, 0, too_many, msgpack.packb([[0, 0, None, b""]] * too_many))
+    with pytest.raises(InvalidRecordError, match="more than"):
+        validate_records(stored)

@@ -4,13 +4,15 @@ epochs and lost state refused, and the state rebuilt from the log after reopenin
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import build_batch
-from storage.log import Log
-from storage.producer_state import BATCHES_PER_PRODUCER, MAX_PRODUCERS_PER_PARTITION
+from server_common.time import ManualTime
+from storage.log import Log, LogConfig
+from storage.producer_state import BATCHES_PER_PRODUCER, MAX_PRODUCERS_PER_PARTITION, ProducerEntries
 from tests.storage.helpers import START_MS, values_by_offset
 
 OpenLog = Callable[..., Log]
@@ -178,3 +180,25 @@ def test_producers_idle_past_producer_id_expiration_ms_are_forgotten(open_log: O
     log._time.advance(20_000)  # noqa: SLF001
     assert log.remove_expired_producers() == 1
     assert list(log.producer_state.producers) == [2]
+
+
+def test_the_partitions_of_a_broker_share_one_limit_on_producer_entries(tmp_path: Path, time: ManualTime) -> None:
+    # producer.state.max.entries: real producer ids, each writing a few partitions, grew every broker by
+    # ~1 KB per producer and partition with only the per-partition cap to stop them.
+    shared = ProducerEntries(4)
+    a = Log.open(tmp_path / "orders-0", LogConfig(), time, producer_entries=shared)
+    b = Log.open(tmp_path / "orders-1", LogConfig(), time, producer_entries=shared)
+    for pid in (1, 2, 3):
+        a.append_as_leader(pbatch(0, pid=pid), 0)
+    b.append_as_leader(pbatch(0, pid=1), 0)
+    assert shared.total == 4
+    b.append_as_leader(pbatch(0, pid=2), 0)  # full: b makes room by evicting its own least recent producer
+    a.append_as_leader(pbatch(0, pid=4), 0)  # and so does a
+    assert (list(a.producer_state.producers), list(b.producer_state.producers)) == ([2, 3, 4], [2])
+    assert shared.total == 4 and a.producer_state.evicted == b.producer_state.evicted == 1
+    a.remove_expired_producers()  # nothing expired: the count stays exact through every change
+    a.truncate_to(1)
+    assert list(a.producer_state.producers) == [1] and shared.total == 2
+    a.close()
+    b.delete()
+    assert shared.total == 0
