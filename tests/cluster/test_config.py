@@ -85,7 +85,7 @@ def test_cluster_up_auto_creates_topics_with_three_partitions_and_as_many_replic
     from cluster.local_cluster import controller_props
 
     def auto_topics(brokers: int, **overrides: str) -> tuple[int, int]:
-        props = controller_props(tmp_path, 9192, None, overrides, num_brokers=brokers)
+        props = controller_props(tmp_path, 3000, 9192, "3000@127.0.0.1:9192", None, overrides, num_brokers=brokers)
         config = load_config(CONTROLLER_CONFIG, overrides={k: str(v) for k, v in props.items() if v is not None})
         return config["num.partitions"], config["default.replication.factor"]
 
