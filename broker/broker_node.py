@@ -54,6 +54,7 @@ from protocol.messages import (
     DescribeQuorumRequest,
     DescribeQuorumResponse,
     ErrorResponse,
+    ListPartitionReassignmentsRequest,
     ProducePartition,
     ProduceRequest,
     ProduceResponse,
@@ -83,6 +84,8 @@ INTERNAL_CONTEXT = ConnectionContext(-1, "group-coordinator", authenticated=True
 FetcherTransportFactory = Callable[[int], Transport]
 PRODUCER_ID_CATCH_UP_MS = 2000  # how long a PRODUCE with an unknown producer id waits for the metadata
 ALLOCATE_PRODUCER_IDS_TIMEOUT_MS = 5000
+FORWARD_CATCH_UP_MS = 5000  # how long a forwarded change waits for this broker's metadata to hold it
+READ_ONLY_FORWARDS = (DescribeQuorumRequest, ListPartitionReassignmentsRequest)  # nothing to catch up with
 LOOP_TICK_MS = 100  # the main loop's proof of life for the lifecycle thread
 LOOP_STALL_SESSIONS = 5  # heartbeats stop once the main loop has not turned for this many session timeouts
 
@@ -269,19 +272,24 @@ class BrokerNode:
         out the FETCH's max wait); None when no controller answers in time."""
         if self.raft is None or self.metadata is None or self.controller_channel is None:
             return None
-        if self.raft.is_leader:
-            return self.metadata.next_producer_id
-        try:
-            answer: DescribeQuorumResponse = await self.controller_channel.send(
-                -1, DescribeQuorumRequest(), PRODUCER_ID_CATCH_UP_MS
-            )
-        except NETWORK_ERRORS:
-            return None
-        if answer.error_code != ErrorCode.NONE:
-            return None
-        if not await self.raft.wait_delivered(answer.high_watermark, PRODUCER_ID_CATCH_UP_MS):
+        if not await self._catch_up_with_quorum(PRODUCER_ID_CATCH_UP_MS):
             return None
         return self.metadata.next_producer_id
+
+    async def _catch_up_with_quorum(self, timeout_ms: int) -> bool:
+        """Whether this broker's metadata came to hold everything the quorum had committed when the active
+        controller answered DESCRIBE_QUORUM, within `timeout_ms` for each of the two steps."""
+        if self.raft is None or self.controller_channel is None:
+            return False
+        if self.raft.is_leader:
+            return True
+        try:
+            answer: DescribeQuorumResponse = await self.controller_channel.send(-1, DescribeQuorumRequest(), timeout_ms)
+        except NETWORK_ERRORS:
+            return False
+        if answer.error_code != ErrorCode.NONE:
+            return False
+        return await self.raft.wait_delivered(answer.high_watermark, timeout_ms)
 
     async def _allocate_producer_ids(self) -> tuple[int, int] | None:
         assert self.controller_channel is not None
@@ -341,8 +349,16 @@ class BrokerNode:
         )
 
     async def _forward_to_controller(self, request: Any) -> Any:
+        """An admin request to the active controller. A change it made is answered once this broker's own
+        metadata has it, so the client that made it reads it back here (a DescribeConfigs after an
+        IncrementalAlterConfigs, a Metadata after a CreateTopics); Kafka answers at once and leaves the
+        client to see the change when the broker's image catches up. A broker that cannot catch up within
+        FORWARD_CATCH_UP_MS answers anyway: the change is committed either way."""
         assert self.controller_channel is not None
-        return await self.controller_channel.send(-1, request, timeout_ms=30000)
+        response = await self.controller_channel.send(-1, request, timeout_ms=30000)
+        if not isinstance(request, READ_ONLY_FORWARDS):
+            await self._catch_up_with_quorum(FORWARD_CATCH_UP_MS)
+        return response
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> None:
         task = asyncio.ensure_future(coro)
