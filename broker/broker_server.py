@@ -78,6 +78,7 @@ class BrokerServer:
         controller: TcpTransport | None = None
         quorum: TcpTransport | None = None
         lifecycle_transport = None
+        voters: dict[int, tuple[str, int]] = {}
         if config.get("controller.quorum.voters"):
             try:
                 voters = parse_voters(config["controller.quorum.voters"])
@@ -146,6 +147,7 @@ class BrokerServer:
                     offsets_topic_replication_factor=config["offsets.topic.replication.factor"],
                     auto_create_topics=config["auto.create.topics.enable"],
                     sasl_password=secret if listener.security_protocol == "SASL_PLAINTEXT" else None,
+                    quorum_voters=voters,
                 ).handle,
                 listener.host,
                 listener.port,

@@ -26,8 +26,9 @@ import asyncio
 import hmac
 import logging
 import time
+import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafka.protocol.admin import DescribeQuorumRequest as KDescribeQuorumRequest
@@ -170,6 +171,8 @@ log = logging.getLogger(__name__)
 # Requests the listener makes on its own behalf (creating __consumer_offsets) are the broker's, not a client's.
 INTERNAL_CONTEXT = ConnectionContext(-1, "kafka-listener", authenticated=True)
 
+NO_DIRECTORY_ID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: the replica's log directory is not told
+CONTROLLER_LISTENER = "CONTROLLER"  # the controllers' listener name in DescribeQuorum v2's Nodes, as Kafka's
 _NO_VALIDATE_ONLY = "validate_only is not supported by minibroker: the controller validates as it creates"
 _LOWEST_PRODUCE_VERSION = 3  # record batch v2; Kafka 4 refuses v0-2 too (KIP-896)
 
@@ -226,8 +229,11 @@ class KafkaWireApis:
         cluster_id: str = "minibroker",
         auto_create_topics: bool = False,
         sasl_password: str | None = None,
+        quorum_voters: Mapping[int, tuple[str, int]] | None = None,
     ) -> None:
         self.auto_create_topics = auto_create_topics
+        #: controller.quorum.voters (id -> host, port): DescribeQuorum v2's Nodes.
+        self.quorum_voters = dict(quorum_voters or {})
         #: A SASL_PLAINTEXT listener's PLAIN password (cluster.secret); None on a PLAINTEXT listener.
         self.sasl_password = sasl_password
         self.apis = apis
@@ -982,8 +988,19 @@ class KafkaWireApis:
                 fields.update(
                     last_fetch_timestamp=r.last_fetch_timestamp, last_caught_up_timestamp=r.last_caught_up_timestamp
                 )
+            if version >= 2:
+                fields["replica_directory_id"] = NO_DIRECTORY_ID  # one log directory per node: no JBOD (KIP-858)
             return K.TopicData.PartitionData.ReplicaState(**fields)  # kafka-python nests it in the partition
 
+        partition_fields: dict[str, Any] = {}
+        top_fields: dict[str, Any] = {}
+        if version >= 2:
+            partition_fields["error_message"] = ours.error_message if ours.error_code else None
+            top_fields["error_message"] = None
+            top_fields["nodes"] = [
+                K.Node(node_id=node_id, listeners=[K.Node.Listener(name=CONTROLLER_LISTENER, host=host, port=port)])
+                for node_id, (host, port) in sorted(self.quorum_voters.items())
+            ]
         partition = K.TopicData.PartitionData(
             partition_index=0,
             error_code=ours.error_code,
@@ -992,8 +1009,11 @@ class KafkaWireApis:
             high_watermark=ours.high_watermark,
             current_voters=[replica(v) for v in ours.current_voters],
             observers=[replica(o) for o in ours.observers],
+            **partition_fields,
         )
-        return K[version](error_code=0, topics=[K.TopicData(topic_name="__cluster_metadata", partitions=[partition])])
+        return K[version](
+            error_code=0, topics=[K.TopicData(topic_name="__cluster_metadata", partitions=[partition])], **top_fields
+        )
 
     # -- admin: CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DescribeConfigs (32) -------
 

@@ -97,7 +97,7 @@ SERVED: dict[int, tuple[type[ApiMessage], int, int]] = {
     44: (IncrementalAlterConfigsRequest, 0, 0),
     # The controller quorum, as kafka-metadata-quorum.sh --bootstrap-server asks a broker (KIP-919): the
     # broker forwards it to the quorum's leader. v2 adds the controllers' listeners and directory ids.
-    55: (DescribeQuorumRequest, 0, 1),
+    55: (DescribeQuorumRequest, 0, 2),
 }
 
 API_VERSIONS_KEY = 18

@@ -78,9 +78,11 @@ async def test_describe_quorum_answers_each_voter_and_observer_in_the_version_as
         voters = [QuorumReplicaState(3000 + i, 15, 1_000 + i, 900 + i) for i in range(3)]
         return QuorumAnswer(0, None, 3001, 2, 15, voters, [QuorumReplicaState(1, 14, 1_100, 1_000)])
 
-    wire = KafkaWireApis(broker_apis(LeaderBroker(tmp_path), forward_to_controller=active_controller), "PLAINTEXT")
+    voters = {3000 + i: ("127.0.0.1", 9300 + i) for i in range(3)}
+    apis = broker_apis(LeaderBroker(tmp_path), forward_to_controller=active_controller)
+    wire = KafkaWireApis(apis, "PLAINTEXT", quorum_voters=voters)
     T = DescribeQuorumRequest.TopicData
-    for version in (0, 1):
+    for version in (0, 1, 2):
         request = DescribeQuorumRequest[version](
             topics=[T(topic_name="__cluster_metadata", partitions=[T.PartitionData(partition_index=0)])]
         )
@@ -94,5 +96,10 @@ async def test_describe_quorum_answers_each_voter_and_observer_in_the_version_as
             (3002, 15),
         ]
         assert [(o.replica_id, o.log_end_offset) for o in partition.observers] == [(1, 14)]
-        if version == 1:
+        if version >= 1:
             assert [v.last_caught_up_timestamp for v in partition.current_voters] == [900, 901, 902]
+        if version == 2:  # the controllers' listeners, and the partition's error message (kafka-python reads it)
+            assert partition.error_message is None and read.error_message is None
+            assert [(n.node_id, [(x.name, x.host, x.port) for x in n.listeners]) for n in read.nodes] == [
+                (3000 + i, [("CONTROLLER", "127.0.0.1", 9300 + i)]) for i in range(3)
+            ]
