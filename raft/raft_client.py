@@ -809,17 +809,22 @@ class RaftClient:
             )
         if not self.is_leader:
             return self._fetch_error(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is {self.role}")
-        if wanted.fetch_offset < 0 or wanted.fetch_offset > self.log.log_end_offset:
-            return self._fetch_error(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"fetch offset {wanted.fetch_offset} outside [0, {self.log.log_end_offset}]",
-            )
+        if wanted.fetch_offset < 0:
+            return self._fetch_error(ErrorCode.OFFSET_OUT_OF_RANGE, f"fetch offset {wanted.fetch_offset} < 0")
         replica_id = request.replica_id
+        # Before any range check: a fetcher past our log end is an old leader's uncommitted tail (or a
+        # follower of one), which only the diverging epoch makes it truncate, as Kafka's
+        # validateOffsetAndEpoch decides before the log end matters.
         validation = self.log.validate_offset_and_epoch(wanted.fetch_offset, wanted.last_fetched_epoch)
         if isinstance(validation, Diverging):
             return self._fetch_answer(b"", diverging=validation)
         if isinstance(validation, SnapshotNeeded):
             return self._fetch_answer(b"", snapshot=validation.snapshot_id)
+        if wanted.fetch_offset > self.log.log_end_offset:
+            return self._fetch_error(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"fetch offset {wanted.fetch_offset} outside [0, {self.log.log_end_offset}]",
+            )
         progress = self._record_fetch(replica_id, wanted.fetch_offset)
         records = self.log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, request.max_bytes) or 1)
         if not records and request.max_wait_ms > 0 and progress.sent_high_watermark == self.high_watermark:

@@ -91,6 +91,38 @@ def test_an_old_leaders_uncommitted_records_are_truncated_when_it_rejoins(tmp_pa
     run(scenario())
 
 
+def test_an_old_leader_whose_uncommitted_tail_outruns_the_new_leaders_log_rejoins(tmp_path: Path) -> None:
+    """A leader paused, then woken alone, appends more than the new leader's whole log holds (a controller
+    fences every broker whose heartbeats stopped while it slept). It fetches from past the new leader's log
+    end; the answer must be the diverging epoch, so it truncates and catches up, not an OFFSET_OUT_OF_RANGE
+    it would get on every FETCH, never to follow again."""
+
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path)
+        quorum.start_all()
+        old = await quorum.leader()
+        await quorum.append([b"committed"])
+        others = [n for n in quorum.node_ids if n != old.node_id]
+        for other in others:
+            quorum.network.cut(old.node_id, other)
+            quorum.network.cut(other, old.node_id)
+        for i in range(20):  # one batch each: well past what the new leader will hold
+            old.append([b"stray-%d" % i])
+        await quorum.wait_for(lambda: any(quorum.nodes[o].is_leader for o in others))
+        new = next(quorum.nodes[o] for o in others if quorum.nodes[o].is_leader)
+        assert old.log.log_end_offset > new.log.log_end_offset
+        await quorum.wait_for(lambda: not old.is_leader)  # check quorum
+        quorum.network.heal()
+        await quorum.append([b"after"])
+        await quorum.wait_for(
+            lambda: quorum.recorders[old.node_id].values() == [b"committed", b"after"], timeout_s=10, what="rejoined"
+        )
+        assert old.log.log_end_offset == new.log.log_end_offset
+        await quorum.close()
+
+    run(scenario())
+
+
 def _missing_committed_record_scenario(tmp_path: Path, vote_checks_logs: bool) -> tuple[int, list[bytes], list[bytes]]:
     """Voters 1-3; B is cut off while X commits on the leader and A; the leader dies; B comes back and runs
     for election first. Who wins, and what each of A and B then holds in its log."""
