@@ -7,14 +7,15 @@ A fresh cluster (3 controllers, 3 brokers on free loopback ports), a topic with 
 min.insync.replicas=2, and an acks=all producer writing throughout. Then:
 
 * 20 rounds (5 with --quick): find the active controller (DESCRIBE_QUORUM), SIGKILL it, poll the other two
-  every 2 ms until one answers DESCRIBE_QUORUM as leader, then restart the killed one and wait until it has
-  caught up (so each kill finds three voters). Reported: `no_active_controller_p50_ms` / `_p99_ms` / `_max_ms`
-  (SIGKILL to the first DESCRIBE_QUORUM answered by the new leader), beside the configured
+  every 2 ms until one answers DESCRIBE_QUORUM as leader, then restart the killed one and wait until the
+  leader shows it at the log end (so each kill finds three voters caught up). Reported:
+  `no_active_controller_p50_ms` / `_p99_ms` / `_max_ms` (SIGKILL to the first DESCRIBE_QUORUM answered by
+  the new leader), beside the configured
   `election_timeout_ms` and the issue's target (`target_ms`: election timeout + 1 s).
 * 50 metadata changes (10 with --quick): INCREMENTAL_ALTER_CONFIGS of the topic (`retention.ms`), through
   a broker to the active controller, which answers once the change is committed; then poll every broker's
-  DESCRIBE_CONFIGS until each shows it. Reported: `propagation_p50_ms` / `_p99_ms` (the answer to the
-  change, to the last broker showing it) and per broker.
+  DESCRIBE_CONFIGS at once, over connections opened before the change, until each shows it. Reported:
+  `propagation_p50_ms` / `_p99_ms` (the answer to the change, to the last broker showing it) and per broker.
 * baseline, same run: `rtt_p50_ms` / `_p99_ms`, a METADATA round trip to a broker (the polling's own cost);
   the producer's acks=all writes acknowledged during the kills (`acked_during_kills`): the data plane does
   not wait for the controllers.
@@ -28,7 +29,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -44,14 +44,7 @@ from bench.common import (
 from client.cluster_client import ClusterClient
 from client.producer import Producer
 from cluster.chaos import CHAOS_OVERRIDES
-from cluster.local_cluster import (
-    LocalClusterState,
-    ProcessInfo,
-    log_size,
-    spawn,
-    start_cluster,
-    wait_for_listening,
-)
+from cluster.local_cluster import LocalClusterState, ProcessInfo, restart_controller, start_cluster
 from network.connection import BrokerConnection
 from protocol.messages import (
     AlterableConfig,
@@ -88,31 +81,34 @@ async def active(state: LocalClusterState, exclude: int | None = None) -> Proces
     return None
 
 
+async def _until_active(state: LocalClusterState, exclude: int | None = None, timeout_s: float = 60.0) -> ProcessInfo:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        leader = await active(state, exclude)
+        if leader is not None:
+            return leader
+        await asyncio.sleep(0.002)
+    raise RuntimeError(f"no active controller within {timeout_s} s")
+
+
 async def kill_round(state: LocalClusterState) -> float:
     """SIGKILL the active controller; ms until another answers as leader. Then restart it, caught up."""
-    leader = None
-    while leader is None:
-        leader = await active(state)
+    leader = await _until_active(state)
     killed_at = time.monotonic()
     os.kill(leader.pid, signal.SIGKILL)
-    successor = None
-    while successor is None:
-        successor = await active(state, exclude=leader.node_id)
-        if successor is None:
-            await asyncio.sleep(0.002)
+    await _until_active(state, exclude=leader.node_id)
     elapsed_ms = (time.monotonic() - killed_at) * 1000.0
-    offset = log_size(Path(leader.log))
-    proc = spawn("controller", Path(leader.config), Path(leader.log))
-    leader.pid = proc.pid
-    await wait_for_listening(Path(leader.log), proc, 30, offset)
-    while True:  # caught up: the leader's DESCRIBE_QUORUM shows it at the log end
-        answer = await _describe(successor)
+    await restart_controller(state, leader.node_id)
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:  # caught up: whoever leads now shows it at its log end
+        current = await _until_active(state)
+        answer = await _describe(current)
         if answer is not None and answer.error_code == 0:
             ends = {v.replica_id: v.log_end_offset for v in answer.current_voters}
             if ends.get(leader.node_id, -1) >= max(ends.values()):
-                break
+                return elapsed_ms
         await asyncio.sleep(0.05)
-    return elapsed_ms
+    raise RuntimeError(f"controller {leader.node_id} did not catch up within 60 s of its restart")
 
 
 async def propagation_round(state: LocalClusterState, client: ClusterClient, value: int) -> list[float]:
@@ -126,20 +122,26 @@ async def propagation_round(state: LocalClusterState, client: ClusterClient, val
             )
         ]
     )
-    answer = await client.send_any(change, timeout_s=10.0)
-    assert answer.error_code == 0 and answer.responses[0].error_code == 0, answer
-    committed_at = time.monotonic()
     describe = DescribeConfigsRequest([DescribeConfigsResource(int(ConfigResourceType.TOPIC), TOPIC, ["retention.ms"])])
-    delays = []
-    for b in state.brokers:
-        async with await BrokerConnection.connect(b.host, b.port, "bench") as conn:
+    # Connected before the change, and every broker polled at once: neither a connect nor another broker's
+    # polling is counted in a broker's delay.
+    conns = [await BrokerConnection.connect(b.host, b.port, "bench") for b in state.brokers]
+    try:
+        answer = await client.send_any(change, timeout_s=10.0)
+        assert answer.error_code == 0 and answer.responses[0].error_code == 0, answer
+        committed_at = time.monotonic()
+
+        async def applied(conn: BrokerConnection) -> float:
             while True:
                 got = await conn.send(describe, timeout_s=5.0)
                 if any(c.value == str(value) for c in got.results[0].configs):
-                    delays.append((time.monotonic() - committed_at) * 1000.0)
-                    break
+                    return (time.monotonic() - committed_at) * 1000.0
                 await asyncio.sleep(0.001)
-    return delays
+
+        return list(await asyncio.gather(*(applied(conn) for conn in conns)))
+    finally:
+        for conn in conns:
+            await conn.close()
 
 
 async def rtt(state: LocalClusterState, count: int) -> list[float]:

@@ -125,6 +125,10 @@ class BrokerLifecycleManager:
         except NETWORK_ERRORS as exc:
             log.info("heartbeat failed: %s", exc)
             return None
+        if not isinstance(resp, BrokerHeartbeatResponse):
+            # NOT_CONTROLLER at the deadline (no voter led while it lasted): no heartbeat was taken.
+            log.info("heartbeat not taken: %s", getattr(resp, "error_message", resp))
+            return None
         self.heartbeats_sent += 1
         if resp.error_code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
             log.warning("controller does not know broker epoch %d any more; registering again", self.broker_epoch)

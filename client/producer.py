@@ -240,6 +240,12 @@ class Producer:
             async with self._epoch_lock:
                 if self.producer_id < 0:
                     self.producer_id, self.producer_epoch = await self.client.init_producer_id()
+        if tp not in self.client.partitions:
+            # A partition the client has no metadata for: ask for its topic's first, as Kafka's producer
+            # waits on metadata in send(). Without it every batch failed at once on a client that had not
+            # looked the topic up (still unknown after this: the batch fails, naming the partition).
+            with contextlib.suppress(ClusterUnavailableError):
+                await self.client.refresh_metadata([tp.topic])
         while self.accumulator.bytes_held + self._in_flight_bytes >= self.buffer_memory:
             self._space.clear()
             await self._space.wait()

@@ -24,6 +24,12 @@ partitions (the controller's view; ties by `--seed`):
   the controller elects another leader, and on healing the old one truncates those writes away. They
   are reported as lost and classified as expected under acks=1: the classic lesson, not a violation.
 
+The controller faults (`kill-controller`, `pause-controller`, `partition:isolate-active-controller`,
+`partition:active-controller-from-voters`) hit the active controller, the quorum's leader, instead of a
+broker, under the same load; cluster/chaos_quorum.py says what each does and how the time without an
+active controller is measured. Their rounds report it beside each partition's time without a leader
+(the brokers keep serving theirs) and the acks=all stall; the report totals it over the run.
+
 A round holds its fault `--fault-ms` (and at least until the controller has elected new leaders, for
 the faults that take the leader away), heals it, and waits until every ISR is full again. A monitor asks
 the controller for METADATA every 50 ms; from its samples and the acks come, per fault: the window, per
@@ -48,12 +54,22 @@ from typing import Any
 
 from client.cluster_client import ClusterClient
 from client.producer import NOT_WRITTEN
-from cluster.chaos import CHAOS_OVERRIDES, ChaosRun, Copies, render_report, start_fresh_cluster
+from cluster.chaos import CHAOS_OVERRIDES, ChaosRun, Copies, _ms, render_report, start_fresh_cluster
+from cluster.chaos_quorum import (
+    CONTROLLER_KINDS,
+    CONTROLLER_SHAPES,
+    QuorumWatch,
+    controller_pairs,
+    describe_outage,
+    is_controller_fault,
+    summarize,
+)
 from cluster.local_cluster import (
     LocalClusterState,
     node_alive,
     node_pid,
     restart_broker,
+    restart_node,
     signal_process,
     stop_cluster,
 )
@@ -66,7 +82,18 @@ from protocol.record_batch import build_batch, iter_records
 from server_common.poll import wait_until
 from server_common.time import SYSTEM_TIME
 
-FAULT_KINDS = ("kill", "kill-restart", "pause", "partition", "delay", "loss", "clients-see-old-leader")
+FAULT_KINDS = (
+    "kill",
+    "kill-restart",
+    "pause",
+    "partition",
+    "delay",
+    "loss",
+    "clients-see-old-leader",
+    *CONTROLLER_KINDS,
+)
+# The shapes a bare `partition` draws from (the broker shapes, as before the controller ones existed, so a
+# seed draws what it drew then); the controller shapes are named.
 PARTITION_SHAPES = (
     "isolate-leader",
     "leader-from-followers",
@@ -91,8 +118,10 @@ def parse_faults(text: str) -> list[tuple[str, str | None]]:
         kind, _, shape = item.partition(":")
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
-        if shape and (kind != "partition" or shape not in PARTITION_SHAPES):
-            raise ValueError(f"unknown partition shape {shape!r}; known: {', '.join(PARTITION_SHAPES)}")
+        if shape and (kind != "partition" or shape not in (*PARTITION_SHAPES, *CONTROLLER_SHAPES)):
+            raise ValueError(
+                f"unknown partition shape {shape!r}; known: {', '.join((*PARTITION_SHAPES, *CONTROLLER_SHAPES))}"
+            )
         out.append((kind, shape or None))
     if not out:
         raise ValueError("--faults names no fault")
@@ -117,6 +146,7 @@ class FaultReport:
     new_leaders: dict[str, int] = field(default_factory=dict)
     acks1: dict[str, Any] | None = None
     zombie: dict[str, Any] | None = None
+    controller: dict[str, Any] | None = None  # a controller fault's ControllerOutage (cluster/chaos_quorum.py)
 
 
 def mark_fault_window(metrics_dir: str, fault: str, target: int, start_ms: int, end_ms: int) -> None:
@@ -232,6 +262,8 @@ class FaultRun(ChaosRun):
         return count
 
     async def fault_round(self, round_no: int, kind: str, shape: str | None) -> FaultReport:
+        if is_controller_fault(kind, shape):
+            return await self.controller_round(round_no, kind, shape)
         if kind == "partition" and shape is None:
             shape = self.fault_rng.choice(PARTITION_SHAPES)
         victim, led = self._pick_victim()
@@ -311,6 +343,75 @@ class FaultRun(ChaosRun):
             f"no leader max {max(report.no_leader_ms.values(), default=0.0)} ms; acks=all stalled "
             f"{report.acks_all_failed_ms} ms; truncations {report.truncations}"
         )
+        return report
+
+    async def controller_round(self, round_no: int, kind: str, shape: str | None) -> FaultReport:
+        """One fault on the active controller (cluster/chaos_quorum.py), the quorum watched all along."""
+        watch = QuorumWatch(self.state.controllers)
+        watch.start()
+        try:
+            return await self._controller_round(watch, round_no, kind, shape)
+        finally:
+            await watch.stop()
+
+    async def _controller_round(self, watch: QuorumWatch, round_no: int, kind: str, shape: str | None) -> FaultReport:
+        old = await watch.active(30.0)
+        if old is None:
+            raise RuntimeError("no active controller to inject a fault into")
+        info = self.state.controller(old.voter)
+        partitions = sorted(self._view(), key=str)  # the brokers' leaderships: they should all stay
+        report = FaultReport(round_no, kind, shape, old.voter)
+        offsets = self._log_offsets()
+        name = kind + (f":{shape}" if shape else "")
+        self.progress(
+            f"round {round_no}/{self.args.rounds}: {name} on controller {old.voter} (the active controller, "
+            f"epoch {old.epoch})"
+        )
+        pid = node_pid(info)
+        start = time.monotonic()
+        report.window_start_ms = int(time.time() * 1000)
+        healed: float | None = None
+        try:
+            if kind == "kill-controller":
+                os.kill(pid, signal.SIGKILL)
+                report.how = f"SIGKILL pid {pid}, restarted once another voter led"
+                await watch.until(lambda: watch.back(old, start, None) is not None, 30.0)
+            elif kind == "pause-controller":
+                os.kill(pid, signal.SIGSTOP)
+                report.how = f"SIGSTOP pid {pid} for {self.args.fault_ms} ms, then SIGCONT"
+                await asyncio.sleep(self.args.fault_ms / 1000.0)
+            else:
+                assert self.net is not None and shape is not None
+                pairs = self.net.cut(controller_pairs(self.state, old.voter, shape))
+                report.how = "iptables DROP " + ", ".join(f"{a}->{b}" for a, b in pairs)
+                await asyncio.sleep(self.args.fault_ms / 1000.0)
+                # Held until another voter leads and the cut-off one has stopped answering as leader.
+                await watch.until(
+                    lambda: watch.back(old, start, None) is not None and watch.resigned(old, start) is not None, 30.0
+                )
+        finally:
+            if kind == "pause-controller":
+                signal_process(pid, signal.SIGCONT)
+            elif kind == "kill-controller" and not node_alive(info):
+                await restart_node(self.state, info)
+            elif self.net is not None and kind == "partition":
+                self.net.heal()
+            healed = time.monotonic()
+        report.healed_after_ms = round((healed - start) * 1000.0, 1)
+        # The aftermath: an active controller, every voter caught up with it, every ISR full.
+        await watch.until(lambda: watch.back(old, start, healed) is not None, 30.0)
+        await watch.until(lambda: watch.quorum_whole(healed) is not None, 30.0)
+        if await self._until(self._isr_full, 60.0):
+            report.isr_full_after_heal_ms = round((time.monotonic() - healed) * 1000.0, 1)
+        end = time.monotonic()
+        report.window_end_ms = int(time.time() * 1000)
+        self._mark_window(name, old.voter, report)
+        outage = watch.outage(old, start, healed, reachable=kind != "kill-controller")
+        report.controller = asdict(outage)
+        report.no_leader_ms = self._no_leader_ms(partitions, None, start, healed, end)
+        report.acks_all_failed_ms = self._acks_failed_ms(partitions, start, end)
+        report.truncations = self._truncations_since(offsets)
+        self.progress(f"  healed after {report.healed_after_ms} ms; {describe_outage(report.controller)}")
         return report
 
     def _no_leader_ms(
@@ -455,6 +556,9 @@ class FaultRun(ChaosRun):
                 f.acks1["lost"] = sum(1 for k in keys if k in lost1)
                 f.acks1["expected"] = True
         zombie_acked = sum(f.zombie["acked"] for f in self.reports if f.zombie)
+        outages = [f.controller for f in self.reports if f.controller is not None]
+        if outages:
+            report["controller_faults"] = summarize(outages)
         report.update(
             {
                 "faults": [asdict(f) for f in self.reports],
@@ -475,18 +579,29 @@ def _where(shape: str | None, broker_id: int) -> str:
     return f"on the controller, broker {broker_id}" if shape == "isolate-controller" else f"on broker {broker_id}"
 
 
+def _round_line(f: dict[str, Any]) -> str:
+    name = f["kind"] + (f":{f['shape']}" if f["shape"] else "")
+    no_leader = max(f["no_leader_ms"].values(), default=0.0)
+    if f.get("controller") is not None:
+        return (
+            f"  round {f['round']}: {name} on controller {f['target']} (active, epoch {f['controller']['old_epoch']}): "
+            f"healed after {f['healed_after_ms']} ms, ISR full {f['isr_full_after_heal_ms']} ms later; "
+            f"{describe_outage(f['controller'])}; partitions without a leader max {no_leader} ms; acks=all "
+            f"stalled {f['acks_all_failed_ms']} ms; truncations {f['truncations']}"
+        )
+    return (
+        f"  round {f['round']}: {name} {_where(f['shape'], f['target'])} (led {f['led_partitions']}): "
+        f"healed after {f['healed_after_ms']} ms, ISR full {f['isr_full_after_heal_ms']} ms later; "
+        f"no leader max {no_leader} ms; acks=all stalled {f['acks_all_failed_ms']} ms; "
+        f"truncations {f['truncations']}"
+    )
+
+
 def render_fault_report(report: dict[str, Any]) -> str:
     # leader-kill's failover figures go: a fault need not move a leader, so each round says its own below
     lines = [line.split("  failover ms")[0] for line in render_report({**report, "kills": []}).splitlines()]
     for f in report["faults"]:
-        name = f["kind"] + (f":{f['shape']}" if f["shape"] else "")
-        no_leader = max(f["no_leader_ms"].values(), default=0.0)
-        line = (
-            f"  round {f['round']}: {name} {_where(f['shape'], f['target'])} (led {f['led_partitions']}): "
-            f"healed after {f['healed_after_ms']} ms, ISR full {f['isr_full_after_heal_ms']} ms later; "
-            f"no leader max {no_leader} ms; acks=all stalled {f['acks_all_failed_ms']} ms; "
-            f"truncations {f['truncations']}"
-        )
+        line = _round_line(f)
         if f["zombie"]:
             z = f["zombie"]
             line += f"; zombie got {z['sent']} writes, acked {z['acked']} ({z['errors']})"
@@ -497,6 +612,15 @@ def render_fault_report(report: dict[str, Any]) -> str:
     a = report["acks1"]
     if a["acked"]:
         lines.append(f"acks=1 writes acknowledged then lost: {a['lost']} of {a['acked']} ({a['classified']})")
+    if "controller_faults" in report:
+        c = report["controller_faults"]
+        t = c["no_active_controller_ms"]
+        unresolved = f"; {c['unresolved']} without an active controller when the round ended" if c["unresolved"] else ""
+        lines.append(
+            f"time without an active controller over {c['faults']} controller faults: total {t['total']} ms, "
+            f"p50 {_ms(t['p50'])}, p99 {_ms(t['p99'])}, max {_ms(t['max'])}; leader changed {c['leader_changes']} "
+            f"times{unresolved}"
+        )
     return "\n".join(lines)
 
 

@@ -689,42 +689,57 @@ def stop_cluster(state: LocalClusterState, timeout_s: float = 15.0) -> dict[str,
     return result
 
 
-async def restart_broker(state: LocalClusterState, broker_id: int, timeout_s: float = 30.0) -> ProcessInfo:
-    info = state.broker(broker_id)
+async def restart_node(state: LocalClusterState, info: ProcessInfo, timeout_s: float = 30.0) -> ProcessInfo:
+    """Start a node of the cluster that is not running (a broker or a controller) from its config, as
+    `cluster up` did; return once it listens."""
     if node_alive(info):
-        raise ClusterError(f"broker {broker_id} is still running (pid {node_pid(info)})")
+        raise ClusterError(f"{info.role} {info.node_id} is still running (pid {node_pid(info)})")
     offset = log_size(Path(info.log))
-    proc = spawn("broker", Path(info.config), Path(info.log))
+    proc = spawn(info.role, Path(info.config), Path(info.log))
     info.pid = proc.pid
     state.save()
     await wait_for_listening(Path(info.log), proc, timeout_s, offset)
     return info
 
 
-async def broker_action(state: LocalClusterState, broker_id: int, action: str) -> dict[str, Any]:
-    """start | stop (SIGTERM, controlled shutdown) | kill (SIGKILL) | pause (SIGSTOP) | resume (SIGCONT)."""
-    info = state.broker(broker_id)
+async def restart_broker(state: LocalClusterState, broker_id: int, timeout_s: float = 30.0) -> ProcessInfo:
+    return await restart_node(state, state.broker(broker_id), timeout_s)
+
+
+async def restart_controller(state: LocalClusterState, node_id: int, timeout_s: float = 30.0) -> ProcessInfo:
+    return await restart_node(state, state.controller(node_id), timeout_s)
+
+
+async def node_action(state: LocalClusterState, info: ProcessInfo, action: str) -> dict[str, Any]:
+    """start | stop (SIGTERM: a broker's controlled shutdown, a controller's resignation) | kill (SIGKILL) |
+    pause (SIGSTOP) | resume (SIGCONT), on one node of the cluster. The answer names the node by its role:
+    {"broker": 2, ...} or {"controller": 3001, ...}."""
     alive = node_alive(info)
     pid = node_pid(info)
+    role, node_id = info.role, info.node_id
     if action == "start":
         if alive:
-            return {"broker": broker_id, "pid": pid, "result": "already running"}
-        info = await restart_broker(state, broker_id)
-        return {"broker": broker_id, "pid": info.pid, "result": "started"}
+            return {role: node_id, "pid": pid, "result": "already running"}
+        info = await restart_node(state, info)
+        return {role: node_id, "pid": info.pid, "result": "started"}
     if not alive:
         if action in ("pause", "resume"):
-            raise ClusterError(f"broker {broker_id} is not running (last pid {pid})")
-        return {"broker": broker_id, "pid": pid, "result": "not running"}
+            raise ClusterError(f"{role} {node_id} is not running (last pid {pid})")
+        return {role: node_id, "pid": pid, "result": "not running"}
     if action == "stop":
-        return {"broker": broker_id, "pid": pid, "result": stop_process(pid)}
+        return {role: node_id, "pid": pid, "result": stop_process(pid)}
     if action == "kill":
         signal_process(pid, signal.SIGKILL)
         wait_exit(pid, 5.0)
-        return {"broker": broker_id, "pid": pid, "result": "killed"}
+        return {role: node_id, "pid": pid, "result": "killed"}
     if action == "pause":
         signal_process(pid, signal.SIGSTOP)
-        return {"broker": broker_id, "pid": pid, "result": "paused"}
+        return {role: node_id, "pid": pid, "result": "paused"}
     if action == "resume":
         signal_process(pid, signal.SIGCONT)
-        return {"broker": broker_id, "pid": pid, "result": "resumed"}
+        return {role: node_id, "pid": pid, "result": "resumed"}
     raise ValueError(f"unknown action {action!r}")
+
+
+async def broker_action(state: LocalClusterState, broker_id: int, action: str) -> dict[str, Any]:
+    return await node_action(state, state.broker(broker_id), action)

@@ -85,6 +85,9 @@ log = logging.getLogger(__name__)
 
 FETCH_MAX_BYTES = 1 << 20
 SNAPSHOT_CHUNK_BYTES = 1 << 20
+# `_last_leader_contact_ms` of a voter that no longer counts on its leader (gone, or resigned): it grants
+# pre-votes, and runs once its fetch deadline passes.
+NO_LEADER_CONTACT_MS = -(2**62)
 
 
 class Role(enum.StrEnum):
@@ -160,8 +163,9 @@ class RaftClient:
         now = time.milliseconds()
         self._election_deadline_ms = now
         self._fetch_deadline_ms = now
-        self._last_leader_contact_ms = -(2**62)
+        self._last_leader_contact_ms = NO_LEADER_CONTACT_MS
         self._retry_at_ms = 0
+        self._found_gone: tuple[int, int] | None = None  # the (epoch, leader) a refused FETCH showed gone
         self._votes_granted: set[int] = set()
         self._votes_rejected: set[int] = set()
         # Leader state.
@@ -427,6 +431,7 @@ class RaftClient:
         now = self._time.milliseconds()
         self._fetch_deadline_ms = now + self.config.fetch_timeout_ms
         self._last_leader_contact_ms = now
+        self._found_gone = None  # counting on it again: the next refused FETCH starts a new random delay
 
     def _to_prospective(self) -> None:
         """Ask for pre-votes for epoch + 1 without changing anything durable."""
@@ -529,12 +534,15 @@ class RaftClient:
             return self._poll_leader(now)
         if role is Role.FOLLOWER:
             if self.is_voter and now >= self._fetch_deadline_ms:
-                log.info(
-                    "node %d heard nothing from leader %s for %d ms",
-                    self.node_id,
-                    self.leader_id,
-                    now - self._last_leader_contact_ms,
-                )
+                if self._last_leader_contact_ms == NO_LEADER_CONTACT_MS:
+                    log.info("node %d: leader %s is gone", self.node_id, self.leader_id)
+                else:
+                    log.info(
+                        "node %d heard nothing from leader %s for %d ms",
+                        self.node_id,
+                        self.leader_id,
+                        now - self._last_leader_contact_ms,
+                    )
                 self._to_prospective()
                 return 0
             return None
@@ -555,6 +563,7 @@ class RaftClient:
                 if self.leader_id is not None and self.leader_id != self.node_id:
                     self.role = Role.FOLLOWER
                     self._fetch_deadline_ms = now + self.config.fetch_timeout_ms
+                    self._found_gone = None
                 else:
                     self.role = Role.UNATTACHED
                     self._election_deadline_ms = now + self._election_backoff_ms()
@@ -564,13 +573,18 @@ class RaftClient:
             if len(self._votes_granted) >= self.config.majority:
                 self._to_leader()
                 return 0
-            if now >= self._election_deadline_ms or len(self._votes_rejected) >= self.config.majority:
+            if now >= self._election_deadline_ms or self._vote_lost:
                 log.info("node %d lost the election of epoch %d", self.node_id, self.epoch)
                 self.role = Role.UNATTACHED  # keeps our vote for ourselves in this epoch
                 self._election_deadline_ms = now + self._election_backoff_ms()
                 return 0
             return self._election_deadline_ms - now
         raise AssertionError(f"unknown role {role}")
+
+    @property
+    def _vote_lost(self) -> bool:
+        """Kafka's isVoteRejected: the votes granted and those still to come cannot make a majority."""
+        return len(self.voters) - len(self._votes_rejected) < self.config.majority
 
     def _poll_leader(self, now: int) -> int:
         if now >= self._check_quorum_deadline_ms:
@@ -621,6 +635,13 @@ class RaftClient:
         try:
             response: VoteResponse = await self._transport.send(voter, request, self.config.request_timeout_ms)
         except NETWORK_ERRORS:
+            if self.role is role and self.epoch == epoch:
+                # No answer, and none will come: a vote is asked once per election. Counted as a no, so a
+                # candidate that every live voter turned down backs off at once instead of waiting out its
+                # election timeout: after a leader's death with both followers running in one epoch (a
+                # split vote), the dead leader's refused connection is the no that ends the election.
+                self._votes_rejected.add(voter)
+                self._changed.set()
             return
         if response.leader_epoch > self.epoch:
             self._learn_leader(response.leader_epoch, response.leader_id)
@@ -712,7 +733,7 @@ class RaftClient:
                 else min(self.config.election_backoff_max_ms, self.config.retry_backoff_ms * 2**position)
                 + self._rng.randrange(max(self.config.retry_backoff_ms, 1))
             )
-            self._last_leader_contact_ms = -(2**62)
+            self._last_leader_contact_ms = NO_LEADER_CONTACT_MS
             self._fetch_deadline_ms = self._time.milliseconds() + backoff
             self._changed.set()
         return answer(ErrorCode.NONE, None, -1 if self.leader_id is None else self.leader_id, self.epoch)
@@ -788,17 +809,22 @@ class RaftClient:
             )
         if not self.is_leader:
             return self._fetch_error(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is {self.role}")
-        if wanted.fetch_offset < 0 or wanted.fetch_offset > self.log.log_end_offset:
-            return self._fetch_error(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"fetch offset {wanted.fetch_offset} outside [0, {self.log.log_end_offset}]",
-            )
+        if wanted.fetch_offset < 0:
+            return self._fetch_error(ErrorCode.OFFSET_OUT_OF_RANGE, f"fetch offset {wanted.fetch_offset} < 0")
         replica_id = request.replica_id
+        # Before any range check: a fetcher past our log end is an old leader's uncommitted tail (or a
+        # follower of one), which only the diverging epoch makes it truncate, as Kafka's
+        # validateOffsetAndEpoch decides before the log end matters.
         validation = self.log.validate_offset_and_epoch(wanted.fetch_offset, wanted.last_fetched_epoch)
         if isinstance(validation, Diverging):
             return self._fetch_answer(b"", diverging=validation)
         if isinstance(validation, SnapshotNeeded):
             return self._fetch_answer(b"", snapshot=validation.snapshot_id)
+        if wanted.fetch_offset > self.log.log_end_offset:
+            return self._fetch_error(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"fetch offset {wanted.fetch_offset} outside [0, {self.log.log_end_offset}]",
+            )
         progress = self._record_fetch(replica_id, wanted.fetch_offset)
         records = self.log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, request.max_bytes) or 1)
         if not records and request.max_wait_ms > 0 and progress.sent_high_watermark == self.high_watermark:
@@ -937,10 +963,19 @@ class RaftClient:
             response: FetchResponse = sent.result()
         except NETWORK_ERRORS as exc:
             log.debug("node %d: FETCH to %d failed: %s", self.node_id, target, exc)
-            if target == self.leader_id and self.is_voter and not isinstance(exc, TimeoutError):
+            if (
+                target == self.leader_id
+                and self.is_voter
+                and not isinstance(exc, TimeoutError)
+                and self._found_gone != (self.epoch, target)
+            ):
                 # Refused or cut: the leader's process is gone (a timeout proves nothing). Stop counting on
                 # it, so we grant pre-votes, and run after a random delay, so voters seldom run together.
-                self._last_leader_contact_ms = -(2**62)
+                # The delay is drawn once, when the leader is first found gone: a draw on every refused
+                # FETCH meanwhile (one each 100 ms) would keep the least of them, and the voters' runs would
+                # bunch up early and collide more often.
+                self._found_gone = (self.epoch, target)
+                self._last_leader_contact_ms = NO_LEADER_CONTACT_MS
                 self._fetch_deadline_ms = min(
                     self._fetch_deadline_ms,
                     self._time.milliseconds() + self._rng.randrange(max(self.config.election_timeout_ms // 2, 1)),
@@ -977,7 +1012,7 @@ class RaftClient:
                     and answer.current_leader_id != target
                 ):
                     # Our leader no longer leads this epoch (it resigned): stop counting on it.
-                    self._last_leader_contact_ms = -(2**62)
+                    self._last_leader_contact_ms = NO_LEADER_CONTACT_MS
                     self._fetch_deadline_ms = min(self._fetch_deadline_ms, self._time.milliseconds())
                 await self._fetch_failed(target)
             return False

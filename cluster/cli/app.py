@@ -83,8 +83,8 @@ def _main(argv: Sequence[str] | None) -> int:
         for prefix, delegate in DELEGATED.items():
             if tuple(argv[: len(prefix)]) == prefix:
                 return int(delegate(argv[len(prefix) :]))
-        if argv[:1] == ["broker"] and len(argv) > 1 and argv[1] in LIFECYCLE_ACTIONS:
-            args = lifecycle_parser().parse_args(argv[1:])
+        if argv[:1] in (["broker"], ["controller"]) and len(argv) > 1 and argv[1] in LIFECYCLE_ACTIONS:
+            args = lifecycle_parser(argv[0]).parse_args(argv[1:])
             return int(args.func(args))
         parser = build_parser()
         _leaf_parsers(parser)

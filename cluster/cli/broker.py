@@ -1,5 +1,5 @@
-"""`minibroker broker` and `minibroker controller`: run one node; and `minibroker broker
-start|stop|kill|pause|resume`: act on one broker of a local cluster."""
+"""`minibroker broker` and `minibroker controller`: run one node; and `minibroker broker|controller
+start|stop|kill|pause|resume`: act on one node of a local cluster."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from cluster.exit_codes import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from cluster.local_cluster import (
     ClusterError,
     LocalClusterState,
-    broker_action,
+    ProcessInfo,
     default_pid_file,
+    node_action,
     remove_pid_file,
     write_pid_file,
 )
@@ -107,30 +108,43 @@ def _serve(
 LIFECYCLE_ACTIONS = ("start", "stop", "kill", "pause", "resume")
 
 
-def cmd_broker_lifecycle(args: argparse.Namespace) -> int:
-    """`minibroker broker start|stop|kill|pause|resume --id N --dir D` on one broker of a local cluster."""
+# What `stop` does to each role: SIGTERM, and what the node makes of it.
+STOP_MEANS = {
+    "broker": "stop (SIGTERM: controlled shutdown)",
+    "controller": "stop (SIGTERM: the active controller resigns with END_QUORUM_EPOCH first)",
+}
+
+
+def _node(state: LocalClusterState, role: str, node_id: int) -> ProcessInfo:
+    return state.broker(node_id) if role == "broker" else state.controller(node_id)
+
+
+def cmd_node_lifecycle(args: argparse.Namespace) -> int:
+    """`minibroker broker|controller start|stop|kill|pause|resume --id N --dir D` on one node of a local
+    cluster."""
     try:
         state = LocalClusterState.load(Path(args.dir))
-        state.broker(args.id)
+        info = _node(state, args.role, args.id)
     except ClusterError as exc:
-        raise CliError(str(exc), EXIT_USAGE if "no broker" in str(exc) else EXIT_UNREACHABLE) from None
-    result = run_async(broker_action(state, args.id, args.action))  # its ClusterError: main, exit 3
-    emit(args, result, lambda: f"broker {args.id}: {result['result']} (pid {result['pid']})")
+        raise CliError(str(exc), EXIT_USAGE if f"no {args.role}" in str(exc) else EXIT_UNREACHABLE) from None
+    result = run_async(node_action(state, info, args.action))  # its ClusterError: main, exit 3
+    emit(args, result, lambda: f"{args.role} {args.id}: {result['result']} (pid {result['pid']})")
     return EXIT_OK
 
 
-def lifecycle_parser() -> argparse.ArgumentParser:
+def lifecycle_parser(role: str = "broker") -> argparse.ArgumentParser:
+    what = "broker" if role == "broker" else "controller (a voter of the metadata quorum)"
     p = argparse.ArgumentParser(
-        prog="minibroker broker",
-        description="Start, stop (SIGTERM: controlled shutdown), kill (SIGKILL), pause (SIGSTOP) or resume "
-        "(SIGCONT) one broker of the local cluster in --dir. Its pid file stays current, so `cluster status` "
-        "and `cluster down` see it.",
+        prog=f"minibroker {role}",
+        description=f"Start, {STOP_MEANS[role]}, kill (SIGKILL), pause (SIGSTOP) or resume (SIGCONT) one "
+        f"{what} of the local cluster in --dir. Its pid file stays current, so `cluster status` and "
+        "`cluster down` see it.",
     )
     p.add_argument("action", choices=LIFECYCLE_ACTIONS)
-    p.add_argument("--id", type=int, required=True, help="broker id")
+    p.add_argument("--id", type=int, required=True, help=f"{role} id" if role == "broker" else "node id (3000, ...)")
     p.add_argument("--dir", default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_broker_lifecycle)
+    p.set_defaults(func=cmd_node_lifecycle, role=role)
     return p
 
 
@@ -153,8 +167,10 @@ def register(sub: Subcommands) -> None:
 
     p = sub.add_parser(
         "controller",
-        help="run the controller process",
-        description="Run the controller: config file, then MINIBROKER_* env vars, then flags.",
+        help="run one controller process",
+        description="Run one controller (a voter of the metadata quorum): config file, then MINIBROKER_* env "
+        "vars, then flags. `minibroker controller start|stop|kill|pause|resume --id N --dir D` acts on a "
+        "controller of a local cluster.",
     )
     p.add_argument("--config", help="properties file (node.id, listeners, metadata.log.dir, ...)")
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="set any config key (repeatable)")

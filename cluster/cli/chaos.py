@@ -15,6 +15,7 @@ from typing import Any
 from cluster.chaos import finish_report, render_report, run_leader_kill
 from cluster.chaos_clients import CLIENTS, ClientMissing, check_client
 from cluster.chaos_faults import NETWORK_KINDS, parse_faults, render_fault_report, resume_all, run_faults
+from cluster.chaos_quorum import MIN_CONTROLLERS, is_controller_fault
 from cluster.cli.common import DEFAULT_DIR, CliError, Option, Subcommands, add_options, run_async
 from cluster.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from cluster.local_cluster import LocalClusterState
@@ -87,8 +88,9 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
     return finish_report(report, args.json, render_report(report))
 
 
-def _run_checks(args: argparse.Namespace) -> list[str]:
-    """Check the flags before anything starts; the fault kinds that need the network tools."""
+def _run_checks(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """Check the flags before anything starts; the fault kinds that need the network tools, and the
+    controller faults asked for (by name, with their shape)."""
     _check_client(args)
     try:
         faults = parse_faults(args.faults)
@@ -102,11 +104,12 @@ def _run_checks(args: argparse.Namespace) -> list[str]:
             check_tools()
         except FaultToolsMissing as exc:
             raise CliError(f"{', '.join(needs_net)}: {exc}", EXIT_USAGE) from None
-    return needs_net
+    on_controllers = sorted({k + (f":{s}" if s else "") for k, s in faults if is_controller_fault(k, s)})
+    return needs_net, on_controllers
 
 
 def cmd_chaos_run(args: argparse.Namespace) -> int:
-    needs_net = _run_checks(args)
+    needs_net, on_controllers = _run_checks(args)
     temp: tempfile.TemporaryDirectory[str] | None = None
     state: LocalClusterState | None = None
     if args.dir:
@@ -121,6 +124,13 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
             )
         if len(state.brokers) != 3:
             raise CliError("chaos run needs a cluster of exactly 3 brokers", EXIT_USAGE)
+        if on_controllers and len(state.controllers) < MIN_CONTROLLERS:
+            raise CliError(
+                f"{', '.join(on_controllers)}: controller faults need a quorum of at least {MIN_CONTROLLERS} "
+                f"controllers, so that one can fail; {cluster_dir} has {len(state.controllers)} "
+                "(`cluster up --controllers 3`)",
+                EXIT_USAGE,
+            )
     else:
         temp = tempfile.TemporaryDirectory(prefix="minibroker-chaos-")
         cluster_dir = Path(temp.name)
@@ -192,9 +202,12 @@ def register(sub: Subcommands) -> None:
         help="kills, pauses, partitions, slow and lossy links under acks=all load, then check every acked write",
         description="Inject one fault per round into the broker leading the most partitions, kinds in turn from "
         "--faults: kill, kill-restart, pause, partition[:SHAPE] (isolate-leader, leader-from-followers, "
-        "leader-from-controller, isolate-controller, one-way), delay, loss, clients-see-old-leader. Network "
-        "faults need root, iptables and tc; their rules live in a chain of their own and are always removed. "
-        "Reports per fault, and the oracle's verdict on acks=all writes. " + VERDICT_HELP,
+        "leader-from-controller, isolate-controller, one-way; drawn by --seed when left out), delay, loss, "
+        "clients-see-old-leader; or into the active controller (the quorum's leader): kill-controller, "
+        "pause-controller, partition:isolate-active-controller, partition:active-controller-from-voters, "
+        "each reported with the time the cluster had no active controller. Network faults need root, "
+        "iptables and tc; their rules live in a chain of their own and are always removed. Reports per fault, "
+        "and the oracle's verdict on acks=all writes. " + VERDICT_HELP,
     )
     p.add_argument("--faults", default="kill,pause,partition,delay", help="comma-separated fault kinds")
     add_options(p, OPTIONS, "--rounds", "--seed", "--dir", rounds=4)

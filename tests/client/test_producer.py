@@ -104,6 +104,19 @@ async def test_a_full_batch_goes_as_soon_as_the_next_record_opens_a_new_one(brok
         assert acked == [0, 1, 2, 3]
 
 
+async def test_a_producer_looks_up_a_partition_its_client_has_no_metadata_for(broker: BrokerProcess) -> None:
+    # As Kafka's producer waits on metadata in send(): a client that never asked for the topic still delivers.
+    async with ClusterClient(f"127.0.0.1:{broker.port}") as client:
+        producer = Producer(client, acks=1)
+        answers: dict[bytes, tuple[int, str | None]] = {}
+        for tp, value in ((P1, b"first"), (TopicPartition("p", 9), b"nowhere")):
+            await producer.send(tp, value, callback=lambda o, e, v=value: answers.setdefault(v, (o, e)))
+        await producer.close()
+        assert answers[b"first"] == (0, None)
+        assert answers[b"nowhere"][0] == -1 and "unknown partition p-9" in str(answers[b"nowhere"][1])
+        assert await values_of(client, P1) == [b"first"]
+
+
 async def test_queued_record_sets_of_one_partition_share_a_request_only_when_allowed(broker: BrokerProcess) -> None:
     async def produce_ten(client: ClusterClient, first: int) -> list[int]:
         sets = [build_batch([b"%d" % (first + 2 * i), b"%d" % (first + 2 * i + 1)]) for i in range(10)]

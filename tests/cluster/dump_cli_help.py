@@ -5,7 +5,7 @@
 The fixture pins the command line's surface: tests/cluster/test_cli_help.py compares it with the live
 output, so a refactor of cluster/cli cannot change a flag, a default or a help text unnoticed. Each
 command is asked through `cluster.cli.main`, as a user would ask it, so the commands delegated to
-their own parsers (broker start|stop|..., metrics sink, dashboard, sim) are covered too.
+their own parsers (broker|controller start|stop|..., metrics sink, dashboard, sim) are covered too.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 WIDTH = "100"
 
 # Commands parsed by a parser of their own (main() hands them their arguments): not in the tree below.
-EXTRA_PATHS: tuple[tuple[str, ...], ...] = (("broker", "start"),)
+EXTRA_PATHS: tuple[tuple[str, ...], ...] = (("broker", "start"), ("controller", "start"))
 
 
 def command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,6 +91,38 @@ def test_an_old_leaders_uncommitted_records_are_truncated_when_it_rejoins(tmp_pa
     run(scenario())
 
 
+def test_an_old_leader_whose_uncommitted_tail_outruns_the_new_leaders_log_rejoins(tmp_path: Path) -> None:
+    """A leader paused, then woken alone, appends more than the new leader's whole log holds (a controller
+    fences every broker whose heartbeats stopped while it slept). It fetches from past the new leader's log
+    end; the answer must be the diverging epoch, so it truncates and catches up, not an OFFSET_OUT_OF_RANGE
+    it would get on every FETCH, never to follow again."""
+
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path)
+        quorum.start_all()
+        old = await quorum.leader()
+        await quorum.append([b"committed"])
+        others = [n for n in quorum.node_ids if n != old.node_id]
+        for other in others:
+            quorum.network.cut(old.node_id, other)
+            quorum.network.cut(other, old.node_id)
+        for i in range(20):  # one batch each: well past what the new leader will hold
+            old.append([b"stray-%d" % i])
+        await quorum.wait_for(lambda: any(quorum.nodes[o].is_leader for o in others))
+        new = next(quorum.nodes[o] for o in others if quorum.nodes[o].is_leader)
+        assert old.log.log_end_offset > new.log.log_end_offset
+        await quorum.wait_for(lambda: not old.is_leader)  # check quorum
+        quorum.network.heal()
+        await quorum.append([b"after"])
+        await quorum.wait_for(
+            lambda: quorum.recorders[old.node_id].values() == [b"committed", b"after"], timeout_s=10, what="rejoined"
+        )
+        assert old.log.log_end_offset == new.log.log_end_offset
+        await quorum.close()
+
+    run(scenario())
+
+
 def _missing_committed_record_scenario(tmp_path: Path, vote_checks_logs: bool) -> tuple[int, list[bytes], list[bytes]]:
     """Voters 1-3; B is cut off while X commits on the leader and A; the leader dies; B comes back and runs
     for election first. Who wins, and what each of A and B then holds in its log."""
@@ -137,8 +170,10 @@ def test_without_the_vote_rule_the_voter_missing_it_wins(tmp_path: Path) -> None
 
 
 def _split_vote_scenario(tmp_path: Path, randomized: bool) -> bool:
-    """The leader dies; both followers see it at once (the same instant, without randomness) and run. Is a
-    new leader elected within 30 virtual seconds?"""
+    """The leader dies; both followers see it at once and, without randomness, run at the same instant,
+    each voting for itself: a split vote. Is a new leader elected within 30 virtual seconds? (Without
+    randomness every delay is half its range, not 0: with no delay at all the candidates, each told no at
+    once by the dead leader's refused connection, would retry in lockstep every few milliseconds.)"""
 
     async def scenario() -> bool:
         quorum = Quorum(tmp_path)
@@ -148,7 +183,7 @@ def _split_vote_scenario(tmp_path: Path, randomized: bool) -> bool:
         await quorum.append([b"x"])
         if not randomized:
             for client in quorum.nodes.values():
-                client._rng.randrange = lambda n: 0  # type: ignore[method-assign]
+                client._rng.randrange = lambda n: n // 2  # type: ignore[method-assign]
         await quorum.kill(leader.node_id)
         try:
             await quorum.leader(timeout_s=30.0)
@@ -159,6 +194,86 @@ def _split_vote_scenario(tmp_path: Path, randomized: bool) -> bool:
         return elected
 
     return run(scenario())  # type: ignore[no-any-return]
+
+
+def _record_runs(quorum: Quorum, nodes: list[RaftClient]) -> list[tuple[float, int, str, int]]:
+    """(virtual time, node, "prospective" | "candidate", epoch) each time one of `nodes` starts to run."""
+    loop = asyncio.get_running_loop()
+    runs: list[tuple[float, int, str, int]] = []
+    for client in nodes:
+        for what in ("prospective", "candidate"):
+            original = getattr(client, f"_to_{what}")
+
+            def wrapped(original: Any = original, client: RaftClient = client, what: str = what) -> None:
+                original()
+                runs.append((loop.time(), client.node_id, what, client.epoch))
+
+            setattr(client, f"_to_{what}", wrapped)
+    return runs
+
+
+def test_after_a_leaders_death_a_split_vote_ends_at_once_on_the_dead_leaders_refusal(tmp_path: Path) -> None:
+    """Both followers find the leader gone at the same instant and run in one epoch, each voting for
+    itself. The dead leader's vote never comes (its connection is refused, and a vote is asked once per
+    election), so each candidate knows it has lost as soon as the other turns it down: it backs off at
+    once, instead of waiting out its election timeout (1 to 2 s) first."""
+
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path)
+        quorum.network.base = LinkShape(0.5, 0.0)
+        quorum.start_all()
+        leader = await quorum.leader()
+        await quorum.append([b"x"])
+        followers = [c for c in quorum.nodes.values() if c is not leader]
+        for client in followers:
+            client._rng.randrange = lambda n: 0  # type: ignore[method-assign]  # they run together
+        runs = _record_runs(quorum, followers)
+        await quorum.kill(leader.node_id)
+        await quorum.wait_for(lambda: sum(1 for r in runs if r[2] == "candidate") >= 2, what="both running")
+        for client in followers:
+            del client._rng.randrange  # random again: the next try breaks the tie
+        (t1, _, _, epoch1), (t2, _, _, epoch2) = [r for r in runs if r[2] == "candidate"][:2]
+        assert epoch1 == epoch2 and t1 == t2  # a split vote
+        loop = asyncio.get_running_loop()
+        await quorum.wait_for(
+            lambda: all(c.role is not Role.CANDIDATE or c.epoch != epoch1 for c in followers), timeout_s=5
+        )
+        assert loop.time() - t1 < 0.1  # not the election timeout: quorum.config.election_timeout_ms
+        winner = await quorum.leader()
+        assert winner in followers and winner.epoch > epoch1
+        await quorum.close()
+
+    run(scenario())
+
+
+def test_a_follower_runs_after_the_delay_it_drew_when_its_leader_was_found_gone(tmp_path: Path) -> None:
+    """A follower whose FETCHes to a dead leader are refused (one every 100 ms) draws its random delay once,
+    at the first refusal: a draw at each refusal would keep the least of them, and the followers' runs would
+    bunch up early, where they collide more often. Here the first draw is the longest delay there is and
+    every later one would be 0."""
+
+    async def scenario() -> None:
+        quorum = Quorum(tmp_path)
+        quorum.start_all()
+        leader = await quorum.leader()
+        await quorum.append([b"x"])
+        followers = [c for c in quorum.nodes.values() if c is not leader]
+        for client in followers:
+            draws = iter([True])
+            client._rng.randrange = lambda n, draws=draws: n - 1 if next(draws, False) else 0  # type: ignore[method-assign]
+        runs = _record_runs(quorum, followers)
+        loop = asyncio.get_running_loop()
+        killed_at = loop.time()
+        await quorum.kill(leader.node_id)
+        await quorum.wait_for(lambda: bool(runs), what="a follower running")
+        for client in followers:
+            del client._rng.randrange
+        longest_delay_s = (quorum.config.election_timeout_ms // 2 - 1) / 1000.0
+        assert runs[0][0] - killed_at >= longest_delay_s
+        await quorum.leader()
+        await quorum.close()
+
+    run(scenario())
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
