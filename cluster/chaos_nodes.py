@@ -53,6 +53,9 @@ from server_common.time import SYSTEM_TIME
 
 DOCKER_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 60.0
+# runc gives up freezing a cgroup whose tasks do not all stop in time ("unable to freeze"), which a
+# heavily loaded machine sees now and then; it thaws them again, so the pause is simply retried.
+PAUSE_ATTEMPTS = 5
 
 
 class Nodes:
@@ -338,7 +341,14 @@ class ComposeNodes(Nodes):
         return self._docker("kill", broker_id)
 
     def pause(self, broker_id: int) -> str:
-        return self._docker("pause", broker_id) + ", then docker unpause"
+        for attempt in range(1, PAUSE_ATTEMPTS + 1):
+            try:
+                return self._docker("pause", broker_id) + ", then docker unpause"
+            except ComposeError as exc:
+                if "unable to freeze" not in str(exc) or attempt == PAUSE_ATTEMPTS:
+                    raise
+                time.sleep(0.2 * attempt)
+        raise AssertionError("unreachable")
 
     def resume(self, broker_id: int) -> None:
         if self._inspect(broker_id).get("Paused"):
