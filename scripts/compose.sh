@@ -306,16 +306,20 @@ cmd_images() {
     mkdir -p "$cache"
     exec 9>"$cache/lock"
     flock 9
-    local t0=$SECONDS base mosquitto
+    local t0=$SECONDS base mosquitto wheels
+    # The wheelhouse (the host's pip) and the base images (debootstrap, apt in a container) need
+    # nothing of each other: on a fresh machine they are built at the same time.
+    (
+        timed "runtime wheelhouse" build_wheels runtime
+        if [ "$dashboard" = 1 ]; then timed "spark wheelhouse" build_wheels spark; fi
+    ) &
+    wheels=$!
     base="$(base_image)"
     mosquitto="$(mosquitto_image "$base")"
     say "base image $base, Mosquitto image $mosquitto: $((SECONDS - t0)) s"
-    timed "runtime wheelhouse" build_wheels runtime
+    wait "$wheels" || die "the wheelhouse could not be built"
     place_wheels runtime
-    if [ "$dashboard" = 1 ]; then
-        timed "spark wheelhouse" build_wheels spark
-        place_wheels spark
-    fi
+    if [ "$dashboard" = 1 ]; then place_wheels spark; fi
     export MINIBROKER_BASE_IMAGE="$base" MOSQUITTO_IMAGE="$mosquitto"
     timed "minibroker:local" compose build cluster-net
     if [ "$dashboard" = 1 ]; then
