@@ -57,7 +57,6 @@ from cluster.chaos_verdict import Claims, Verdict, classify
 from cluster.exit_codes import EXIT_CHECK_FAILED, EXIT_CLIENT_CLAIMS, EXIT_OK
 from cluster.local_cluster import (
     LocalClusterState,
-    ack_journal_path,
     free_ports,
     random_base_address,
     start_cluster,
@@ -405,7 +404,7 @@ class ChaosRun:
 
     def mark_journals(self) -> None:
         """Note where each broker's journal ends now: what this run's brokers acknowledge follows."""
-        paths = {b.node_id: ack_journal_path(b) for b in self.state.brokers}
+        paths = {b.node_id: self.nodes.ack_journal(b.node_id) for b in self.state.brokers}
         if all(paths.values()):
             self.journals = {node: (path, journal_size(path)) for node, path in paths.items() if path is not None}
 

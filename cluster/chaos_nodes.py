@@ -14,7 +14,9 @@ records since a mark. The experiments, their load, their oracle and their report
   `docker kill` (SIGKILL to the container's init, and the broker dies with its pid namespace),
   `docker pause`/`unpause` (the cgroup freezer: a SIGSTOP the process cannot see), `docker start` (the
   same container, its volume and its log), `docker logs --since`. Docker's restart policy never
-  restarts a container killed through its API, so a kill lasts until chaos starts it again.
+  restarts a container killed through its API, so a kill lasts until chaos starts it again. A broker's
+  produce.ack.journal, when it keeps one, is inside its container: the verdict then holds the cluster
+  to the clients' delivery reports, as for a local cluster started without journals.
 
 A compose project is read from its containers (`compose ps`, then `docker inspect`), not from the
 compose file: a service is a broker when its command is `minibroker broker`, a controller when it is
@@ -41,6 +43,7 @@ from cluster.local_cluster import (
     ClusterError,
     LocalClusterState,
     ProcessInfo,
+    ack_journal_path,
     node_alive,
     node_paused,
     node_pid,
@@ -92,6 +95,10 @@ class Nodes:
         """Resume every paused node: no pause of ours outlives the run."""
         raise NotImplementedError
 
+    def ack_journal(self, broker_id: int) -> Path | None:
+        """The broker's produce.ack.journal as a file chaos can read, or None (cluster/chaos_verdict.py)."""
+        return None
+
     def network_faults_refused(self) -> str | None:
         """Why network faults (cluster/network_faults.py) cannot run against these nodes, or None."""
         return None
@@ -123,6 +130,9 @@ class LocalNodes(Nodes):
     async def restart(self, broker_id: int) -> None:
         wait_exit(self.pid(broker_id), 5.0)
         await restart_broker(self.state, broker_id)
+
+    def ack_journal(self, broker_id: int) -> Path | None:
+        return ack_journal_path(self.state.broker(broker_id))
 
     def log_mark(self, broker_id: int) -> int:
         log = Path(self.state.broker(broker_id).log)
