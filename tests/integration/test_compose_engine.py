@@ -14,6 +14,8 @@ How this module runs
 * One project for the module, `minibroker-test-<pid>-<random>`, every published port a free one (the
   compose file's port variables), the dashboard writing to a temp dir. `down -v` removes it whatever
   happens; a project left by a run that was killed outright (its pid gone) is removed at the start.
+* The dashboard profile's one-off run (a JVM and Spark: minutes on a busy machine) starts as soon as the
+  sink has every broker's metrics and runs beside the other tests; its test collects the result.
 * The services are read from the compose file: brokers and controllers are the services whose command is
   `minibroker broker` / `minibroker controller`, so more controllers (a quorum) need no change here.
 """
@@ -90,19 +92,35 @@ class Project:
     env: dict[str, str]
     ports: dict[str, int]
     dashboard_out: Path
+    dashboard: subprocess.Popen[str] | None = None
 
-    def script(self, *args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
-        """scripts/compose.sh with this project's variables: `images`, `up`, or a Compose command. On a
-        timeout its whole process group goes (a Compose client left running would keep its container)."""
-        proc = subprocess.Popen(
-            [str(SCRIPT), *args],
-            cwd=ROOT,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+    @property
+    def dashboard_log(self) -> Path:
+        return self.dashboard_out.with_name(self.dashboard_out.name + ".log")
+
+    def start_script(self, *args: str, output: Path | None = None) -> subprocess.Popen[str]:
+        """scripts/compose.sh in a session of its own (`finish` kills the whole group: a Compose client
+        left running would keep its container). A script that runs beside the tests writes its output to
+        `output` (a pipe nobody reads would stop it, and the container whose output it relays)."""
+        out: Any = subprocess.PIPE
+        if output is not None:
+            out = open(output, "w")  # noqa: SIM115 - the child has its own copy; closed below
+        try:
+            return subprocess.Popen(
+                [str(SCRIPT), *args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT if output is not None else subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        finally:
+            if output is not None:
+                out.close()
+
+    @staticmethod
+    def finish(proc: subprocess.Popen[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
         try:
             out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -110,6 +128,10 @@ class Project:
             proc.communicate()
             raise
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def script(self, *args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
+        """scripts/compose.sh with this project's variables: `images`, `up`, or a Compose command."""
+        return self.finish(self.start_script(*args), timeout_s)
 
     def cli(self, *args: str, timeout_s: float = 120.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """The minibroker CLI on the host, against the published ports."""
@@ -147,13 +169,14 @@ class Project:
         return containers
 
     def service_states(self) -> dict[str, tuple[str, str | None]]:
-        """service -> (status, health or None)."""
+        """service -> (status, health or None), for the services `up` started (not one-off `run`s)."""
         return {
             c["Config"]["Labels"]["com.docker.compose.service"]: (
                 c["State"]["Status"],
                 (c["State"].get("Health") or {}).get("Status"),
             )
             for c in self.containers()
+            if c["Config"]["Labels"].get("com.docker.compose.oneoff", "False") != "True"
         }
 
     @property
@@ -185,6 +208,9 @@ class Project:
     def remove(self) -> None:
         """`down -v`, then whatever it could not remove: a one-off `run` container whose Compose client
         was killed (a timeout) keeps running, and with it its volumes and the network."""
+        if self.dashboard is not None and self.dashboard.poll() is None:
+            os.killpg(self.dashboard.pid, signal.SIGKILL)
+            self.dashboard.communicate()
         try:
             self.down()
         finally:
@@ -247,9 +273,18 @@ def project(engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         assert built.returncode == 0, built.stderr[-4000:]
         up = p.script("up", timeout_s=600)
         assert up.returncode == 0, up.stderr[-4000:]
+        # The dashboard (a JVM and Spark in a container: minutes on a busy machine) runs beside the other
+        # tests, from as soon as the sink has every broker's metrics; its test collects the result.
+        wait_for(lambda: sink_has_every_broker(p), "every broker's metrics in the sink's volume", timeout_s=180)
+        p.dashboard = p.start_script("--profile", "dashboard", "run", "--rm", "dashboard", output=p.dashboard_log)
         yield p
     finally:
         p.remove()
+
+
+def sink_has_every_broker(p: Project) -> bool:
+    listed = p.script("exec", "-T", "metrics-sink", "sh", "-c", "ls /metrics /metrics/_active")
+    return bool(broker_ids(p)) and all(f"broker-{i}" in listed.stdout for i in broker_ids(p))
 
 
 def broker_ids(p: Project) -> dict[int, str]:
@@ -493,18 +528,14 @@ def test_network_faults_are_refused_against_the_compose_project(project: Project
 
 
 def test_the_dashboard_profile_writes_its_page_from_the_sinks_metrics(project: Project) -> None:
-    # Given the sink's volume holding records of every broker (they arrived over MQTT)
-    def sink_has_every_broker() -> bool:
-        listed = project.script("exec", "-T", "metrics-sink", "sh", "-c", "ls /metrics /metrics/_active")
-        return all(f"broker-{i}" in listed.stdout for i in broker_ids(project))
-
-    wait_for(sink_has_every_broker, "every broker's metrics in the sink's volume", timeout_s=60)
-
-    # When the dashboard runs as its profile says
-    ran = project.script("--profile", "dashboard", "run", "--rm", "dashboard", timeout_s=DASHBOARD_TIMEOUT_S)
+    # Given the sink's volume holding records of every broker (they arrived over MQTT), when the dashboard
+    # runs as its profile says (`--profile dashboard run --rm dashboard`, started by the fixture)
+    assert project.dashboard is not None
+    ran = project.finish(project.dashboard, DASHBOARD_TIMEOUT_S)
+    output = project.dashboard_log.read_text(errors="replace")
 
     # Then its page and tables are in the directory the host gave it
-    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.returncode == 0, output[-3000:]
     page = project.dashboard_out / "dashboard.html"
     assert page.is_file() and page.stat().st_size > 10_000
     assert "Follower lag" in page.read_text(errors="replace")
