@@ -205,12 +205,23 @@ class Project:
     def down(self) -> subprocess.CompletedProcess[str]:
         return self.script("down", "-v", "--remove-orphans", "--timeout", "20", timeout_s=180)
 
+    def stop_dashboard(self) -> None:
+        """End the dashboard's one-off run if it still runs: its Compose client, then its container (which
+        outlives a killed client, and keeps its volumes and the network in use)."""
+        if self.dashboard is None or self.dashboard.poll() is not None:
+            return
+        os.killpg(self.dashboard.pid, signal.SIGKILL)
+        self.dashboard.communicate()
+        oneoff = [
+            c["Id"] for c in self.containers() if c["Config"]["Labels"].get("com.docker.compose.oneoff") == "True"
+        ]
+        if oneoff:
+            subprocess.run(["docker", "rm", "-f", *oneoff], capture_output=True, timeout=120)
+
     def remove(self) -> None:
         """`down -v`, then whatever it could not remove: a one-off `run` container whose Compose client
         was killed (a timeout) keeps running, and with it its volumes and the network."""
-        if self.dashboard is not None and self.dashboard.poll() is None:
-            os.killpg(self.dashboard.pid, signal.SIGKILL)
-            self.dashboard.communicate()
+        self.stop_dashboard()
         try:
             self.down()
         finally:
@@ -542,7 +553,8 @@ def test_the_dashboard_profile_writes_its_page_from_the_sinks_metrics(project: P
 
 
 def test_down_v_leaves_no_container_network_or_volume(project: Project) -> None:
-    # Given the project with its containers, network and named volumes
+    # Given the project with its containers, network and named volumes (and no one-off run left)
+    project.stop_dashboard()
     assert all(project.leftovers().values())
 
     # When it is taken down with its volumes
