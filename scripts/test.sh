@@ -34,11 +34,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Debian starts a system-wide Mosquitto on 1883 after install; the tests start their own on free ports.
 
-# The compose cluster's images take minutes to build on a fresh machine (a base image from Debian's
-# packages, a wheelhouse, Java and Spark for the dashboard; docs/compose.md): start the engine and that
-# build now, beside the venv's set-up and the suite. The engine test waits for it (the build's lock).
-# Only for a run of the whole suite (no test paths, -k or -m), and stopped with the suite when this
-# script started the engine.
+# The compose cluster's image takes minutes to build on a fresh machine (a base image from Debian's
+# packages, a wheelhouse; docs/compose.md): start the engine and that build now, beside the venv's
+# set-up and the suite. The engine test waits for it (the build's lock). Not the dashboard's image: its
+# test is by hand. Only for a run of the whole suite (no test paths, -k or -m), and stopped with the
+# suite when this script started the engine.
 whole_suite=1
 for arg in "$@"; do
     case "$arg" in
@@ -53,8 +53,8 @@ if [ "$whole_suite" = 1 ] && [ "${MINIBROKER_COMPOSE_PREBUILD:-1}" = 1 ]; then
     if docker info >/dev/null 2>&1; then
         "$root/scripts/compose.sh" compose-v2 || echo "test: warning: no Compose v2; the engine test uses docker-compose" >&2
         prebuild_log="${TMPDIR:-/tmp}/minibroker-compose-prebuild.log"
-        echo "test: building the compose images in the background (log: $prebuild_log)"
-        setsid "$root/scripts/compose.sh" images --dashboard >"$prebuild_log" 2>&1 &
+        echo "test: building the compose image in the background (log: $prebuild_log)"
+        setsid "$root/scripts/compose.sh" images >"$prebuild_log" 2>&1 &
         prebuild=$!
     fi
 fi

@@ -1,27 +1,31 @@
 """docker-compose.yml on a real Docker engine: the images built by scripts/compose.sh (offline where no
 registry is reachable), `compose up`, clients on the host, a leader's container killed under load,
-chaos against the containers, the dashboard profile, and `down -v` leaving nothing behind.
+chaos against the containers, the dashboard profile (by hand), and `down -v` leaving nothing behind.
 
 How this module runs
 --------------------
 * The engine: one that answers, or one that `scripts/compose.sh engine` starts (root, Debian's docker.io),
   stopped again at the end if this module started it. Only where no engine can be started is the module
   skipped, with the reason.
-* The images: `scripts/compose.sh images --dashboard`. On a fresh machine that is the slow part (the
-  base image, the wheelhouse, the dashboard's Java and Spark); the script keeps them, and
-  scripts/test.sh starts it beside the rest of the suite so this module mostly finds them ready (the
-  script's lock makes it wait for a build in progress instead of starting another).
+* The images: `scripts/compose.sh images`. On a fresh machine that is the slow part (the base image,
+  the wheelhouse); the script keeps them, and scripts/test.sh starts it beside the rest of the suite so
+  this module mostly finds them ready (the script's lock makes it wait for a build in progress instead
+  of starting another).
 * One project for the module, `minibroker-test-<pid>-<random>`, every published port a free one (the
   compose file's port variables), the dashboard writing to a temp dir. `down -v` removes it whatever
   happens; a project left by a run that was killed outright (its pid gone) is removed at the start.
-* The dashboard profile's one-off run (a JVM and Spark: minutes on a busy machine) runs after the chaos
-  tests, not beside them: run beside them on a machine at load 30, a chaos test failed.
+* The dashboard profile's one-off run is by hand: MINIBROKER_TEST_COMPOSE_DASHBOARD=1 (docs/compose.md).
+  Its image (OpenJDK 17, pyspark) and its run (a JVM and a Spark session) cost minutes, more than the
+  rest of the module together: 2 to over 15 on a 2-core machine at load 10 to 35, and a cold build of
+  its image 6 minutes more. Run beside the chaos tests on a machine at load 30, a chaos test failed, so
+  when asked for it runs after them.
 * The services are read from the compose file: brokers and controllers are the services whose command is
   `minibroker broker` / `minibroker controller`, so more controllers (a quorum) need no change here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -40,10 +44,14 @@ import pytest
 import yaml
 
 from cluster.local_cluster import free_ports, pid_alive
+from network.connection import BrokerConnection
+from protocol.messages import MetadataRequest
 from tests.integration.processes import wait_for
 
 # The first test pays for a cold image build (see docs/compose.md for the measured times).
 BUILD_TIMEOUT_S = 1500
+# The dashboard's image and run, by hand only (the module docstring says why).
+DASHBOARD = os.environ.get("MINIBROKER_TEST_COMPOSE_DASHBOARD") == "1"
 pytestmark = [pytest.mark.slow, pytest.mark.starts_first, pytest.mark.timeout(BUILD_TIMEOUT_S + 600)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,15 +211,19 @@ class Project:
         }
 
     def down(self) -> subprocess.CompletedProcess[str]:
-        return self.script("down", "-v", "--remove-orphans", "--timeout", "20", timeout_s=180)
+        # 10 s for the brokers' controlled shutdown: the whole project stops at once, so there is nobody
+        # left to move leaderships to, and only the volumes' removal is checked
+        return self.script("down", "-v", "--remove-orphans", "--timeout", "10", timeout_s=180)
 
     def stop_dashboard(self) -> None:
         """End the dashboard's one-off run if it still runs: its Compose client, then its container (which
-        outlives a killed client, and keeps its volumes and the network in use)."""
-        if self.dashboard is None or self.dashboard.poll() is not None:
+        outlives a killed client, one killed by a timeout included, and keeps its volumes and the network
+        in use)."""
+        if self.dashboard is None:
             return
-        os.killpg(self.dashboard.pid, signal.SIGKILL)
-        self.dashboard.communicate()
+        if self.dashboard.poll() is None:
+            os.killpg(self.dashboard.pid, signal.SIGKILL)
+            self.dashboard.communicate()
         oneoff = [
             c["Id"] for c in self.containers() if c["Config"]["Labels"].get("com.docker.compose.oneoff") == "True"
         ]
@@ -280,7 +292,7 @@ def project(engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     }
     p = Project(name, env, ports, out)
     try:
-        built = p.script("images", "--dashboard", timeout_s=BUILD_TIMEOUT_S)
+        built = p.script("images", *(["--dashboard"] if DASHBOARD else []), timeout_s=BUILD_TIMEOUT_S)
         assert built.returncode == 0, built.stderr[-4000:]
         up = p.script("up", timeout_s=600)
         assert up.returncode == 0, up.stderr[-4000:]
@@ -305,9 +317,39 @@ def broker_ids(p: Project) -> dict[int, str]:
 
 
 def describe(p: Project, topic: str) -> list[dict[str, Any]]:
-    result = p.cli("topic", "describe", topic, "--json", "--bootstrap-server", p.bootstrap)
-    assert result.returncode == 0, result.stderr
-    partitions: list[dict[str, Any]] = json.loads(result.stdout)[0]["partitions"]
+    """The topic's partitions (`topic describe --json`'s keys), from the first broker that answers METADATA
+    on its published port. Asked in-process, not through the CLI: the tests poll it, and each CLI start-up
+    took seconds on a busy machine (the CLI's own commands are the first tests')."""
+
+    async def ask() -> list[dict[str, Any]] | None:
+        for address in p.bootstrap.split(","):
+            host, port = address.rsplit(":", 1)
+            try:
+                conn = await BrokerConnection.connect(host, int(port), "compose-test", timeout_s=5.0)
+            except (OSError, TimeoutError):
+                continue
+            try:
+                response = await conn.send(MetadataRequest([topic]), timeout_s=10.0)
+            except (OSError, TimeoutError):
+                continue
+            finally:
+                await conn.close()
+            for t in response.topics:
+                if t.topic == topic and t.error_code == 0 and t.partitions:
+                    return [
+                        {
+                            "partition": q.partition,
+                            "leader": q.leader_id,
+                            "leader_epoch": q.leader_epoch,
+                            "replicas": list(q.replicas),
+                            "isr": list(q.isr),
+                        }
+                        for q in sorted(t.partitions, key=lambda q: q.partition)
+                    ]
+        return None
+
+    partitions = asyncio.run(ask())
+    assert partitions is not None, f"no broker described {topic} (bootstrap {p.bootstrap})"
     return partitions
 
 
@@ -318,22 +360,31 @@ def test_every_service_turns_healthy_running_the_images_the_script_built(project
     # Given the project started by scripts/compose.sh up
     expected = {name for name, s in _services().items() if "profiles" not in s}
     with_health = {name for name in expected if "healthcheck" in _services()[name]}
-    assert set(BROKERS) <= with_health and set(CONTROLLERS) <= with_health
+    assert BROKERS and CONTROLLERS and set(BROKERS) | set(CONTROLLERS) <= with_health
 
     # When Docker has run the healthchecks, then every service with one is healthy and the rest run
-    def all_healthy() -> dict[str, tuple[str, str | None]] | None:
-        states = project.service_states()
-        ok = set(states) == expected and all(
-            status == "running" and (health == "healthy" or name not in with_health)
-            for name, (status, health) in states.items()
-        )
-        return states if ok else None
+    last: dict[str, tuple[str, str | None]] = {}
 
-    wait_for(all_healthy, "every service healthy", timeout_s=HEALTHY_TIMEOUT_S, interval_s=1.0)
+    def all_healthy() -> dict[str, tuple[str, str | None]] | None:
+        last.update(project.service_states())
+        ok = set(last) == expected and all(
+            status == "running" and (health == "healthy" or name not in with_health)
+            for name, (status, health) in last.items()
+        )
+        return last if ok else None
+
+    try:
+        wait_for(all_healthy, "every service healthy", timeout_s=HEALTHY_TIMEOUT_S, interval_s=1.0)
+    except AssertionError as exc:
+        logs = project.script("logs", "--no-color", "--tail", "15", *sorted(expected), timeout_s=120).stdout
+        raise AssertionError(f"{exc}\nstates: {last}\nlast log lines:\n{logs[-6000:]}") from None
 
     # And the minibroker services run the image's unprivileged user, which owns the data in the volumes
-    for service in [*BROKERS, *CONTROLLERS]:
-        owner = project.script("exec", "-T", service, "stat", "-c", "%U %u", "/var/lib/minibroker")
+    # (asked of every service at once: one `compose exec` is seconds on a busy machine)
+    services = [*BROKERS, *CONTROLLERS]
+    execs = [project.start_script("exec", "-T", s, "stat", "-c", "%U %u", "/var/lib/minibroker") for s in services]
+    for service, proc in zip(services, execs, strict=True):
+        owner = project.finish(proc, 120)
         assert owner.returncode == 0, owner.stderr
         assert owner.stdout.split() == ["minibroker", "10001"], (service, owner.stdout)
 
@@ -509,21 +560,28 @@ def test_chaos_leader_kill_against_the_compose_project_kills_containers_and_is_v
     assert result.returncode == 0, result.stderr[-3000:]
     assert report["valid"] and report["lost_writes"] == 0 and report["acked"] > 0
     (kill,) = report["kills"]
-    # (its new leaders are recorded only when they are seen within 30 s, which a machine at load 30 missed;
-    # leadership moving is the failover test's check)
-    assert kill["restarted"] and kill["isr_full_after_ms"] is not None
+    assert kill["restarted"]
     assert "docker kill broker-" in result.stderr
+    # And the restarted broker is back in every ISR. (The report records its new leaders and the ISR's
+    # return only when it sees them within 30 and 60 s, windows a machine at load 30 missed: times, not
+    # behaviour, so the behaviour is checked here, as the failover test does.)
+    wait_for(
+        lambda: all(len(p["isr"]) == len(p["replicas"]) for p in describe(project, "compose-leader-kill")),
+        "the killed broker back in every ISR",
+        timeout_s=120,
+    )
 
 
-def test_chaos_run_kills_and_pauses_broker_containers_with_a_valid_verdict(project: Project) -> None:
-    result, report = _chaos(project, "run", "--faults", "kill,pause", "--rounds", "2", "--topic", "compose-faults")
+def test_chaos_run_pauses_a_broker_container_with_a_valid_verdict(project: Project) -> None:
+    # `--faults pause,kill` with one round: the pause only. A kill through chaos is leader-kill's test above
+    # (the same docker kill and docker start); a second round here cost one to two minutes more.
+    result, report = _chaos(project, "run", "--faults", "pause,kill", "--rounds", "1", "--topic", "compose-faults")
 
     assert result.returncode == 0, result.stderr[-3000:]
     assert report["valid"] and report["lost_writes"] == 0 and report["zombie_acked"] == 0
-    kill, pause = report["faults"]
-    assert kill["how"].startswith("docker kill broker-")
+    (pause,) = report["faults"]
     assert pause["how"].startswith("docker pause broker-")
-    assert pause["zombie"]["sent"] > 0 and pause["zombie"]["acked"] == 0
+    assert pause["zombie"]["sent"] > 0 and pause["zombie"]["acked"] == 0, pause
     # and nothing is left paused or stopped
     assert all(status == "running" for status, _ in project.service_states().values())
 
@@ -536,6 +594,11 @@ def test_network_faults_are_refused_against_the_compose_project(project: Project
     assert result.stderr.count("\n") == 1, result.stderr
 
 
+@pytest.mark.skipif(
+    not DASHBOARD,
+    reason="the dashboard profile's image and Spark run take minutes: by hand, MINIBROKER_TEST_COMPOSE_DASHBOARD=1 "
+    "(docs/compose.md, Tests)",
+)
 def test_the_dashboard_profile_writes_its_page_from_the_sinks_metrics(project: Project) -> None:
     # Given the sink's volume holding records of every broker (they arrived over MQTT)
     wait_for(lambda: sink_has_every_broker(project), "every broker's metrics in the sink's volume", timeout_s=180)
