@@ -58,7 +58,9 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 SCRIPT = ROOT / "scripts" / "compose.sh"
 PROJECT_PREFIX = "minibroker-test-"
-HEALTHY_TIMEOUT_S = 180.0
+# Three controllers electing, three brokers registering, each healthcheck a CLI start-up in a container:
+# 164 s on a 2-core machine at load 20 (seen), so more than that.
+HEALTHY_TIMEOUT_S = 300.0
 # A JVM and a Spark session in a container: a minute on an idle machine, ten on a 2-core one that
 # is busy with other Spark jobs (seen here).
 DASHBOARD_TIMEOUT_S = 900.0
