@@ -2,9 +2,10 @@
 
 How this works
 --------------
-1. A cluster: the local one in `--dir`, or a fresh 3-broker cluster in a temporary dir (heartbeats every
-   250 ms, session timeout 1000 ms) that is stopped afterwards. A topic with RF 3 and
-   `min.insync.replicas=2`.
+1. A cluster: the local one in `--dir`, the containers of a compose project (`--compose`; the brokers
+   are killed and started through the Docker CLI, cluster/chaos_nodes.py), or a fresh 3-broker cluster
+   in a temporary dir (heartbeats every 250 ms, session timeout 1000 ms) that is stopped afterwards. A
+   topic with RF 3 and `min.insync.replicas=2`.
 2. Load: `--producers` tasks write unique values (`p<producer>-<seq>`) with acks=all through
    `client.producer.Producer` (batch.size, linger.ms, one PRODUCE per broker), round robin over
    partitions; a batch is resent only when the broker answered that it was not written. Each value ends as
@@ -36,9 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
-import signal
 import sys
 import tempfile
 import time
@@ -53,15 +52,13 @@ from client.cluster_client import ClusterClient, ClusterUnavailableError
 from client.consumer import Consumer, read_replica
 from client.producer import NOT_WRITTEN, DeliveryCallback, Producer
 from cluster.chaos_clients import KafkaClientLoad
+from cluster.chaos_nodes import ComposeNodes, LocalNodes, Nodes
 from cluster.chaos_verdict import Claims, Verdict, classify
 from cluster.exit_codes import EXIT_CHECK_FAILED, EXIT_CLIENT_CLAIMS, EXIT_OK
 from cluster.local_cluster import (
     LocalClusterState,
-    ack_journal_path,
     free_ports,
-    pid_alive,
     random_base_address,
-    restart_broker,
     start_cluster,
     stop_cluster,
 )
@@ -154,8 +151,12 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 
 class ChaosRun:
-    def __init__(self, state: LocalClusterState, args: argparse.Namespace, progress: Any) -> None:
+    def __init__(
+        self, state: LocalClusterState, args: argparse.Namespace, progress: Any, nodes: Nodes | None = None
+    ) -> None:
         self.state = state
+        # How a broker is killed, paused and started: its process, or its container (cluster/chaos_nodes.py).
+        self.nodes = nodes if nodes is not None else LocalNodes(state)
         self.args = args
         self.progress = progress
         self.rng = random.Random(args.seed)
@@ -290,21 +291,18 @@ class ChaosRun:
         for leader, _, _ in leaders.values():
             if leader >= 0:
                 counts[leader] += 1
-        alive = {b.node_id for b in self.state.brokers if pid_alive(b.pid)}
+        alive = {b.node_id for b in self.state.brokers if self.nodes.alive(b.node_id)}
         candidates = [b for b in counts if b in alive]
         if not candidates:
             raise RuntimeError("no live leader to kill")
         most = max(counts[b] for b in candidates)
         victim = self.rng.choice(sorted(b for b in candidates if counts[b] == most))
-        info = self.state.broker(victim)
+        pid = self.nodes.pid(victim)
         led = [tp for tp, (leader, _, _) in leaders.items() if leader == victim]
         killed_at = time.monotonic()
-        os.kill(info.pid, signal.SIGKILL)
-        report = KillReport(round_no, victim, info.pid, len(led), int(time.time() * 1000))
-        self.progress(
-            f"round {round_no}/{self.args.rounds}: SIGKILL broker {victim} (pid {info.pid}), "
-            f"leader of {len(led)} partitions"
-        )
+        how = self.nodes.kill(victim)
+        report = KillReport(round_no, victim, pid, len(led), int(time.time() * 1000))
+        self.progress(f"round {round_no}/{self.args.rounds}: {how} (broker {victim}), leader of {len(led)} partitions")
 
         # Wait for every partition it led to get a new leader.
         async def led_elsewhere() -> bool:
@@ -344,10 +342,9 @@ class ChaosRun:
         return report
 
     async def _restart(self, report: KillReport) -> None:
-        info = self.state.broker(report.broker_id)
-        log_offset = Path(info.log).stat().st_size if Path(info.log).exists() else 0
+        log_mark = self.nodes.log_mark(report.broker_id)
         restarted_at = time.monotonic()
-        await restart_broker(self.state, report.broker_id)
+        await self.nodes.restart(report.broker_id)
         report.restarted = True
         client = self._client("chaos-isr")
 
@@ -359,11 +356,7 @@ class ChaosRun:
                 report.isr_full_after_ms = round((time.monotonic() - restarted_at) * 1000.0, 1)
         finally:
             await client.close()
-        with open(info.log, "rb") as f:
-            f.seek(log_offset)
-            report.follower_truncations = sum(
-                1 for line in f if b"truncated" in line and self.args.topic.encode() in line
-            )
+        report.follower_truncations = self.nodes.truncations_since(report.broker_id, log_mark, self.args.topic)
         self.progress(
             f"  broker {report.broker_id} restarted; ISRs full again after {report.isr_full_after_ms} ms; "
             f"{report.follower_truncations} truncation{'' if report.follower_truncations == 1 else 's'}"
@@ -373,9 +366,9 @@ class ChaosRun:
 
     async def converge(self, timeout_s: float = 60.0) -> bool:
         for b in self.state.brokers:
-            if not pid_alive(b.pid):
+            if not self.nodes.alive(b.node_id):
                 self.progress(f"restarting broker {b.node_id} for the final check")
-                await restart_broker(self.state, b.node_id)
+                await self.nodes.restart(b.node_id)
         client = self._client("chaos-verify")
 
         async def converged() -> bool:
@@ -411,7 +404,7 @@ class ChaosRun:
 
     def mark_journals(self) -> None:
         """Note where each broker's journal ends now: what this run's brokers acknowledge follows."""
-        paths = {b.node_id: ack_journal_path(b) for b in self.state.brokers}
+        paths = {b.node_id: self.nodes.ack_journal(b.node_id) for b in self.state.brokers}
         if all(paths.values()):
             self.journals = {node: (path, journal_size(path)) for node, path in paths.items() if path is not None}
 
@@ -775,8 +768,11 @@ async def start_fresh_cluster(directory: Path, overrides: dict[str, str], progre
     )
 
 
-async def run_leader_kill(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
+async def run_leader_kill(args: argparse.Namespace, progress: Any, nodes: ComposeNodes | None = None) -> dict[str, Any]:
+    """Against `nodes` (a compose project), the local cluster in `args.dir`, or a fresh one."""
     fresh_dir: tempfile.TemporaryDirectory[str] | None = None
+    if nodes is not None:
+        return await ChaosRun(nodes.state(), args, progress, nodes).run()
     if args.dir:
         state = LocalClusterState.load(Path(args.dir))
     else:

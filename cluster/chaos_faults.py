@@ -7,7 +7,11 @@ to a topic with RF 3 and min.insync.replicas=2, a consumer watches offsets, and 
 value must be on every replica, once, at the offset it was acked at, replicas byte-identical.
 
 Each round injects one fault, kinds taken in turn from `--faults`, into the broker that leads the most
-partitions (the controller's view; ties by `--seed`):
+partitions (the controller's view; ties by `--seed`). A broker is a process of a local cluster, or a
+container of a compose project (`--compose`), acted on through a `Nodes` (cluster/chaos_nodes.py): the
+kinds below say what is done to a process; a container gets `docker kill`, `docker pause`/`unpause` and
+`docker start`. Network faults need an address per node, which a compose project's brokers do not have
+(they share one network namespace), so they are refused there.
 
 * `kill`: SIGKILL, wait until its partitions have new leaders, restart it;
 * `kill-restart`: SIGKILL and restart at once (back before the controller may have noticed);
@@ -43,7 +47,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import signal
 import time
@@ -55,6 +58,7 @@ from typing import Any
 from client.cluster_client import ClusterClient
 from client.producer import NOT_WRITTEN
 from cluster.chaos import CHAOS_OVERRIDES, ChaosRun, Copies, _ms, render_report, start_fresh_cluster
+from cluster.chaos_nodes import Nodes
 from cluster.chaos_quorum import (
     CONTROLLER_KINDS,
     CONTROLLER_SHAPES,
@@ -68,7 +72,6 @@ from cluster.local_cluster import (
     LocalClusterState,
     node_alive,
     node_pid,
-    restart_broker,
     restart_node,
     signal_process,
     stop_cluster,
@@ -160,9 +163,14 @@ def mark_fault_window(metrics_dir: str, fault: str, target: int, start_ms: int, 
 
 class FaultRun(ChaosRun):
     def __init__(
-        self, state: LocalClusterState, args: argparse.Namespace, progress: Any, net: NetworkFaults | None
+        self,
+        state: LocalClusterState,
+        args: argparse.Namespace,
+        progress: Any,
+        net: NetworkFaults | None,
+        nodes: Nodes | None = None,
     ) -> None:
-        super().__init__(state, args, progress)
+        super().__init__(state, args, progress, nodes)
         self.net = net
         self.faults = parse_faults(args.faults)
         self.fault_rng = random.Random(args.seed)
@@ -218,7 +226,7 @@ class FaultRun(ChaosRun):
         for leader, _, _ in view.values():
             if leader >= 0:
                 counts[leader] += 1
-        alive = {b.node_id for b in self.state.brokers if node_alive(b)}
+        alive = {b.node_id for b in self.state.brokers if self.nodes.alive(b.node_id)}
         candidates = sorted(b for b in counts if b in alive)
         if not candidates:
             raise RuntimeError("no live leader to inject a fault into")
@@ -250,16 +258,11 @@ class FaultRun(ChaosRun):
             raise ValueError(shape)
         return [(leader, o) for o in others] + [(o, leader) for o in others]
 
-    def _log_offsets(self) -> dict[int, int]:
-        return {b.node_id: Path(b.log).stat().st_size if Path(b.log).exists() else 0 for b in self.state.brokers}
+    def _log_marks(self) -> dict[int, Any]:
+        return {b.node_id: self.nodes.log_mark(b.node_id) for b in self.state.brokers}
 
-    def _truncations_since(self, offsets: dict[int, int]) -> int:
-        count = 0
-        for b in self.state.brokers:
-            with contextlib.suppress(OSError), open(b.log, "rb") as f:
-                f.seek(offsets.get(b.node_id, 0))
-                count += sum(1 for line in f if b"truncated" in line and self.args.topic.encode() in line)
-        return count
+    def _truncations_since(self, marks: dict[int, Any]) -> int:
+        return sum(self.nodes.truncations_since(b, mark, self.args.topic) for b, mark in marks.items())
 
     async def fault_round(self, round_no: int, kind: str, shape: str | None) -> FaultReport:
         if is_controller_fault(kind, shape):
@@ -268,7 +271,7 @@ class FaultRun(ChaosRun):
             shape = self.fault_rng.choice(PARTITION_SHAPES)
         victim, led = self._pick_victim()
         report = FaultReport(round_no, kind, shape, victim, led_partitions=len(led))
-        offsets = self._log_offsets()
+        offsets = self._log_marks()
         start = time.monotonic()
         report.window_start_ms = int(time.time() * 1000)
         name = kind + (f":{shape}" if shape else "")
@@ -276,17 +279,14 @@ class FaultRun(ChaosRun):
         hold_s = self.args.fault_ms / 1000.0
         side_task: asyncio.Task[dict[str, Any]] | None = None
         info = self.state.broker(victim)
-        pid = node_pid(info)
         takes_leader_away = kind in TAKES_LEADER_AWAY or shape in SHAPES_TAKING_LEADER_AWAY
         try:
             if kind in ("kill", "kill-restart"):
-                os.kill(pid, signal.SIGKILL)
-                report.how = f"SIGKILL pid {pid}"
+                report.how = self.nodes.kill(victim)
                 if kind == "kill":
                     await self._until(self._moved_away(led, victim), 30.0)
             elif kind == "pause":
-                os.kill(pid, signal.SIGSTOP)
-                report.how = f"SIGSTOP pid {pid}, then SIGCONT"
+                report.how = self.nodes.pause(victim)
                 side_task = asyncio.create_task(self._zombie_probe(victim, led))
                 await self._until(self._moved_away(led, victim), 30.0)
                 await asyncio.sleep(0.3)  # the probe's writes are in the zombie's socket by now
@@ -315,9 +315,9 @@ class FaultRun(ChaosRun):
         finally:
             # heal, whatever happened above
             if kind == "pause":
-                signal_process(pid, signal.SIGCONT)
-            elif kind in ("kill", "kill-restart") and not node_alive(info):
-                await restart_broker(self.state, victim)
+                self.nodes.resume(victim)
+            elif kind in ("kill", "kill-restart") and not self.nodes.alive(victim):
+                await self.nodes.restart(victim)
             elif self.net is not None and kind in NETWORK_KINDS:
                 self.net.heal()
             healed = time.monotonic()
@@ -361,7 +361,7 @@ class FaultRun(ChaosRun):
         info = self.state.controller(old.voter)
         partitions = sorted(self._view(), key=str)  # the brokers' leaderships: they should all stay
         report = FaultReport(round_no, kind, shape, old.voter)
-        offsets = self._log_offsets()
+        offsets = self._log_marks()
         name = kind + (f":{shape}" if shape else "")
         self.progress(
             f"round {round_no}/{self.args.rounds}: {name} on controller {old.voter} (the active controller, "
@@ -373,11 +373,11 @@ class FaultRun(ChaosRun):
         healed: float | None = None
         try:
             if kind == "kill-controller":
-                os.kill(pid, signal.SIGKILL)
+                signal_process(pid, signal.SIGKILL)
                 report.how = f"SIGKILL pid {pid}, restarted once another voter led"
                 await watch.until(lambda: watch.back(old, start, None) is not None, 30.0)
             elif kind == "pause-controller":
-                os.kill(pid, signal.SIGSTOP)
+                signal_process(pid, signal.SIGSTOP)
                 report.how = f"SIGSTOP pid {pid} for {self.args.fault_ms} ms, then SIGCONT"
                 await asyncio.sleep(self.args.fault_ms / 1000.0)
             else:
@@ -630,7 +630,9 @@ async def run_faults(
     fresh_dir: Path | None,
     progress: Any,
     net: NetworkFaults | None,
+    nodes: Nodes | None = None,
 ) -> dict[str, Any]:
+    """Against `state` (a local cluster, or a compose project's with its `nodes`), or a fresh cluster."""
     if state is None:
         assert fresh_dir is not None
         state = await start_fresh_cluster(fresh_dir, dict(CHAOS_OVERRIDES), progress)
@@ -638,7 +640,7 @@ async def run_faults(
             return await FaultRun(state, args, progress, net).run()
         finally:
             stop_cluster(state, timeout_s=10.0)
-    return await FaultRun(state, args, progress, net).run()
+    return await FaultRun(state, args, progress, net, nodes).run()
 
 
 def resume_all(cluster_dir: Path) -> None:

@@ -1,5 +1,7 @@
 """`minibroker chaos leader-kill|run|heal`: fault injection with a verdict (cluster/chaos.py,
-cluster/chaos_faults.py), and the removal of whatever a run left behind."""
+cluster/chaos_faults.py), and the removal of whatever a run left behind. The experiments run against a
+local cluster (`--dir`), a fresh one, or the containers of a compose project (`--compose`,
+cluster/chaos_nodes.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 from cluster.chaos import finish_report, render_report, run_leader_kill
 from cluster.chaos_clients import CLIENTS, ClientMissing, check_client
 from cluster.chaos_faults import NETWORK_KINDS, parse_faults, render_fault_report, resume_all, run_faults
+from cluster.chaos_nodes import ComposeNodes
 from cluster.chaos_quorum import MIN_CONTROLLERS, is_controller_fault
 from cluster.cli.common import DEFAULT_DIR, CliError, Option, Subcommands, add_options, run_async
 from cluster.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -26,6 +29,17 @@ OPTIONS: dict[str, Option] = {
     "--rounds": {"type": int},
     "--seed": {"type": int, "default": 0},
     "--dir": {"help": "use the running local cluster in this dir (default: a fresh 3-broker cluster in a temp dir)"},
+    "--compose": {
+        "nargs": "?",
+        "const": "docker-compose.yml",
+        "metavar": "FILE",
+        "help": "use the running compose project of this file (default docker-compose.yml): its broker containers "
+        "are killed, paused and started through the Docker CLI (docs/compose.md)",
+    },
+    "--compose-project": {
+        "metavar": "NAME",
+        "help": "with --compose: the project name, as `docker compose -p` (default: Compose's own choice)",
+    },
     "--json": {"metavar": "FILE", "help": "write the JSON report here ('-' for stdout)"},
     "--topic": {"default": "chaos"},
     "--partitions": {"type": int, "default": 6},
@@ -69,14 +83,33 @@ def _check_client(args: argparse.Namespace) -> None:
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
+def _compose_nodes(args: argparse.Namespace) -> ComposeNodes | None:
+    """The compose project named by --compose, read from its containers; None without --compose."""
+    if args.compose is None:
+        if args.compose_project:
+            raise CliError("--compose-project needs --compose", EXIT_USAGE)
+        return None
+    if args.dir:
+        raise CliError("--dir and --compose name two clusters: give one", EXIT_USAGE)
+    if not Path(args.compose).is_file():
+        raise CliError(f"--compose: no compose file {args.compose}", EXIT_USAGE)
+    return ComposeNodes.load(args.compose, args.compose_project)
+
+
 def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
     _check_client(args)
     if args.rounds < 1 or args.interval_ms < 0 or args.producers < 1 or args.partitions < 1 or args.down_ms < 0:
         raise CliError(
             "--rounds, --producers and --partitions must be >= 1, --interval-ms and --down-ms >= 0", EXIT_USAGE
         )
+    if args.metrics_dir and (args.dir or args.compose is not None):
+        raise CliError("--metrics-dir is for a fresh cluster only", EXIT_USAGE)
+    nodes = _compose_nodes(args)
     if not args.restart:
-        brokers = len(LocalClusterState.load(Path(args.dir)).brokers) if args.dir else 3
+        if nodes is not None:
+            brokers = len(nodes.brokers)
+        else:
+            brokers = len(LocalClusterState.load(Path(args.dir)).brokers) if args.dir else 3
         if args.rounds >= brokers:
             # Each round kills a broker for good: the last would leave none to lead or to check.
             raise CliError(
@@ -84,7 +117,7 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
                 f"all {brokers}: add --restart, or use at most {brokers - 1} rounds",
                 EXIT_USAGE,
             )
-    report = run_async(run_leader_kill(args, _progress))
+    report = run_async(run_leader_kill(args, _progress, nodes))
     return finish_report(report, args.json, render_report(report))
 
 
@@ -112,7 +145,25 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
     needs_net, on_controllers = _run_checks(args)
     temp: tempfile.TemporaryDirectory[str] | None = None
     state: LocalClusterState | None = None
-    if args.dir:
+    nodes = _compose_nodes(args)
+    if nodes is not None:
+        if needs_net:
+            raise CliError(
+                f"{', '.join(needs_net)}: network faults need an address per node, and "
+                f"{nodes.network_faults_refused()}; against a compose project use kill, kill-restart and pause",
+                EXIT_USAGE,
+            )
+        if on_controllers:
+            raise CliError(
+                f"{', '.join(on_controllers)}: controller faults act on local processes; against a compose "
+                "project use kill, kill-restart and pause on the brokers (or `docker compose kill controller-N`)",
+                EXIT_USAGE,
+            )
+        state = nodes.state()
+        if len(state.brokers) != 3:
+            raise CliError("chaos run needs a cluster of exactly 3 brokers", EXIT_USAGE)
+        cluster_dir = Path(state.dir)
+    elif args.dir:
         cluster_dir = Path(args.dir).resolve()
         state = LocalClusterState.load(cluster_dir)
         hosts = [n.host for n in state.nodes]
@@ -141,7 +192,7 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        report = run_async(run_faults(args, state, None if state else cluster_dir, _progress, net))
+        report = run_async(run_faults(args, state, None if state else cluster_dir, _progress, net, nodes))
     except KeyboardInterrupt:
         print("minibroker: interrupted; faults removed", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -151,7 +202,10 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
         # Whatever happened: no rule of ours stays behind, no node stays paused.
         if net is not None:
             net.remove()
-        resume_all(cluster_dir)
+        if nodes is not None:
+            nodes.resume_all()
+        else:
+            resume_all(cluster_dir)
         signal.signal(signal.SIGTERM, previous)
         if temp is not None:
             with contextlib.suppress(OSError):
@@ -183,7 +237,7 @@ def register(sub: Subcommands) -> None:
         "acks=all, then check for lost writes, duplicates, inconsistent offsets, divergent replicas and "
         "offsets going backwards. " + VERDICT_HELP,
     )
-    add_options(p, OPTIONS, "--rounds", "--dir", rounds=3)
+    add_options(p, OPTIONS, "--rounds", "--dir", "--compose", "--compose-project", rounds=3)
     p.add_argument("--interval-ms", type=int, default=3000, help="time between kills")
     add_options(p, OPTIONS, "--seed")
     p.add_argument("--restart", action="store_true", help="restart each killed broker before the next kill")
@@ -210,7 +264,7 @@ def register(sub: Subcommands) -> None:
         "and the oracle's verdict on acks=all writes. " + VERDICT_HELP,
     )
     p.add_argument("--faults", default="kill,pause,partition,delay", help="comma-separated fault kinds")
-    add_options(p, OPTIONS, "--rounds", "--seed", "--dir", rounds=4)
+    add_options(p, OPTIONS, "--rounds", "--seed", "--dir", "--compose", "--compose-project", rounds=4)
     p.add_argument("--fault-ms", type=int, default=3000, help="how long each fault lasts (at least until failover)")
     p.add_argument("--interval-ms", type=int, default=500, help="time between a fault's recovery and the next")
     add_options(

@@ -9,9 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cluster.local_cluster import LocalClusterState, ProcessInfo, free_ports, start_cluster, stop_cluster
 from network.connection import BrokerConnection
@@ -149,6 +150,18 @@ async def wait_until(predicate, timeout_s: float = 20.0, interval_s: float = 0.0
             return last
         await asyncio.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 30.0, interval_s: float = 0.2) -> Any:
+    """wait_until for code outside an event loop (tests driving processes and the Docker CLI)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {result!r})")
+        time.sleep(interval_s)
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ from cluster.local_cluster import free_ports
 from metrics.file_sink import read_records
 from network.connection import BrokerConnection
 from protocol.messages import MetadataRequest
+from tests.integration.processes import wait_for
 from tests.metrics.mosquitto import Mosquitto
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -296,17 +297,6 @@ class LocalCompose:
                     p.proc.wait(timeout=10)
         for log in self._logs:
             log.close()
-
-
-def wait_for(predicate: Any, what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {result!r})")
-        time.sleep(0.2)
 
 
 def metadata_brokers(address: str) -> dict[int, str]:
