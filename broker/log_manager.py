@@ -17,6 +17,7 @@ from pathlib import Path
 
 from protocol.errors import KafkaStorageError
 from protocol.messages import TopicPartition
+from server_common.replication_observer import NO_OBSERVER, ReplicationObserver
 from server_common.storage import write_atomically
 from server_common.time import Time
 from storage.checkpoint import HighWatermarkCheckpoint
@@ -36,9 +37,17 @@ def log_dir_name(tp: TopicPartition) -> str:
 
 
 class LogManager:
-    def __init__(self, log_dir: Path, config: LogConfig, time: Time, storage: Storage = OS_STORAGE) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        config: LogConfig,
+        time: Time,
+        storage: Storage = OS_STORAGE,
+        observer: ReplicationObserver = NO_OBSERVER,
+    ) -> None:
         self.log_dir = log_dir
         self.storage = storage
+        self.observer = observer  # given to every log opened here
         self.config = config
         self.time = time
         self.logs: dict[TopicPartition, Log] = {}
@@ -63,7 +72,7 @@ class LogManager:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        log_ = Log.open(self.log_dir / log_dir_name(tp), config or self.config, self.time, self.storage)
+        log_ = Log.open(self.log_dir / log_dir_name(tp), config or self.config, self.time, self.storage, self.observer)
         hw = self._checkpointed_hw.get((tp.topic, tp.partition))
         if hw is not None:
             log_.update_high_watermark(hw)

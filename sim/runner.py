@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import shutil
 import tempfile
 import time as wall
 import traceback
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.partition import Partition
-from broker.replica_manager import FetchParams, ReplicaManager
 from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
 from server_common.poll import wait_until
 from sim.checker import Checker, Violation
@@ -36,7 +32,6 @@ from sim.loop import VirtualTimeLoop
 from sim.timeline import Recorder
 from sim.trace import Trace
 from sim.workload import Consumer, Producer, WriteHistory
-from storage.log import Log
 
 ADMIN_ID = 999
 CHECK_INTERVAL_S = 0.05
@@ -143,121 +138,6 @@ class _Progress:
         if state != self._last:
             self._last, self.since = state, now
         return now - self.since
-
-
-def _inside(root: Path) -> Callable[[Path], bool]:
-    """Whether a log's dir is under `root`: a prefix test of the path's (cached) string, since this runs on
-    every follower position and FETCH answer (`Path.is_relative_to` parses both paths each time: it had
-    cost 8% of a seed's CPU)."""
-    prefix = os.path.join(str(root), "")
-
-    def inside(path: Path) -> bool:
-        return str(path).startswith(prefix)
-
-    return inside
-
-
-@contextmanager
-def _traced_truncations(trace: Trace, root: Path, on_cut: Callable[[], None] = lambda: None) -> Iterator[None]:
-    """Every cut of a replica's log under `root` goes into the trace (broker, partition, where the log now
-    ends), so runs that truncate differently have different hashes. Kafka logs the same line."""
-    cut_to, cut_fully = Log.truncate_to, Log.truncate_fully_and_start_at
-    inside = [0]
-    ours = _inside(root)
-
-    def event(log: Log, offset: int) -> None:
-        on_cut()
-        broker = log.dir.parent.name.removeprefix("broker-")
-        if inside[0] == 0 and ours(log.dir) and broker.isdigit():
-            tp = f"{log.topic}-{log.partition}"
-            trace.event(int(broker), "truncate", tp=tp, to=offset, leo=log.log_end_offset, hw=log.high_watermark)
-
-    def truncate_to(self: Log, target_offset: int) -> bool:
-        inside[0] += 1
-        try:
-            cut = cut_to(self, target_offset)
-        finally:
-            inside[0] -= 1
-        if cut:
-            event(self, target_offset)
-        return cut
-
-    def truncate_fully_and_start_at(self: Log, new_offset: int) -> None:
-        cut_fully(self, new_offset)
-        event(self, new_offset)
-
-    Log.truncate_to = truncate_to  # type: ignore[method-assign]
-    Log.truncate_fully_and_start_at = truncate_fully_and_start_at  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Log.truncate_to = cut_to  # type: ignore[method-assign]
-        Log.truncate_fully_and_start_at = cut_fully  # type: ignore[method-assign]
-
-
-@contextmanager
-def _watched_follower_positions(
-    checker: Checker, root: Path, report: Callable[[Violation], None], failed: Callable[[], bool]
-) -> Iterator[None]:
-    """Every follower position a leader under `root` records, and every answer to a follower's FETCH, goes to
-    the checker as it is made (`stale_incarnation_recorded`, `follower_position_not_held`,
-    `stale_epoch_served`). A violation is reported to the run, not raised into the broker's request handler."""
-    record = Partition.update_follower_fetch_state
-    ours = _inside(root)
-    # The leader epoch each partition of the FETCH being answered names (read_and_record runs through
-    # without yielding, so this is the request whose positions are being recorded).
-    requested: dict[TopicPartition, int] = {}
-
-    def update_follower_fetch_state(
-        self: Partition,
-        replica_id: int,
-        fetch_offset: int,
-        follower_log_start_offset: int,
-        fetch_time_ms: int,
-        leader_end_offset: int,
-        broker_epoch: int = -1,
-    ) -> bool:
-        remote = self.remote_replicas.get(replica_id)
-        heard = remote.broker_epoch if remote is not None else -1  # what KIP-903's refusal compares with
-        known = record(
-            self, replica_id, fetch_offset, follower_log_start_offset, fetch_time_ms, leader_end_offset, broker_epoch
-        )
-        if known and not failed() and ours(self.log.dir):
-            try:
-                checker.on_follower_fetch_recorded(self, replica_id, fetch_offset, broker_epoch, heard)
-                epoch = requested.get(self.topic_partition, -1)
-                checker.on_follower_position(self, replica_id, fetch_offset, broker_epoch, epoch)
-            except Violation as v:
-                report(v)
-        return known
-
-    read_and_record = ReplicaManager.read_and_record
-
-    def answered(self: ReplicaManager, params: FetchParams, infos: list[Any]) -> list[Any]:
-        requested.clear()
-        requested.update({TopicPartition(i.topic, i.partition): i.current_leader_epoch for i in infos})
-        try:
-            answers = read_and_record(self, params, infos)
-        finally:
-            requested.clear()
-        if params.is_from_follower:
-            for info, answer in zip(infos, answers, strict=True):
-                partition = self.partitions.get(TopicPartition(info.topic, info.partition))
-                if partition is None or failed() or not ours(partition.log.dir):
-                    continue
-                try:
-                    checker.on_fetch_answered(partition, params.replica_id, info.current_leader_epoch, answer)
-                except Violation as v:
-                    report(v)
-        return answers
-
-    Partition.update_follower_fetch_state = update_follower_fetch_state  # type: ignore[method-assign]
-    ReplicaManager.read_and_record = answered  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Partition.update_follower_fetch_state = record  # type: ignore[method-assign]
-        ReplicaManager.read_and_record = read_and_record  # type: ignore[method-assign]
 
 
 def _scratch_dir() -> Path:
@@ -490,13 +370,13 @@ async def _run(
         if not failure.done():
             failure.set_result(violation)
 
-    with (
-        _traced_truncations(trace, root, checker.on_log_cut),
-        _watched_follower_positions(checker, root, report, failure.done),
-    ):
-        main = guarded(scenario())
-        guarded(ticker())
-        await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
+    # The brokers' replication events (sim/observe.py) go to this run's checker from here to the end.
+    observer = cluster.observer
+    observer.checker, observer.report, observer.failed = checker, report, failure.done
+    main = guarded(scenario())
+    guarded(ticker())
+    await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
+    observer.watching = False
     result.timeline = list(trace.recent[-80:])
     if recorder is not None:
         recorder.sample(cluster, asyncio.get_running_loop().time() * 1000.0)

@@ -1,0 +1,112 @@
+"""How a run hears what its brokers' replication does: one `ReplicationObserver` per broker incarnation.
+
+How this works
+--------------
+`SimCluster` builds every `BrokerNode` with a `BrokerObserver` of its own (server_common/
+replication_observer.py: the node's log manager, logs and replica manager call it as things happen), all
+reporting to the run's `RunObserver`, which owns the run's trace and checker. Nothing is shared between
+runs, so two clusters in one process (a test, a sweep's threads) never see each other's events, and no
+broker class is changed for a run.
+
+What each event does:
+
+- `log_truncated`: a `truncate` line in the trace (runs that cut logs differently get different hashes;
+  Kafka logs the same line) and `Checker.on_log_cut`, which judges follower positions afresh;
+- `follower_fetch_recorded`: `Checker.on_follower_fetch_recorded` (`stale_incarnation_recorded`) and
+  `Checker.on_follower_position` (`follower_position_not_held`), on the leader's partition as the
+  leader records the fetch;
+- `follower_fetch_answered`: `Checker.on_fetch_answered` (`stale_epoch_served`) for each partition.
+
+A violation found in an event is reported to the run (`RunObserver.report`), never raised into the
+broker's request handler; after the run's first failure, and once the run has ended, events are ignored,
+as the checks are over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from protocol.messages import FetchPartition, FetchPartitionResponse, TopicPartition
+from server_common.replication_observer import ReplicationObserver
+from sim.checker import Checker, Violation
+from sim.trace import Trace
+
+if TYPE_CHECKING:
+    from broker.broker_node import BrokerNode
+
+
+class RunObserver:
+    """The events of one run's brokers, for that run's trace and checker."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.checker: Checker | None = None  # set once the run has built it (it reads the cluster)
+        self.report: Callable[[Violation], None] = lambda violation: None
+        self.failed: Callable[[], bool] = lambda: False
+        self.watching = True  # False once the run has ended: the brokers it closes tell nothing more
+
+    def broker(self, broker_id: int) -> BrokerObserver:
+        """The observer of one incarnation of broker `broker_id` (its `node` is set once it is built)."""
+        return BrokerObserver(broker_id, self)
+
+    def _judging(self) -> Checker | None:
+        """The checker, while events are still judged."""
+        return self.checker if self.watching and not self.failed() else None
+
+
+class BrokerObserver(ReplicationObserver):
+    def __init__(self, broker_id: int, run: RunObserver) -> None:
+        self.broker_id = broker_id
+        self.run = run
+        self.node: BrokerNode | None = None
+
+    def log_truncated(
+        self, topic_partition: TopicPartition, to_offset: int, log_end_offset: int, high_watermark: int
+    ) -> None:
+        run = self.run
+        if not run.watching:
+            return
+        if run.checker is not None:
+            run.checker.on_log_cut()
+        run.trace.event(
+            self.broker_id, "truncate", tp=str(topic_partition), to=to_offset, leo=log_end_offset, hw=high_watermark
+        )
+
+    def follower_fetch_recorded(
+        self,
+        topic_partition: TopicPartition,
+        follower_id: int,
+        fetch_offset: int,
+        broker_epoch: int,
+        previous_broker_epoch: int,
+        requested_leader_epoch: int,
+    ) -> None:
+        checker = self.run._judging()
+        if checker is None or self.node is None:
+            return
+        partition = self.node.replica_manager.partitions.get(topic_partition)
+        if partition is None:
+            return
+        try:
+            position = fetch_offset
+            checker.on_follower_fetch_recorded(partition, follower_id, position, broker_epoch, previous_broker_epoch)
+            checker.on_follower_position(partition, follower_id, position, broker_epoch, requested_leader_epoch)
+        except Violation as v:
+            self.run.report(v)
+
+    def follower_fetch_answered(
+        self, follower_id: int, requests: list[FetchPartition], answers: list[FetchPartitionResponse]
+    ) -> None:
+        if self.node is None:
+            return
+        partitions = self.node.replica_manager.partitions
+        for request, answer in zip(requests, answers, strict=True):
+            checker = self.run._judging()
+            partition = partitions.get(TopicPartition(request.topic, request.partition))
+            if checker is None or partition is None:
+                continue
+            try:
+                checker.on_fetch_answered(partition, follower_id, request.current_leader_epoch, answer)
+            except Violation as v:
+                self.run.report(v)
