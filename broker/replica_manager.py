@@ -524,6 +524,7 @@ class ReplicaManager:
             min_insync_replicas=min_isr,
             isr_sink=self.isr_sink,
             is_broker_eligible=lambda broker_id: self.is_broker_eligible(broker_id),
+            observer=self.observer,
         )
         self.partitions[tp] = partition
         self.stopped_replicas.discard(tp)

@@ -3,9 +3,11 @@
 How this works
 --------------
 A node's parts take one `ReplicationObserver` when they are built (`BrokerNode(observer=...)` hands it to
-its `LogManager`, which gives it to every `Log` it opens, and to its `ReplicaManager`) and call one method
-per event, at the moment it happens, with what happened as plain values. The default, `NO_OBSERVER`,
-does nothing: a broker process never passes another, and an event costs it one call of an empty method.
+its `LogManager`, which gives it to every `Log` it opens, and to its `ReplicaManager`, which gives it to
+every `Partition`) and call one method per event, at the moment it happens, with what happened as plain
+values. The default, `NO_OBSERVER`, does nothing: a broker process never passes another, and an event
+costs it one call of an empty method (about 0.05 µs: one per partition position a leader records, one
+per FETCH it answers a follower).
 Nothing is global: each node (each incarnation of a node) has its own observer, so two clusters in one
 process never see each other's events.
 
@@ -60,6 +62,15 @@ class ReplicationObserver:
         """The leader answered a FETCH from follower `follower_id`: `answers[i]` (an error, a diverging epoch,
         records, or nothing) is the answer to `requests[i]`. Told once per answer, after every position it
         records was recorded, also when a parked fetch completes."""
+
+    # -- the ISR (broker.partition.Partition, as leader) --------------------------------------------
+
+    def isr_change_proposed(
+        self, topic_partition: TopicPartition, leader_epoch: int, isr: frozenset[int], proposed_isr: frozenset[int]
+    ) -> None:
+        """The leader of `topic_partition` at `leader_epoch` proposes `proposed_isr` in place of the committed
+        `isr` (an expansion adds followers, a shrink drops them). Told before the proposal is sent, with
+        the leader's state as it decided (nothing is pending yet)."""
 
 
 #: The observer of a node nobody watches.

@@ -27,7 +27,21 @@ has learned was committed. Checks, by the name a violation reports:
   (`on_follower_fetch_recorded`);
 - `stale_epoch_served`: a leader answered a follower's FETCH that names an older leader epoch than its own
   without an error (records, a diverging epoch, or nothing, its position counted), where KIP-320's fencing
-  answers FENCED_LEADER_EPOCH (`on_fetch_answered`).
+  answers FENCED_LEADER_EPOCH (`on_fetch_answered`);
+- `isr_expansion_against_rule`: an ISR expansion that Kafka's rule (`Partition.maybeExpandIsr`) does not
+  allow. Judged where it is proposed (`on_isr_change_proposed`): the leader adds a follower only while no
+  other ISR change of its is pending, only a replica of the partition that its metadata lists as live
+  (unfenced, not shutting down: KIP-841), and only once the follower's position as the leader recorded it
+  has reached both the leader's HW and the start offset of the leader's current epoch (KAFKA-7128; read
+  from the leader's batches, not from its epoch cache). And where it is committed (`on_metadata`): an ISR
+  the controller grows under the same leader and epoch (an ALTER_PARTITION) adds only brokers its image
+  has active;
+- `producer_state_differs`: a replica's idempotent-producer state (per producer id: the epoch and the
+  sequence and offset ranges of its last five batches, hence its last sequence) is not what the batches in
+  its log give, read from the log start. Judged after every truncation of a log (`check_producer_state`: the
+  state is rebuilt then, and a wrong rebuild shows at once, long before a resend it misjudges) and on every
+  replica at the end of a run (`check_producer_states`); not judged on a log whose start has moved past 0,
+  whose state may rightly remember producers whose batches were deleted.
 
 Losses are excused, and counted, only where Kafka promises nothing, by one of three rules:
 
@@ -47,15 +61,17 @@ Losses are excused, and counted, only where Kafka promises nothing, by one of th
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from broker.broker_node import BrokerNode
 from protocol.errors import KafkaError
 from protocol.messages import TopicPartition
-from protocol.record_batch import iter_headers, iter_records
+from protocol.record_batch import iter_headers, iter_records, next_sequence
 from sim.trace import Trace
 from sim.workload import WriteHistory, record_id
+from storage.producer_state import BATCHES_PER_PRODUCER
 
 CHECKS = (
     "acked_write_lost",
@@ -70,7 +86,10 @@ CHECKS = (
     "follower_position_not_held",
     "stale_incarnation_recorded",
     "stale_epoch_served",
-    "no_progress",  # sim.runner's liveness check
+    "isr_expansion_against_rule",
+    "producer_state_differs",
+    "no_progress",  # sim.runner's liveness checks
+    "not_converged",
 )
 
 
@@ -183,6 +202,90 @@ class Checker:
         """A replica's log was truncated: positions judged before are judged again."""
         self.log_cuts += 1
 
+    def on_isr_change_proposed(
+        self,
+        partition: Any,
+        isr: frozenset[int],
+        proposed: frozenset[int],
+        live_brokers: Collection[int],
+    ) -> None:
+        """The leader of `partition` proposes `proposed` for its committed `isr`; `live_brokers` are the brokers
+        its metadata lists as live. An expansion must keep Kafka's rule (maybeExpandIsr)."""
+        tp = partition.topic_partition
+        added = sorted(proposed - isr)
+        if not added or tp not in self.committed:
+            return
+        leader, log = partition.local_broker_id, partition.log
+        hw = log.high_watermark
+        start = self._epoch_start(leader, tp, log, partition.leader_epoch)
+        broken: list[str] = []
+        if partition.pending_isr is not None:
+            broken.append(f"its proposal of {sorted(partition.pending_isr.proposed)} was still pending")
+        for follower in added:
+            remote = partition.remote_replicas.get(follower)
+            position = -1 if remote is None else remote.log_end_offset
+            if follower not in partition.assignment:
+                broken.append(f"{follower} is not a replica ({partition.assignment})")
+            if follower not in live_brokers:
+                broken.append(f"its metadata lists {follower} as fenced or shutting down")
+            if position < hw:
+                broken.append(f"{follower} is at {position}, below the HW {hw}")
+            if position < start:
+                broken.append(
+                    f"{follower} is at {position}, below the start offset {start} of epoch {partition.leader_epoch}"
+                )
+        if broken:
+            self.fail(
+                "isr_expansion_against_rule",
+                f"{tp}: leader {leader} (epoch {partition.leader_epoch}) proposed ISR {sorted(proposed)} for "
+                f"{sorted(isr)} although " + "; ".join(broken),
+            )
+
+    def _epoch_start(self, broker_id: int, tp: TopicPartition, log: Any, epoch: int) -> int:
+        """The first offset of leader epoch `epoch` in a leader's log, read from its batches: where it began
+        leading at that epoch (its log end then, where nothing has been written in it since)."""
+        end, start = int(log.log_end_offset), int(log.log_start_offset)
+        epochs = self._view(broker_id, tp, log).epochs if end > start else []
+        for offset in range(len(epochs) - 1, start - 1, -1):
+            if epochs[offset] < epoch:
+                return offset + 1
+        return start if epochs else end
+
+    def check_producer_states(self) -> None:
+        """Every live replica's producer state against its log (at the end of a run)."""
+        for b, node in sorted(self.cluster.brokers.items()):
+            for tp, partition in sorted(node.replica_manager.partitions.items()):
+                self.check_producer_state(b, tp, partition.log)
+
+    def check_producer_state(self, broker_id: int, tp: TopicPartition, log: Any) -> None:
+        if log.log_start_offset != 0 or getattr(log, "offline_reason", None) is not None:
+            return
+        try:
+            data = memoryview(log.read(0, 1 << 30)) if log.log_end_offset > 0 else memoryview(b"")
+        except KafkaError:
+            return
+        from_log: dict[int, tuple[int, list[tuple[int, int, int, int]]]] = {}
+        for header in iter_headers(data):
+            if header.producer_id < 0:
+                continue
+            epoch, batches = from_log.get(header.producer_id, (header.producer_epoch, []))
+            if epoch != header.producer_epoch:
+                epoch, batches = header.producer_epoch, []  # a new epoch starts the producer's batches afresh
+            last_seq = next_sequence(header.base_sequence, header.last_offset_delta)
+            batches = [*batches, (header.base_sequence, last_seq, header.base_offset, header.last_offset)]
+            from_log[header.producer_id] = (epoch, batches[-BATCHES_PER_PRODUCER:])
+        state = {e.producer_id: (e.producer_epoch, [b[:4] for b in e.batches]) for e in log.producer_state}
+        if state == from_log:
+            return
+        differing = sorted(p for p in set(state) | set(from_log) if state.get(p) != from_log.get(p))
+        pid = differing[0]
+        self.fail(
+            "producer_state_differs",
+            f"{tp} on broker {broker_id} (log end {log.log_end_offset}): producer {pid} is "
+            f"{_producer(state.get(pid))} in its producer state but {_producer(from_log.get(pid))} in its log's "
+            f"batches ({len(differing)} producer(s) differ)",
+        )
+
     def on_crash(self, broker_id: int, lost_unflushed: bool) -> None:
         self.log_cuts += 1
         for tp in self.partitions:
@@ -209,12 +312,20 @@ class Checker:
         # down joins on a fetch from before the crash (the expansion was committed after it, or the fetch
         # arrived late): its disk may not have kept what that fetch says it had.
         up = self.cluster.brokers
-        for b in sorted(set(isr) - set(before[2] if before else ())):
+        joined = sorted(set(isr) - set(before[2] if before else ()))
+        for b in joined:
             if b in up:
                 lost.discard(b)
             elif b in lost:
                 self.trace.event("checker", "isr-join-while-down", tp=str(tp), broker=b, isr=list(isr))
         elected = before is None or (before[0], before[1]) != (state.leader, state.leader_epoch)
+        inactive = [b for b in joined if (r := image.brokers.get(b)) is None or not r.is_active]
+        if not elected and inactive:
+            self.fail(
+                "isr_expansion_against_rule",
+                f"{tp}: the controller put {inactive} in the ISR {list(isr)} of leader {state.leader} (epoch "
+                f"{state.leader_epoch}), fenced or shutting down",
+            )
         if elected:
             self.without_data_leadership.pop(tp, None)
         if elected and before is not None and state.leader >= 0 and state.leader not in before[2]:
@@ -618,3 +729,12 @@ class Checker:
                     }
                 )
         return rows
+
+
+def _producer(entry: tuple[int, list[tuple[int, int, int, int]]] | None) -> str:
+    """One producer's entry, as a violation names it."""
+    if entry is None:
+        return "absent"
+    epoch, batches = entry
+    ranges = ", ".join(f"seq {a}-{b} at {c}-{d}" for a, b, c, d in batches)
+    return f"epoch {epoch}, last batches [{ranges}]"

@@ -11,11 +11,14 @@ broker class is changed for a run.
 What each event does:
 
 - `log_truncated`: a `truncate` line in the trace (runs that cut logs differently get different hashes;
-  Kafka logs the same line) and `Checker.on_log_cut`, which judges follower positions afresh;
+  Kafka logs the same line), `Checker.on_log_cut`, which judges follower positions afresh, and
+  `Checker.check_producer_state` on the log that was cut (`producer_state_differs`);
 - `follower_fetch_recorded`: `Checker.on_follower_fetch_recorded` (`stale_incarnation_recorded`) and
   `Checker.on_follower_position` (`follower_position_not_held`), on the leader's partition as the
   leader records the fetch;
-- `follower_fetch_answered`: `Checker.on_fetch_answered` (`stale_epoch_served`) for each partition.
+- `follower_fetch_answered`: `Checker.on_fetch_answered` (`stale_epoch_served`) for each partition;
+- `isr_change_proposed`: `Checker.on_isr_change_proposed` (`isr_expansion_against_rule`), with the
+  brokers the leader's metadata lists as live.
 
 A violation found in an event is reported to the run (`RunObserver.report`), never raised into the
 broker's request handler; after the run's first failure, and once the run has ended, events are ignored,
@@ -25,7 +28,7 @@ as the checks are over.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from protocol.messages import FetchPartition, FetchPartitionResponse, TopicPartition
 from server_common.replication_observer import ReplicationObserver
@@ -72,6 +75,15 @@ class BrokerObserver(ReplicationObserver):
         run.trace.event(
             self.broker_id, "truncate", tp=str(topic_partition), to=to_offset, leo=log_end_offset, hw=high_watermark
         )
+        checker = run._judging()
+        # A log being opened (its recovery cut it) is not the log manager's yet: judged at the end of the run.
+        log = None if self.node is None else self.node.log_manager.logs.get(topic_partition)
+        if checker is None or log is None:
+            return
+        try:
+            checker.check_producer_state(self.broker_id, topic_partition, log)
+        except Violation as v:
+            run.report(v)
 
     def follower_fetch_recorded(
         self,
@@ -82,18 +94,36 @@ class BrokerObserver(ReplicationObserver):
         previous_broker_epoch: int,
         requested_leader_epoch: int,
     ) -> None:
-        checker = self.run._judging()
-        if checker is None or self.node is None:
+        judged = self._judged(topic_partition)
+        if judged is None:
             return
-        partition = self.node.replica_manager.partitions.get(topic_partition)
-        if partition is None:
-            return
+        checker, partition = judged
         try:
             position = fetch_offset
             checker.on_follower_fetch_recorded(partition, follower_id, position, broker_epoch, previous_broker_epoch)
             checker.on_follower_position(partition, follower_id, position, broker_epoch, requested_leader_epoch)
         except Violation as v:
             self.run.report(v)
+
+    def isr_change_proposed(
+        self, topic_partition: TopicPartition, leader_epoch: int, isr: frozenset[int], proposed_isr: frozenset[int]
+    ) -> None:
+        judged = self._judged(topic_partition)
+        if judged is None or self.node is None:
+            return
+        checker, partition = judged
+        try:
+            checker.on_isr_change_proposed(partition, isr, proposed_isr, self.node.metadata_cache.brokers)
+        except Violation as v:
+            self.run.report(v)
+
+    def _judged(self, topic_partition: TopicPartition) -> tuple[Checker, Any] | None:
+        """The run's checker and this broker's replica of `topic_partition`, while the run judges."""
+        checker = self.run._judging()
+        if checker is None or self.node is None:
+            return None
+        partition = self.node.replica_manager.partitions.get(topic_partition)
+        return None if partition is None else (checker, partition)
 
     def follower_fetch_answered(
         self, follower_id: int, requests: list[FetchPartition], answers: list[FetchPartitionResponse]

@@ -5,7 +5,8 @@ given) give the same trace hash. The run has three phases on virtual time: start
 topics, every partition led), load (producers, consumers and faults for `duration_s`), and settle (faults
 undone, dead brokers restarted, then up to 30 s for every replica to rejoin the ISR and catch up, with
 the checks still running). The first violation ends the run. Liveness is checked too: while the load
-runs, or while the cluster settles short of converging, something must move (`no_progress`). An
+runs, or while the cluster settles short of converging, something must move (`no_progress`), and a run
+whose replicas have not converged when the settle ends fails (`not_converged`), however much moved. An
 exception that is no check failure ends the run as `simulator_error`, so a sweep goes on.
 """
 
@@ -328,6 +329,14 @@ async def _run(
         result.converged = await wait_until(lambda: converged(cluster, partitions), SETTLE_MAX_S, clock=cluster.time)
         watch.stop()
         checker.check()
+        checker.check_producer_states()
+        if not result.converged:
+            # Liveness, whatever the longest stall was: a run may keep moving and still never get there.
+            checker.fail(
+                "not_converged",
+                f"{SETTLE_MAX_S:.0f} virtual s after every fault was undone the replicas have not converged: "
+                f"{unconverged(cluster, partitions)} (longest stall {result.longest_stall_s:.1f} s)",
+            )
         for task in consumer_tasks or []:
             task.cancel()
         result.consumed = sum(c.consumed for c in consumers)
@@ -364,11 +373,19 @@ async def _run(
 
     asyncio.get_running_loop().set_exception_handler(on_loop_error)
     cluster.on_crash = checker.on_crash
-    cluster.on_metadata = checker.on_metadata
 
     def report(violation: Violation) -> None:
         if not failure.done():
             failure.set_result(violation)
+
+    def on_metadata(record: Any, image: Any) -> None:
+        # Called as the controller replays a record: a violation goes to the run, not into the controller.
+        try:
+            checker.on_metadata(record, image)
+        except Violation as v:
+            report(v)
+
+    cluster.on_metadata = on_metadata
 
     # The brokers' replication events (sim/observe.py) go to this run's checker from here to the end.
     observer = cluster.observer
@@ -439,16 +456,21 @@ def all_led(cluster: SimCluster, partitions: list[TopicPartition]) -> bool:
 
 def converged(cluster: SimCluster, partitions: list[TopicPartition]) -> bool:
     """Every partition led, its ISR the full assignment, every replica's LEO and HW equal the leader's."""
+    return unconverged(cluster, partitions) is None
+
+
+def unconverged(cluster: SimCluster, partitions: list[TopicPartition]) -> str | None:
+    """What keeps the cluster from having converged (the first partition that has not), None when it has."""
     for tp in partitions:
-        replicas = [(b, n.replica_manager.partitions.get(tp)) for b, n in cluster.brokers.items()]
+        replicas = [(b, n.replica_manager.partitions.get(tp)) for b, n in sorted(cluster.brokers.items())]
         present = [(b, p) for b, p in replicas if p is not None]
-        leaders = [p for _, p in present if p.is_leader]
+        leaders = [b for b, p in present if p.is_leader]
         if len(leaders) != 1:
-            return False
-        leader = leaders[0]
+            return f"{tp} is led by {leaders or 'no broker'}"
+        leader = dict(present)[leaders[0]]
         if set(leader.isr) != set(leader.assignment):
-            return False
-        for _, p in present:
-            if p.log.log_end_offset != leader.log.log_end_offset or p.log.high_watermark != leader.log.high_watermark:
-                return False
-    return True
+            return f"{tp}: leader {leaders[0]}'s ISR {sorted(leader.isr)} is not its assignment {leader.assignment}"
+        ends = {b: (p.log.log_end_offset, p.log.high_watermark) for b, p in present}
+        if len(set(ends.values())) > 1:
+            return f"{tp}: (LEO, HW) by broker {ends}"
+    return None
