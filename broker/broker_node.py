@@ -236,6 +236,7 @@ class BrokerNode:
             quorum,
             random.Random(self.rng.getrandbits(64)),
             publisher,
+            self.observer,
         )
         raft = self.raft
         publisher.raft = raft

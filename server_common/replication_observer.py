@@ -3,11 +3,13 @@
 How this works
 --------------
 A node's parts take one `ReplicationObserver` when they are built (`BrokerNode(observer=...)` hands it to
-its `LogManager`, which gives it to every `Log` it opens, and to its `ReplicaManager`, which gives it to
-every `Partition`) and call one method per event, at the moment it happens, with what happened as plain
-values. The default, `NO_OBSERVER`, does nothing: a broker process never passes another, and an event
-costs it one call of an empty method (about 0.05 µs: one per partition position a leader records, one
-per FETCH it answers a follower).
+its `LogManager`, which gives it to every `Log` it opens, to its `ReplicaManager`, which gives it to
+every `Partition`, and to its member of the metadata quorum, raft/, and that member's log;
+`ControllerNode(observer=...)` to its quorum member and log) and call one method per event, at the moment
+it happens, with what happened as plain values. The default, `NO_OBSERVER`, does nothing: a broker or
+controller process never passes another, and an event costs it one call of an empty method (about
+0.05 µs: one per partition position a leader records, one per FETCH it answers a follower, one per
+move of the metadata high watermark).
 Nothing is global: each node (each incarnation of a node) has its own observer, so two clusters in one
 process never see each other's events.
 
@@ -71,6 +73,18 @@ class ReplicationObserver:
         """The leader of `topic_partition` at `leader_epoch` proposes `proposed_isr` in place of the committed
         `isr` (an expansion adds followers, a shrink drops them). Told before the proposal is sent, with
         the leader's state as it decided (nothing is pending yet)."""
+
+    # -- the metadata quorum (raft.raft_client.RaftClient, on controllers and brokers) --------------
+
+    def metadata_leader_elected(self, epoch: int, leader_id: int, epoch_start_offset: int) -> None:
+        """This voter, `leader_id`, won the election for `epoch` and leads the metadata quorum; its epoch
+        starts at `epoch_start_offset` (where its LeaderChange batch goes). Told once per won election."""
+
+    def metadata_committed(self, high_watermark: int) -> None:
+        """This member of the quorum learned that every record of `__cluster_metadata` below
+        `high_watermark` is committed (the leader: a majority of voters hold them; a follower or observer:
+        the leader said so, and it holds them). Told each time its high watermark moves up, after its log's
+        high watermark was set and before the records are applied."""
 
 
 #: The observer of a node nobody watches.

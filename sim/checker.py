@@ -41,7 +41,18 @@ has learned was committed. Checks, by the name a violation reports:
   its log give, read from the log start. Judged after every truncation of a log (`check_producer_state`: the
   state is rebuilt then, and a wrong rebuild shows at once, long before a resend it misjudges) and on every
   replica at the end of a run (`check_producer_states`); not judged on a log whose start has moved past 0,
-  whose state may rightly remember producers whose batches were deleted.
+  whose state may rightly remember producers whose batches were deleted;
+- `two_metadata_leaders`: two controllers won the metadata quorum's election for one epoch
+  (`on_metadata_leader_elected`; Raft's election safety);
+- `committed_metadata_changed` / `committed_metadata_lost`: a voter of the metadata quorum holds, at an
+  offset of `__cluster_metadata` once committed, another batch than the committed one, or cut its log
+  below a committed offset it held. Each voter's batches are compared with the committed ones each time
+  its high watermark moves (`on_metadata_committed`: the first voter to hold a committed batch says what
+  it is), each truncation of its log is judged as it happens (`on_metadata_truncated`), and every live
+  voter's log up to its own high watermark once more at the end of a run (`check_metadata_logs`; above
+  it a voter may hold an uncommitted tail of an older epoch at a committed offset, which its next FETCH
+  cuts). A crash that loses what
+  a voter never flushed is no truncation: the next incarnation's batches are judged afresh.
 
 Losses are excused, and counted, only where Kafka promises nothing, by one of three rules:
 
@@ -156,6 +167,13 @@ class Checker:
         self.checks_run = 0
         self.acks1_lost = 0
         self.excused_losses = 0
+        # The metadata quorum: the voter that won each epoch's election; each committed batch of
+        # __cluster_metadata by base offset (last offset, epoch, values); the end of what is committed; per
+        # voter, the log (one per incarnation) and the offset below which its batches were found committed.
+        self.metadata_leaders: dict[int, int] = {}
+        self.metadata_batches: dict[int, tuple[int, int, tuple[bytes, ...]]] = {}
+        self.metadata_committed_end = 0
+        self._metadata_held: dict[int, tuple[Any, int]] = {}
 
     # -- reading replicas --------------------------------------------------------------------------
 
@@ -707,6 +725,58 @@ class Checker:
             )
         if committed is None:
             self._commit(tp, offset, rid)
+
+    # -- the metadata quorum ------------------------------------------------------------------------
+
+    def on_metadata_leader_elected(self, node_id: int, epoch: int) -> None:
+        """Controller `node_id` won the election for `epoch`: no other may have won it."""
+        leader = self.metadata_leaders.setdefault(epoch, node_id)
+        if leader != node_id:
+            self.fail(
+                "two_metadata_leaders",
+                f"controllers {leader} and {node_id} both won the metadata quorum's election for epoch {epoch}",
+            )
+
+    def on_metadata_committed(self, node_id: int, raft_log: Any, high_watermark: int) -> None:
+        """Voter `node_id`'s high watermark moved to `high_watermark`: its batches below it are committed ones."""
+        self._judge_metadata_log(node_id, raft_log, high_watermark)
+
+    def on_metadata_truncated(self, node_id: int, raft_log: Any, to_offset: int) -> None:
+        """Voter `node_id` cut its metadata log back to `to_offset` (or emptied it to start there)."""
+        held = self._metadata_held.get(node_id)
+        if held is not None and held[0] is raft_log and to_offset < held[1]:
+            self.fail(
+                "committed_metadata_lost",
+                f"controller {node_id} cut its metadata log to offset {to_offset}, below {held[1]}: it held the "
+                f"committed batches up to there",
+            )
+
+    def check_metadata_logs(self) -> None:
+        """Every live voter's metadata log, up to its own high watermark, against the committed batches (at the
+        end of a run). Above it a voter may rightly hold another epoch's batch at a committed offset: an
+        uncommitted tail its next FETCH will cut."""
+        for node_id, node in sorted(self.cluster.controllers.items()):
+            self._judge_metadata_log(node_id, node.raft_log, node.raft.high_watermark)
+
+    def _judge_metadata_log(self, node_id: int, raft_log: Any, upto: int) -> None:
+        held = self._metadata_held.get(node_id)
+        start = held[1] if held is not None and held[0] is raft_log else 0
+        start = max(start, raft_log.log_start_offset)  # below: in a snapshot
+        end = min(upto, raft_log.log_end_offset)
+        if end <= start:
+            return
+        for batch in raft_log.batches(start, end):
+            mine = (batch.last_offset, batch.epoch, tuple(batch.values))
+            committed = self.metadata_batches.setdefault(batch.base_offset, mine)
+            if committed != mine:
+                self.fail(
+                    "committed_metadata_changed",
+                    f"controller {node_id} holds at metadata offset {batch.base_offset} a batch of epoch {batch.epoch} "
+                    f"ending at {batch.last_offset}, where the committed one is of epoch {committed[1]} ending at "
+                    f"{committed[0]}" + ("" if committed[:2] != mine[:2] else ", with other records"),
+                )
+        self._metadata_held[node_id] = (raft_log, end)
+        self.metadata_committed_end = max(self.metadata_committed_end, end)
 
     def fail(self, check: str, message: str) -> NoReturn:
         self.trace.event("checker", "violation", check=check, message=message)

@@ -99,7 +99,7 @@ class SimCluster:
         self.disks = {b: SimDisk() for b in self.broker_ids}
         self.restarts = {b: 0 for b in self.broker_ids}
         self.power_lost: dict[int, int] = {}  # broker -> bytes lost at its last crash
-        #: Every broker's replication events, for this run's trace and checker (sim/observe.py).
+        #: Every node's replication events, for this run's trace and checker (sim/observe.py).
         self.observer = RunObserver(trace)
         self.on_crash: Callable[[int, bool], None] = lambda broker_id, lost_unflushed: None
         #: Each metadata record the quorum commits, once, with the image after its batch (the checker listens).
@@ -163,13 +163,16 @@ class SimCluster:
             self.on_metadata(record, image)
 
     async def start_controller(self, node_id: int = CONTROLLER_ID) -> None:
+        observer = self.observer.controller(node_id)
         node = ControllerNode(
             self._controller_config(node_id),
             PausableTime(asyncio.get_running_loop(), self.network.node(node_id).resumed),
             SimTransport(self.network, node_id, timeout_ms=5000),
             storage=self.controller_disks[node_id],
             rng=random.Random(self.rng.getrandbits(64)),
+            observer=observer,
         )
+        observer.node = node
         self.controllers[node_id] = node
         node.on_commit = self._committed
         self.network.bring_up(node_id, node.handle)

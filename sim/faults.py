@@ -18,7 +18,19 @@ from protocol.transport import NETWORK_ERRORS
 from sim.cluster import CONTROLLER_ID, SimCluster
 from sim.network import LinkShape
 
-KINDS = ("kill", "restart", "pause", "partition", "delay", "drop", "slow-disk", "reassign", "elect", "bounce")
+KINDS = (
+    "kill",
+    "restart",
+    "pause",
+    "partition",
+    "delay",
+    "drop",
+    "slow-disk",
+    "reassign",
+    "elect",
+    "bounce",
+    "controller",
+)
 REASSIGNER_ID = 4000  # the node an operator's ALTER_PARTITION_REASSIGNMENTS and ELECT_LEADERS come from
 
 
@@ -83,8 +95,8 @@ def generate(
             # every broker in a random order: the move takes the first replication-factor of them, for the
             # partition `amount` (a fraction) picks among the sorted partitions
             target = tuple(rng.sample(brokers, len(brokers)))
-        elif kind == "elect":
-            target = ()  # every partition, through the controller
+        elif kind in ("elect", "controller"):
+            target = ()  # every partition, through the controller; the controller active at the time
         else:
             target = tuple(rng.sample(nodes, 2))
         amount = 0.0
@@ -98,6 +110,8 @@ def generate(
             amount = round(rng.random(), 3)
         elif kind == "bounce":
             amount = round(rng.uniform(50.0, 1000.0), 1)
+        elif kind == "controller":
+            amount = round(rng.random(), 3)  # below 0.5 a kill, else a pause
         one_way = kind == "partition" and rng.random() < 0.3
         faults.append(Fault(at_ms, kind, duration_ms, target, one_way, amount))
 
@@ -145,6 +159,8 @@ class FaultInjector:
             return restart
         if fault.kind == "bounce":
             return self._bounce(fault, details)
+        if fault.kind == "controller":
+            return await self._controller(fault, details)
         if fault.kind == "reassign":
             return await self._reassign(fault, details)
         if fault.kind == "elect":
@@ -239,6 +255,31 @@ class FaultInjector:
                 await c.restart_broker(broker)
 
         return crash_and_restart
+
+    async def _controller(self, fault: Fault, details: dict[str, Any]) -> Any:
+        """The active controller, whichever it is when the fault starts, is killed (SIGKILL, `amount` below
+        0.5; started again at the fault's end) or paused (SIGSTOP; resumed): the quorum elects another, which
+        the brokers, the operator's requests and the leaders' ALTER_PARTITIONs then follow."""
+        c, net = self.cluster, self.cluster.network
+        active = c.active_controller_id()
+        if active is None or net.is_paused(active):
+            return None
+        c.trace.event(active, "fault", **{**details, "nodes": [active]})
+        if fault.amount < 0.5:
+            await c.kill_controller(active)
+
+            async def restart() -> None:
+                if active not in c.controllers:
+                    await c.start_controller(active)
+
+            return restart
+        net.pause(active)
+
+        async def resume() -> None:
+            net.resume(active)
+            c.trace.event(active, "resume")
+
+        return resume
 
     async def _reassign(self, fault: Fault, details: dict[str, Any]) -> Any:
         """An operator moves one partition to other brokers (KIP-455) through the controller, as

@@ -20,6 +20,14 @@ What each event does:
 - `isr_change_proposed`: `Checker.on_isr_change_proposed` (`isr_expansion_against_rule`), with the
   brokers the leader's metadata lists as live.
 
+Every controller incarnation has a `ControllerObserver` of its own, for the metadata quorum:
+`metadata_leader_elected` goes to `Checker.on_metadata_leader_elected` (`two_metadata_leaders`),
+`metadata_committed` to `Checker.on_metadata_committed` with the voter's log, and a truncation of that log
+to `Checker.on_metadata_truncated` (`committed_metadata_changed`, `committed_metadata_lost`). A
+controller's events write nothing to the trace (its hash is what it was before they were heard); a
+broker's metadata-log truncation is a `truncate` line, as any of its logs'. A broker's quorum events are
+not judged: the checks are of the voters.
+
 A violation found in an event is reported to the run (`RunObserver.report`), never raised into the
 broker's request handler; after the run's first failure, and once the run has ended, events are ignored,
 as the checks are over.
@@ -37,6 +45,7 @@ from sim.trace import Trace
 
 if TYPE_CHECKING:
     from broker.broker_node import BrokerNode
+    from controller.controller_node import ControllerNode
 
 
 class RunObserver:
@@ -52,6 +61,10 @@ class RunObserver:
     def broker(self, broker_id: int) -> BrokerObserver:
         """The observer of one incarnation of broker `broker_id` (its `node` is set once it is built)."""
         return BrokerObserver(broker_id, self)
+
+    def controller(self, node_id: int) -> ControllerObserver:
+        """The observer of one incarnation of controller `node_id` (its `node` is set once it is built)."""
+        return ControllerObserver(node_id, self)
 
     def _judging(self) -> Checker | None:
         """The checker, while events are still judged."""
@@ -140,3 +153,42 @@ class BrokerObserver(ReplicationObserver):
                 checker.on_fetch_answered(partition, follower_id, request.current_leader_epoch, answer)
             except Violation as v:
                 self.run.report(v)
+
+
+class ControllerObserver(ReplicationObserver):
+    """One controller incarnation's part in the metadata quorum, for the run's checker (never its trace)."""
+
+    def __init__(self, node_id: int, run: RunObserver) -> None:
+        self.node_id = node_id
+        self.run = run
+        self.node: ControllerNode | None = None
+
+    def metadata_leader_elected(self, epoch: int, leader_id: int, epoch_start_offset: int) -> None:
+        checker = self.run._judging()
+        if checker is None:
+            return
+        try:
+            checker.on_metadata_leader_elected(leader_id, epoch)
+        except Violation as v:
+            self.run.report(v)
+
+    def metadata_committed(self, high_watermark: int) -> None:
+        checker = self.run._judging()
+        if checker is None or self.node is None:
+            return
+        try:
+            checker.on_metadata_committed(self.node_id, self.node.raft_log, high_watermark)
+        except Violation as v:
+            self.run.report(v)
+
+    def log_truncated(
+        self, topic_partition: TopicPartition, to_offset: int, log_end_offset: int, high_watermark: int
+    ) -> None:
+        checker = self.run._judging()
+        # A log being opened (its recovery cut it) is not the node's yet: nothing of it has been judged.
+        if checker is None or self.node is None:
+            return
+        try:
+            checker.on_metadata_truncated(self.node_id, self.node.raft_log, to_offset)
+        except Violation as v:
+            self.run.report(v)

@@ -322,6 +322,9 @@ async def _run(
         trace.event("sim", "settle")
         watch.start(settling=True)
         cluster.network.heal()
+        for controller in cluster.controller_ids:
+            if controller not in cluster.controllers:
+                await cluster.start_controller(controller)
         for broker in cluster.broker_ids:
             if broker not in cluster.brokers:
                 await cluster.restart_broker(broker)
@@ -330,6 +333,7 @@ async def _run(
         watch.stop()
         checker.check()
         checker.check_producer_states()
+        checker.check_metadata_logs()
         if not result.converged:
             # Liveness, whatever the longest stall was: a run may keep moving and still never get there.
             checker.fail(
