@@ -1,14 +1,16 @@
 """A broker node: everything a broker is, built only from its collaborators.
 
-`BrokerNode(config, time, storage, rng, controller, quorum, fetcher_transport)` wires the log manager,
-replica manager, purgatories, fetchers, fetch sessions and request handlers, its copy of the metadata log
-(an observer of the controllers' quorum, raft/, applied by broker/metadata_publisher.py), the channel to
-the active controller (ALTER_PARTITION, forwarded admin requests, producer-id blocks), the lifecycle
-manager (registration, heartbeats: on a thread of its own in a broker process) and the periodic work
-(timer reapers, ISR expiration, HW checkpoints, retention). It reads no clock, opens no socket and draws
-no random number except through what it is given, so the same class runs inside a broker process
+`BrokerNode(config, time, storage, rng, controller, quorum, fetcher_transport, observer)` wires the log
+manager, replica manager, purgatories, fetchers, fetch sessions and request handlers, its copy of the
+metadata log (an observer of the controllers' quorum, raft/, applied by broker/metadata_publisher.py), the
+channel to the active controller (ALTER_PARTITION, forwarded admin requests, producer-id blocks), the
+lifecycle manager (registration, heartbeats: on a thread of its own in a broker process) and the periodic
+work (timer reapers, ISR expiration, HW checkpoints, retention). It reads no clock, opens no socket and
+draws no random number except through what it is given, so the same class runs inside a broker process
 (broker_server.py adds the socket server, signals, metrics and logging around it) and inside the
-simulator (sim/, on virtual time, a simulated network and a disk that can lose what was never flushed).
+simulator (sim/, on virtual time, a simulated network and a disk that can lose what was never flushed),
+where `observer` (server_common/replication_observer.py) tells the checker what the node's replication
+does.
 
 Requests come in through `handle(ctx, header, request)`; `start()` begins the periodic work and the
 controller channel; `shutdown()` is the clean stop (controlled shutdown, fetchers stopped, HW checkpoint,
@@ -67,6 +69,7 @@ from raft.quorum_config import QuorumConfig
 from raft.quorum_state import QuorumStateStore
 from raft.raft_client import RaftClient
 from raft.replicated_log import ReplicatedLog
+from server_common.replication_observer import NO_OBSERVER, ReplicationObserver
 from server_common.time import Time
 from storage.log import Log, LogConfig
 from storage.producer_state import ProducerEntries
@@ -103,6 +106,7 @@ class BrokerNode:
         lifecycle_runner: LifecycleRunner | None = None,
         storage: Storage = OS_STORAGE,
         rng: random.Random | None = None,
+        observer: ReplicationObserver = NO_OBSERVER,
     ) -> None:
         """`controller`: the link to the controllers (by node id) for ALTER_PARTITION, forwarded admin requests
         and producer-id blocks; `quorum`: the one the metadata log is fetched over (default: `controller`);
@@ -110,6 +114,7 @@ class BrokerNode:
         them (default: `controller`, on this loop). None for all of them: a standalone broker."""
         self.config = config
         self.time = time
+        self.observer = observer  # told what the node's replication does, its metadata log's included
         self.broker_id: int = config["broker.id"]
         self.log_dir = Path(config["log.dirs"])
         self.started_ms = time.milliseconds()
@@ -144,6 +149,7 @@ class BrokerNode:
             time,
             storage,
             ProducerEntries(config["producer.state.max.entries"]),
+            observer=observer,
         )
         self.fetch_timer = SystemTimer(time)
         self.produce_timer = SystemTimer(time)
@@ -164,6 +170,7 @@ class BrokerNode:
             self.produce_purgatory,
             replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
             min_insync_replicas=config["min.insync.replicas"],
+            observer=observer,
         )
         self.replica_manager.initial_fetch_state_factory = InitialFetchState
         if self.quorum_config is not None:
@@ -236,12 +243,13 @@ class BrokerNode:
         self.raft = RaftClient(
             self.broker_id,
             self.quorum_config,
-            ReplicatedLog(metadata_dir, self.time, self.storage, self.quorum_config.segment_bytes),
+            ReplicatedLog(metadata_dir, self.time, self.storage, self.quorum_config.segment_bytes, self.observer),
             QuorumStateStore(metadata_dir / "__cluster_metadata-0"),
             self.time,
             quorum,
             random.Random(self.rng.getrandbits(64)),
             publisher,
+            self.observer,
         )
         raft = self.raft
         publisher.raft = raft

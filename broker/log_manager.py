@@ -17,6 +17,7 @@ from pathlib import Path
 
 from protocol.errors import KafkaStorageError
 from protocol.messages import TopicPartition
+from server_common.replication_observer import NO_OBSERVER, ReplicationObserver
 from server_common.storage import write_atomically
 from server_common.time import Time
 from storage.checkpoint import HighWatermarkCheckpoint
@@ -44,11 +45,13 @@ class LogManager:
         time: Time,
         storage: Storage = OS_STORAGE,
         producer_entries: ProducerEntries | None = None,
+        observer: ReplicationObserver = NO_OBSERVER,
     ) -> None:
         self.log_dir = log_dir
         #: producer.state.max.entries: the idempotent-producer entries every log of this broker holds together.
         self.producer_entries = producer_entries or ProducerEntries()
         self.storage = storage
+        self.observer = observer  # given to every log opened here
         self.config = config
         self.time = time
         self.logs: dict[TopicPartition, Log] = {}
@@ -74,7 +77,12 @@ class LogManager:
         if existing is not None:
             return existing
         log_ = Log.open(
-            self.log_dir / log_dir_name(tp), config or self.config, self.time, self.storage, self.producer_entries
+            self.log_dir / log_dir_name(tp),
+            config or self.config,
+            self.time,
+            self.storage,
+            self.producer_entries,
+            observer=self.observer,
         )
         hw = self._checkpointed_hw.get((tp.topic, tp.partition))
         if hw is not None:

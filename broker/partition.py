@@ -50,6 +50,7 @@ from protocol.messages import (
     TopicPartition,
 )
 from protocol.record_batch import iter_headers
+from server_common.replication_observer import NO_OBSERVER, ReplicationObserver
 from storage.file_records import FileRecords
 from storage.log_validator import validate_records
 
@@ -118,6 +119,8 @@ class Partition:
     # not proposed again until that changes (Kafka's Partition.maybeExpandIsr proposes a replica only when
     # its state says it can join). Cleared by any new partition state from the controller.
     refused_replicas: dict[int, int] = field(default_factory=dict)
+    # Told of every ISR change this replica proposes as leader (server_common/replication_observer.py).
+    observer: ReplicationObserver = NO_OBSERVER
 
     # -- identity and role --------------------------------------------------------------------------
 
@@ -420,6 +423,7 @@ class Partition:
 
     def _propose_isr(self, new_isr: frozenset[int], kind: str, *brokers: int) -> None:
         log.info("%s: proposing ISR %s (%s %s)", self.topic_partition, sorted(new_isr), kind, list(brokers))
+        self.observer.isr_change_proposed(self.topic_partition, self.leader_epoch, self.isr, new_isr)
         if kind == "expand":
             self.pending_isr = PendingIsr(new_isr)
         else:

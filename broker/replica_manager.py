@@ -60,6 +60,7 @@ from protocol.messages import (
     TopicPartition,
 )
 from server_common.log_config import with_topic_configs
+from server_common.replication_observer import NO_OBSERVER, ReplicationObserver
 from server_common.time import Time
 
 log = logging.getLogger(__name__)
@@ -110,8 +111,12 @@ class ReplicaManager:
         replica_lag_time_max_ms: int = 30000,
         min_insync_replicas: int = 1,
         isr_sink: IsrChangeSink | None = None,
+        observer: ReplicationObserver = NO_OBSERVER,
     ) -> None:
         self.broker_id = broker_id
+        # Told of every follower fetch recorded and every answer to a follower's FETCH (the simulator's
+        # checker judges each as it is made); a no-op in a broker process.
+        self.observer = observer
         self.log_manager = log_manager
         self.time = time
         self.fetch_purgatory = fetch_purgatory
@@ -256,7 +261,8 @@ class ReplicaManager:
                     continue
                 tp = TopicPartition(info.topic, info.partition)
                 partition = self.partitions[tp]
-                if params.replica_id not in partition.remote_replicas:
+                replica = partition.remote_replicas.get(params.replica_id)
+                if replica is None:
                     _refuse_unknown_replica(resp, params.replica_id, tp, info.current_leader_epoch)
                     continue
                 stale = partition.stale_replica_epoch(params.replica_id, params.replica_epoch)
@@ -264,6 +270,7 @@ class ReplicaManager:
                     _refuse_stale_fetch(resp, params.replica_id, params.replica_epoch, stale, tp)
                     continue
                 hw_before = partition.high_watermark
+                heard_epoch = replica.broker_epoch
                 partition.counters.replication_bytes_out += len(resp.records)
                 partition.update_follower_fetch_state(
                     params.replica_id,
@@ -273,8 +280,17 @@ class ReplicaManager:
                     partition.log_end_offset,
                     params.replica_epoch,
                 )
+                self.observer.follower_fetch_recorded(
+                    tp,
+                    params.replica_id,
+                    info.fetch_offset,
+                    params.replica_epoch,
+                    heard_epoch,
+                    info.current_leader_epoch,
+                )
                 if partition.high_watermark != hw_before:
                     self._on_high_watermark_change(tp)
+            self.observer.follower_fetch_answered(params.replica_id, infos, responses)
         else:
             for info, resp in zip(infos, responses, strict=True):
                 if resp.error_code == ErrorCode.NONE and resp.records:
@@ -511,6 +527,7 @@ class ReplicaManager:
             min_insync_replicas=min_isr,
             isr_sink=self.isr_sink,
             is_broker_eligible=lambda broker_id: self.is_broker_eligible(broker_id),
+            observer=self.observer,
         )
         self.partitions[tp] = partition
         self.stopped_replicas.discard(tp)

@@ -76,6 +76,7 @@ from raft.quorum_state import QuorumStateStore
 from raft.raft_client import NotLeaderError, RaftClient
 from raft.replicated_log import LogBatch, ReplicatedLog, Snapshot
 from server_common.config import parse_host_port
+from server_common.replication_observer import NO_OBSERVER, ReplicationObserver
 from server_common.time import Time
 from storage.storage import OS_STORAGE, Storage
 
@@ -101,6 +102,7 @@ class ControllerNode:
         transport: Transport,
         storage: Storage = OS_STORAGE,
         rng: random.Random | None = None,
+        observer: ReplicationObserver = NO_OBSERVER,
     ) -> None:
         self.config = config
         self.time = time
@@ -115,7 +117,9 @@ class ControllerNode:
         data_dir.mkdir(parents=True, exist_ok=True)
         pure = {k: v for k, v in config.items() if k in _PURE_KEYS}
         self.controller = Controller(ControllerConfig.from_properties(pure), time, writer=self)
-        self.raft_log = ReplicatedLog(data_dir, time, storage, self.quorum.segment_bytes)
+        # `observer` (server_common/replication_observer.py) hears the quorum's elections and commits and
+        # the log's truncations: the simulator's checker; nobody in a controller process.
+        self.raft_log = ReplicatedLog(data_dir, time, storage, self.quorum.segment_bytes, observer)
         # The quorum's messages and nothing else go over this transport: to voters by id.
         self.transport = transport
         self.raft = RaftClient(
@@ -127,6 +131,7 @@ class ControllerNode:
             transport,
             rng if rng is not None else random.Random(),
             listener=self,
+            observer=observer,
         )
         self.active = False
         self._lock = asyncio.Lock()

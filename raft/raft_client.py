@@ -78,6 +78,7 @@ from raft.replicated_log import (
     Snapshot,
     SnapshotNeeded,
 )
+from server_common.replication_observer import NO_OBSERVER, ReplicationObserver
 from server_common.time import Time
 from storage.truncation import offset_truncation_state
 
@@ -139,8 +140,10 @@ class RaftClient:
         transport: Transport,
         rng: random.Random,
         listener: RaftListener,
+        observer: ReplicationObserver = NO_OBSERVER,
     ) -> None:
         self.node_id = node_id
+        self._observer = observer  # told of each election won and each commit (the simulator's checker)
         self.config = config
         self.log = raft_log
         self._store = state_store
@@ -362,6 +365,7 @@ class RaftClient:
     def _set_high_watermark(self, high_watermark: int) -> None:
         self.high_watermark = high_watermark
         self.log.update_high_watermark(high_watermark)
+        self._observer.metadata_committed(high_watermark)
         still_waiting = []
         for offset, future in self._commit_waiters:
             if offset < high_watermark:
@@ -471,6 +475,7 @@ class RaftClient:
         self._progress[self.node_id].last_fetch_ms = now
         self._become(Role.LEADER, self.epoch, self.node_id, self.node_id)
         self.elections_won += 1
+        self._observer.metadata_leader_elected(self.epoch, self.node_id, self._epoch_start_offset)
         # The LeaderChange control batch: the first record of our epoch. Until a majority holds it nothing
         # is committed, not even the records of earlier epochs we hold.
         marker = f'{{"leader_id": {self.node_id}, "voters": {sorted(self.voters)}}}'.encode()

@@ -36,6 +36,7 @@ from crc32c import crc32c
 from protocol.errors import CorruptRecordError
 from protocol.record_batch import assemble_batch, iter_headers, iter_records
 from server_common.log_config import LogConfig
+from server_common.replication_observer import NO_OBSERVER, ReplicationObserver
 from server_common.storage import fsync_dir, write_atomically
 from server_common.time import Time
 from storage.log import AppendInfo, Log
@@ -145,12 +146,20 @@ def build_values_batch(values: Sequence[bytes], timestamp_ms: int, control: bool
 class ReplicatedLog:
     """`__cluster_metadata-0` under `directory`, with its snapshots beside the segments."""
 
-    def __init__(self, directory: Path, time: Time, storage: Storage = OS_STORAGE, segment_bytes: int = 8 << 20):
+    def __init__(
+        self,
+        directory: Path,
+        time: Time,
+        storage: Storage = OS_STORAGE,
+        segment_bytes: int = 8 << 20,
+        observer: ReplicationObserver = NO_OBSERVER,
+    ):
         self.dir = directory / METADATA_LOG_DIR_NAME
         self._time = time
         # Retention is the snapshots' business: nothing goes by age or size.
         config = LogConfig(segment_bytes=segment_bytes, retention_ms=-1, retention_bytes=-1)
-        self.log = Log.open(self.dir, config, time, storage)
+        # `observer` hears of every truncation of the log, as a replica's log's does.
+        self.log = Log.open(self.dir, config, time, storage, observer=observer)
         self._snapshots: list[OffsetAndEpoch] = self._list_snapshots()
         latest = self.latest_snapshot_id()
         if latest is not None and latest.offset > self.log.log_end_offset:

@@ -27,7 +27,32 @@ has learned was committed. Checks, by the name a violation reports:
   (`on_follower_fetch_recorded`);
 - `stale_epoch_served`: a leader answered a follower's FETCH that names an older leader epoch than its own
   without an error (records, a diverging epoch, or nothing, its position counted), where KIP-320's fencing
-  answers FENCED_LEADER_EPOCH (`on_fetch_answered`).
+  answers FENCED_LEADER_EPOCH (`on_fetch_answered`);
+- `isr_expansion_against_rule`: an ISR expansion that Kafka's rule (`Partition.maybeExpandIsr`) does not
+  allow. Judged where it is proposed (`on_isr_change_proposed`): the leader adds a follower only while no
+  other ISR change of its is pending, only a replica of the partition that its metadata lists as live
+  (unfenced, not shutting down: KIP-841), and only once the follower's position as the leader recorded it
+  has reached both the leader's HW and the start offset of the leader's current epoch (KAFKA-7128; read
+  from the leader's batches, not from its epoch cache). And where it is committed (`on_metadata`): an ISR
+  the controller grows under the same leader and epoch (an ALTER_PARTITION) adds only brokers its image
+  has active;
+- `producer_state_differs`: a replica's idempotent-producer state (per producer id: the epoch and the
+  sequence and offset ranges of its last five batches, hence its last sequence) is not what the batches in
+  its log give, read from the log start. Judged after every truncation of a log (`check_producer_state`: the
+  state is rebuilt then, and a wrong rebuild shows at once, long before a resend it misjudges) and on every
+  replica at the end of a run (`check_producer_states`); not judged on a log whose start has moved past 0,
+  whose state may rightly remember producers whose batches were deleted;
+- `two_metadata_leaders`: two controllers won the metadata quorum's election for one epoch
+  (`on_metadata_leader_elected`; Raft's election safety);
+- `committed_metadata_changed` / `committed_metadata_lost`: a voter of the metadata quorum holds, at an
+  offset of `__cluster_metadata` once committed, another batch than the committed one, or cut its log
+  below a committed offset it held. Each voter's batches are compared with the committed ones each time
+  its high watermark moves (`on_metadata_committed`: the first voter to hold a committed batch says what
+  it is), each truncation of its log is judged as it happens (`on_metadata_truncated`), and every live
+  voter's log up to its own high watermark once more at the end of a run (`check_metadata_logs`; above
+  it a voter may hold an uncommitted tail of an older epoch at a committed offset, which its next FETCH
+  cuts). A crash that loses what
+  a voter never flushed is no truncation: the next incarnation's batches are judged afresh.
 
 Losses are excused, and counted, only where Kafka promises nothing, by one of three rules:
 
@@ -47,15 +72,17 @@ Losses are excused, and counted, only where Kafka promises nothing, by one of th
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from broker.broker_node import BrokerNode
 from protocol.errors import KafkaError
 from protocol.messages import TopicPartition
-from protocol.record_batch import iter_headers, iter_records
+from protocol.record_batch import iter_headers, iter_records, next_sequence
 from sim.trace import Trace
 from sim.workload import WriteHistory, record_id
+from storage.producer_state import BATCHES_PER_PRODUCER
 
 CHECKS = (
     "acked_write_lost",
@@ -70,7 +97,10 @@ CHECKS = (
     "follower_position_not_held",
     "stale_incarnation_recorded",
     "stale_epoch_served",
-    "no_progress",  # sim.runner's liveness check
+    "isr_expansion_against_rule",
+    "producer_state_differs",
+    "no_progress",  # sim.runner's liveness checks
+    "not_converged",
 )
 
 
@@ -137,6 +167,13 @@ class Checker:
         self.checks_run = 0
         self.acks1_lost = 0
         self.excused_losses = 0
+        # The metadata quorum: the voter that won each epoch's election; each committed batch of
+        # __cluster_metadata by base offset (last offset, epoch, values); the end of what is committed; per
+        # voter, the log (one per incarnation) and the offset below which its batches were found committed.
+        self.metadata_leaders: dict[int, int] = {}
+        self.metadata_batches: dict[int, tuple[int, int, tuple[bytes, ...]]] = {}
+        self.metadata_committed_end = 0
+        self._metadata_held: dict[int, tuple[Any, int]] = {}
 
     # -- reading replicas --------------------------------------------------------------------------
 
@@ -183,6 +220,90 @@ class Checker:
         """A replica's log was truncated: positions judged before are judged again."""
         self.log_cuts += 1
 
+    def on_isr_change_proposed(
+        self,
+        partition: Any,
+        isr: frozenset[int],
+        proposed: frozenset[int],
+        live_brokers: Collection[int],
+    ) -> None:
+        """The leader of `partition` proposes `proposed` for its committed `isr`; `live_brokers` are the brokers
+        its metadata lists as live. An expansion must keep Kafka's rule (maybeExpandIsr)."""
+        tp = partition.topic_partition
+        added = sorted(proposed - isr)
+        if not added or tp not in self.committed:
+            return
+        leader, log = partition.local_broker_id, partition.log
+        hw = log.high_watermark
+        start = self._epoch_start(leader, tp, log, partition.leader_epoch)
+        broken: list[str] = []
+        if partition.pending_isr is not None:
+            broken.append(f"its proposal of {sorted(partition.pending_isr.proposed)} was still pending")
+        for follower in added:
+            remote = partition.remote_replicas.get(follower)
+            position = -1 if remote is None else remote.log_end_offset
+            if follower not in partition.assignment:
+                broken.append(f"{follower} is not a replica ({partition.assignment})")
+            if follower not in live_brokers:
+                broken.append(f"its metadata lists {follower} as fenced or shutting down")
+            if position < hw:
+                broken.append(f"{follower} is at {position}, below the HW {hw}")
+            if position < start:
+                broken.append(
+                    f"{follower} is at {position}, below the start offset {start} of epoch {partition.leader_epoch}"
+                )
+        if broken:
+            self.fail(
+                "isr_expansion_against_rule",
+                f"{tp}: leader {leader} (epoch {partition.leader_epoch}) proposed ISR {sorted(proposed)} for "
+                f"{sorted(isr)} although " + "; ".join(broken),
+            )
+
+    def _epoch_start(self, broker_id: int, tp: TopicPartition, log: Any, epoch: int) -> int:
+        """The first offset of leader epoch `epoch` in a leader's log, read from its batches: where it began
+        leading at that epoch (its log end then, where nothing has been written in it since)."""
+        end, start = int(log.log_end_offset), int(log.log_start_offset)
+        epochs = self._view(broker_id, tp, log).epochs if end > start else []
+        for offset in range(len(epochs) - 1, start - 1, -1):
+            if epochs[offset] < epoch:
+                return offset + 1
+        return start if epochs else end
+
+    def check_producer_states(self) -> None:
+        """Every live replica's producer state against its log (at the end of a run)."""
+        for b, node in sorted(self.cluster.brokers.items()):
+            for tp, partition in sorted(node.replica_manager.partitions.items()):
+                self.check_producer_state(b, tp, partition.log)
+
+    def check_producer_state(self, broker_id: int, tp: TopicPartition, log: Any) -> None:
+        if log.log_start_offset != 0 or getattr(log, "offline_reason", None) is not None:
+            return
+        try:
+            data = memoryview(log.read(0, 1 << 30)) if log.log_end_offset > 0 else memoryview(b"")
+        except KafkaError:
+            return
+        from_log: dict[int, tuple[int, list[tuple[int, int, int, int]]]] = {}
+        for header in iter_headers(data):
+            if header.producer_id < 0:
+                continue
+            epoch, batches = from_log.get(header.producer_id, (header.producer_epoch, []))
+            if epoch != header.producer_epoch:
+                epoch, batches = header.producer_epoch, []  # a new epoch starts the producer's batches afresh
+            last_seq = next_sequence(header.base_sequence, header.last_offset_delta)
+            batches = [*batches, (header.base_sequence, last_seq, header.base_offset, header.last_offset)]
+            from_log[header.producer_id] = (epoch, batches[-BATCHES_PER_PRODUCER:])
+        state = {e.producer_id: (e.producer_epoch, [b[:4] for b in e.batches]) for e in log.producer_state}
+        if state == from_log:
+            return
+        differing = sorted(p for p in set(state) | set(from_log) if state.get(p) != from_log.get(p))
+        pid = differing[0]
+        self.fail(
+            "producer_state_differs",
+            f"{tp} on broker {broker_id} (log end {log.log_end_offset}): producer {pid} is "
+            f"{_producer(state.get(pid))} in its producer state but {_producer(from_log.get(pid))} in its log's "
+            f"batches ({len(differing)} producer(s) differ)",
+        )
+
     def on_crash(self, broker_id: int, lost_unflushed: bool) -> None:
         self.log_cuts += 1
         for tp in self.partitions:
@@ -209,12 +330,20 @@ class Checker:
         # down joins on a fetch from before the crash (the expansion was committed after it, or the fetch
         # arrived late): its disk may not have kept what that fetch says it had.
         up = self.cluster.brokers
-        for b in sorted(set(isr) - set(before[2] if before else ())):
+        joined = sorted(set(isr) - set(before[2] if before else ()))
+        for b in joined:
             if b in up:
                 lost.discard(b)
             elif b in lost:
                 self.trace.event("checker", "isr-join-while-down", tp=str(tp), broker=b, isr=list(isr))
         elected = before is None or (before[0], before[1]) != (state.leader, state.leader_epoch)
+        inactive = [b for b in joined if (r := image.brokers.get(b)) is None or not r.is_active]
+        if not elected and inactive:
+            self.fail(
+                "isr_expansion_against_rule",
+                f"{tp}: the controller put {inactive} in the ISR {list(isr)} of leader {state.leader} (epoch "
+                f"{state.leader_epoch}), fenced or shutting down",
+            )
         if elected:
             self.without_data_leadership.pop(tp, None)
         if elected and before is not None and state.leader >= 0 and state.leader not in before[2]:
@@ -597,6 +726,58 @@ class Checker:
         if committed is None:
             self._commit(tp, offset, rid)
 
+    # -- the metadata quorum ------------------------------------------------------------------------
+
+    def on_metadata_leader_elected(self, node_id: int, epoch: int) -> None:
+        """Controller `node_id` won the election for `epoch`: no other may have won it."""
+        leader = self.metadata_leaders.setdefault(epoch, node_id)
+        if leader != node_id:
+            self.fail(
+                "two_metadata_leaders",
+                f"controllers {leader} and {node_id} both won the metadata quorum's election for epoch {epoch}",
+            )
+
+    def on_metadata_committed(self, node_id: int, raft_log: Any, high_watermark: int) -> None:
+        """Voter `node_id`'s high watermark moved to `high_watermark`: its batches below it are committed ones."""
+        self._judge_metadata_log(node_id, raft_log, high_watermark)
+
+    def on_metadata_truncated(self, node_id: int, raft_log: Any, to_offset: int) -> None:
+        """Voter `node_id` cut its metadata log back to `to_offset` (or emptied it to start there)."""
+        held = self._metadata_held.get(node_id)
+        if held is not None and held[0] is raft_log and to_offset < held[1]:
+            self.fail(
+                "committed_metadata_lost",
+                f"controller {node_id} cut its metadata log to offset {to_offset}, below {held[1]}: it held the "
+                f"committed batches up to there",
+            )
+
+    def check_metadata_logs(self) -> None:
+        """Every live voter's metadata log, up to its own high watermark, against the committed batches (at the
+        end of a run). Above it a voter may rightly hold another epoch's batch at a committed offset: an
+        uncommitted tail its next FETCH will cut."""
+        for node_id, node in sorted(self.cluster.controllers.items()):
+            self._judge_metadata_log(node_id, node.raft_log, node.raft.high_watermark)
+
+    def _judge_metadata_log(self, node_id: int, raft_log: Any, upto: int) -> None:
+        held = self._metadata_held.get(node_id)
+        start = held[1] if held is not None and held[0] is raft_log else 0
+        start = max(start, raft_log.log_start_offset)  # below: in a snapshot
+        end = min(upto, raft_log.log_end_offset)
+        if end <= start:
+            return
+        for batch in raft_log.batches(start, end):
+            mine = (batch.last_offset, batch.epoch, tuple(batch.values))
+            committed = self.metadata_batches.setdefault(batch.base_offset, mine)
+            if committed != mine:
+                self.fail(
+                    "committed_metadata_changed",
+                    f"controller {node_id} holds at metadata offset {batch.base_offset} a batch of epoch {batch.epoch} "
+                    f"ending at {batch.last_offset}, where the committed one is of epoch {committed[1]} ending at "
+                    f"{committed[0]}" + ("" if committed[:2] != mine[:2] else ", with other records"),
+                )
+        self._metadata_held[node_id] = (raft_log, end)
+        self.metadata_committed_end = max(self.metadata_committed_end, end)
+
     def fail(self, check: str, message: str) -> NoReturn:
         self.trace.event("checker", "violation", check=check, message=message)
         raise Violation(check, message)
@@ -618,3 +799,12 @@ class Checker:
                     }
                 )
         return rows
+
+
+def _producer(entry: tuple[int, list[tuple[int, int, int, int]]] | None) -> str:
+    """One producer's entry, as a violation names it."""
+    if entry is None:
+        return "absent"
+    epoch, batches = entry
+    ranges = ", ".join(f"seq {a}-{b} at {c}-{d}" for a, b, c, d in batches)
+    return f"epoch {epoch}, last batches [{ranges}]"

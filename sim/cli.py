@@ -20,6 +20,8 @@ from typing import Any
 from sim.cluster import SimOptions
 from sim.faults import KINDS, Fault
 from sim.runner import RunResult, run_seed
+from sim.scenarios import SCENARIOS, run_scenario
+from sim.shrink import DEFAULT_BUDGET_S
 from sim.timeline import Recorder
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
@@ -38,16 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--seeds", metavar="A..B", help="sweep seeds A to B inclusive, one summary line each")
     runs.add_argument(
         "--scenario",
-        choices=[
-            "kip101-1",
-            "kip101-2",
-            "kip279",
-            "kip279-failover",
-            "kafka-7164",
-            "kip320-stale-leader",
-            "kip903-late-fetch",
-            "idempotent-resend",
-        ],
+        choices=list(SCENARIOS),
         help="play a scripted KIP sequence",
     )
     p.add_argument("--jobs", type=int, default=1, help="processes for a sweep (default 1)")
@@ -96,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--epoch-reply", choices=["kip279", "kip101"], default="kip279", help="kip101: before KIP-279")
     o = p.add_argument_group("output")
     o.add_argument("--shrink", action="store_true", help="on a violation, shrink the fault schedule")
+    o.add_argument(
+        "--shrink-budget",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        metavar="SECONDS",
+        help=f"wall seconds a shrink may take (default {DEFAULT_BUDGET_S:.0f}); when they run out, the smallest "
+        "failing schedule found so far is printed",
+    )
     o.add_argument("--trace", metavar="FILE", help="write the event trace of a single run as JSON lines")
     o.add_argument(
         "--html",
@@ -204,7 +205,8 @@ def _line(result: RunResult) -> str:
     faults = ",".join(f"{k}:{v}" for k, v in s["faults"].items()) or "-"
     # Faults injected before the run ended (at its violation, if any), not the whole schedule.
     return (
-        f"seed {s['seed']:>6}  {status:<40} trace {s['trace_hash']}  events {s['events']:>6}  "
+        f"seed {s['seed']:>6}  {status:<40} {'converged' if s['converged'] else 'unconverged':<11}  "
+        f"trace {s['trace_hash']}  events {s['events']:>6}  "
         f"virtual {s['virtual_s']:7.1f}s  wall {s['wall_s']:6.2f}s  acked {s['acked']:>5}  faults injected {faults}"
     )
 
@@ -257,8 +259,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     started = time.perf_counter()
     if args.scenario:
-        from sim.scenarios import run_scenario
-
         defaults = vars(parser.parse_args([]))
         ignored = [
             "--" + name.replace("_", "-")
@@ -368,15 +368,16 @@ def _finish_single(
             if not args.json:
                 print(line, flush=True)
 
-        smallest, best, runs = shrink(result.seed, options, result, progress=say)
+        found = shrink(result.seed, options, result, progress=say, budget_s=args.shrink_budget)
         shrunk = {
             "faults_before": len(result.schedule),
-            "faults_after": len(smallest),
-            "runs": runs,
-            "schedule": [f.to_json() for f in smallest],
-            "replay": replay_argv(result.seed, options, smallest),
+            "faults_after": len(found.schedule),
+            "runs": found.runs,
+            "finished": found.finished,
+            "schedule": [f.to_json() for f in found.schedule],
+            "replay": replay_argv(result.seed, options, found.schedule),
         }
-        result, schedule = best, smallest
+        result, schedule = found.run, found.schedule
     if recorder is not None:
         page_run = result
         if shrunk is not None:  # the page is of the smallest failing run: run it once more, recorded
@@ -408,10 +409,16 @@ def _finish_single(
             if not scenario:
                 print(f"\nreplay: {replay_argv(result.seed, options, schedule)}")
         if shrunk is not None:
+            stopped = (
+                ""
+                if shrunk["finished"]
+                else f" before the shrink budget of {args.shrink_budget:g} s ran out (--shrink-budget): the best "
+                "so far, not the smallest"
+            )
             print(
                 f"\nshrunk: schedule of {shrunk['faults_before']} -> {shrunk['faults_after']} faults (the whole "
-                f"schedule, injected before the violation or not) in {shrunk['runs']} runs; "
-                f"replay the smallest:\n  {shrunk['replay']}"
+                f"schedule, injected before the violation or not) in {shrunk['runs']} runs{stopped}; "
+                f"replay the smallest found:\n  {shrunk['replay']}"
             )
     return EXIT_OK if result.violation is None else EXIT_VIOLATION
 

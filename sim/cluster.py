@@ -25,6 +25,7 @@ from server_common.time import Time
 from sim.disk import SimDisk
 from sim.loop import LoopTime
 from sim.network import SimNetwork, SimTransport
+from sim.observe import RunObserver
 from sim.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class SimCluster:
         self.disks = {b: SimDisk() for b in self.broker_ids}
         self.restarts = {b: 0 for b in self.broker_ids}
         self.power_lost: dict[int, int] = {}  # broker -> bytes lost at its last crash
+        #: Every node's replication events, for this run's trace and checker (sim/observe.py).
+        self.observer = RunObserver(trace)
         self.on_crash: Callable[[int, bool], None] = lambda broker_id, lost_unflushed: None
         #: Each metadata record the quorum commits, once, with the image after its batch (the checker listens).
         self.on_metadata: Callable[[Any, Any], None] = lambda record, image: None
@@ -160,13 +163,16 @@ class SimCluster:
             self.on_metadata(record, image)
 
     async def start_controller(self, node_id: int = CONTROLLER_ID) -> None:
+        observer = self.observer.controller(node_id)
         node = ControllerNode(
             self._controller_config(node_id),
             PausableTime(asyncio.get_running_loop(), self.network.node(node_id).resumed),
             SimTransport(self.network, node_id, timeout_ms=5000),
             storage=self.controller_disks[node_id],
             rng=random.Random(self.rng.getrandbits(64)),
+            observer=observer,
         )
+        observer.node = node
         self.controllers[node_id] = node
         node.on_commit = self._committed
         self.network.bring_up(node_id, node.handle)
@@ -229,6 +235,7 @@ class SimCluster:
         time = PausableTime(loop, net_node.resumed)
         config = self._broker_config(broker_id)
         timeout = config["replica.socket.timeout.ms"]
+        observer = self.observer.broker(broker_id)
         node = BrokerNode(
             config,
             time,
@@ -238,7 +245,9 @@ class SimCluster:
             fetcher_transport=lambda _fetcher_id: SimTransport(self.network, broker_id, timeout_ms=timeout),
             storage=self.disks[broker_id],
             rng=random.Random(self.rng.getrandbits(64)),
+            observer=observer,
         )
+        observer.node = node
         self.brokers[broker_id] = node
         self.network.bring_up(broker_id, node.handle)
         await node.start("sim", broker_id)

@@ -16,8 +16,21 @@ from typing import Any
 from protocol.messages import AlterPartitionReassignmentsRequest, ElectLeadersRequest, ReassignablePartition
 from protocol.transport import NETWORK_ERRORS
 from sim.cluster import CONTROLLER_ID, SimCluster
+from sim.network import LinkShape
 
-KINDS = ("kill", "restart", "pause", "partition", "delay", "drop", "slow-disk", "reassign", "elect")
+KINDS = (
+    "kill",
+    "restart",
+    "pause",
+    "partition",
+    "delay",
+    "drop",
+    "slow-disk",
+    "reassign",
+    "elect",
+    "bounce",
+    "controller",
+)
 REASSIGNER_ID = 4000  # the node an operator's ALTER_PARTITION_REASSIGNMENTS and ELECT_LEADERS come from
 
 
@@ -72,7 +85,7 @@ def generate(
         kind = rng.choice(kinds)
         at_ms = int(t * 1000)
         duration_ms = int(rng.uniform(0.5, 6.0) * 1000)
-        if kind in ("kill", "restart", "slow-disk"):
+        if kind in ("kill", "restart", "slow-disk", "bounce"):
             target: tuple[int, ...] = (rng.choice(brokers),)
         elif kind == "pause":
             target = (rng.choice(nodes),)
@@ -82,8 +95,8 @@ def generate(
             # every broker in a random order: the move takes the first replication-factor of them, for the
             # partition `amount` (a fraction) picks among the sorted partitions
             target = tuple(rng.sample(brokers, len(brokers)))
-        elif kind == "elect":
-            target = ()  # every partition, through the controller
+        elif kind in ("elect", "controller"):
+            target = ()  # every partition, through the controller; the controller active at the time
         else:
             target = tuple(rng.sample(nodes, 2))
         amount = 0.0
@@ -95,6 +108,10 @@ def generate(
             amount = round(rng.uniform(10.0, 300.0), 1)
         elif kind == "reassign":
             amount = round(rng.random(), 3)
+        elif kind == "bounce":
+            amount = round(rng.uniform(50.0, 1000.0), 1)
+        elif kind == "controller":
+            amount = round(rng.random(), 3)  # below 0.5 a kill, else a pause
         one_way = kind == "partition" and rng.random() < 0.3
         faults.append(Fault(at_ms, kind, duration_ms, target, one_way, amount))
 
@@ -140,6 +157,10 @@ class FaultInjector:
                     await c.restart_broker(broker)
 
             return restart
+        if fault.kind == "bounce":
+            return self._bounce(fault, details)
+        if fault.kind == "controller":
+            return await self._controller(fault, details)
         if fault.kind == "reassign":
             return await self._reassign(fault, details)
         if fault.kind == "elect":
@@ -181,8 +202,6 @@ class FaultInjector:
             return heal
         if fault.kind in ("delay", "drop"):
             a, b = fault.nodes
-            from sim.network import LinkShape
-
             trace.event("net", "fault", **details)
             previous = net.shapes.get((a, b))
             base = previous or net.base
@@ -209,6 +228,58 @@ class FaultInjector:
 
             return fast
         raise ValueError(f"unknown fault kind {fault.kind!r}")
+
+    def _bounce(self, fault: Fault, details: dict[str, Any]) -> Any:
+        """What the broker sends the other brokers (its followers' FETCHes) takes `amount` ms for the fault's
+        length; then it crashes and its supervisor starts it again at once, with links as before. Its last
+        requests are still on the way when the new incarnation registers and fetches: KIP-903's late fetch,
+        which random kills (down 0.5-6 s) and delays (at most 400 ms) never brought about."""
+        c, net = self.cluster, self.cluster.network
+        (broker,) = fault.nodes
+        if broker not in c.brokers:
+            return None
+        c.trace.event(broker, "fault", **details)
+        links = [(broker, other) for other in c.broker_ids if other != broker]
+        before = {link: net.shapes.get(link) for link in links}
+        for link in links:
+            net.shapes[link] = LinkShape(fault.amount, fault.amount / 10.0, net.shape(*link).drop)
+
+        async def crash_and_restart() -> None:
+            for link, shape in before.items():
+                if shape is None:
+                    net.shapes.pop(link, None)
+                else:
+                    net.shapes[link] = shape
+            if broker in c.brokers:
+                await c.kill_broker(broker)
+                await c.restart_broker(broker)
+
+        return crash_and_restart
+
+    async def _controller(self, fault: Fault, details: dict[str, Any]) -> Any:
+        """The active controller, whichever it is when the fault starts, is killed (SIGKILL, `amount` below
+        0.5; started again at the fault's end) or paused (SIGSTOP; resumed): the quorum elects another, which
+        the brokers, the operator's requests and the leaders' ALTER_PARTITIONs then follow."""
+        c, net = self.cluster, self.cluster.network
+        active = c.active_controller_id()
+        if active is None or net.is_paused(active):
+            return None
+        c.trace.event(active, "fault", **{**details, "nodes": [active]})
+        if fault.amount < 0.5:
+            await c.kill_controller(active)
+
+            async def restart() -> None:
+                if active not in c.controllers:
+                    await c.start_controller(active)
+
+            return restart
+        net.pause(active)
+
+        async def resume() -> None:
+            net.resume(active)
+            c.trace.event(active, "resume")
+
+        return resume
 
     async def _reassign(self, fault: Fault, details: dict[str, Any]) -> Any:
         """An operator moves one partition to other brokers (KIP-455) through the controller, as

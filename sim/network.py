@@ -15,7 +15,7 @@ Faults, all decided by the seeded random source or by an explicit schedule:
 - a paused node (SIGSTOP) neither handles nor sends: requests to it queue until it resumes, when they may
   long have timed out on the sender's side;
 - `new_connection(a, b)` ends a link's FIFO order with what is already on the wire, as a restarted
-  process's new connection does;
+  process's new connection does; a node brought up again gets new connections on all its links;
 - `delay(a, b, ms, jitter_ms)` and `drop(a, b, p)` shape one link; `slow(node, ms)` adds a stall before
   each request the node handles (a slow disk under a broker that writes on its request path).
 """
@@ -88,11 +88,15 @@ class SimNetwork:
         return node
 
     def bring_up(self, node_id: int, handler: Handler | None) -> None:
+        """The process starts (again): every connection it has is a new one, so what its earlier incarnation
+        sent and is still on the way does not hold up what this one sends (and may arrive after it)."""
         node = self.node(node_id)
         node.handler = handler
         node.up = True
         node.incarnation += 1
         node.resumed.set()
+        for link in [link for link in self._link_clock if node_id in link]:
+            del self._link_clock[link]
 
     def take_down(self, node_id: int) -> None:
         """The process is gone: its in-flight handlers die with it; its peers see resets."""

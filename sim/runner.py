@@ -5,7 +5,8 @@ given) give the same trace hash. The run has three phases on virtual time: start
 topics, every partition led), load (producers, consumers and faults for `duration_s`), and settle (faults
 undone, dead brokers restarted, then up to 30 s for every replica to rejoin the ISR and catch up, with
 the checks still running). The first violation ends the run. Liveness is checked too: while the load
-runs, or while the cluster settles short of converging, something must move (`no_progress`). An
+runs, or while the cluster settles short of converging, something must move (`no_progress`), and a run
+whose replicas have not converged when the settle ends fails (`not_converged`), however much moved. An
 exception that is no check failure ends the run as `simulator_error`, so a sweep goes on.
 """
 
@@ -13,20 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import shutil
 import tempfile
 import time as wall
 import traceback
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.partition import Partition
-from broker.replica_manager import FetchParams, ReplicaManager
 from protocol.messages import CreatableTopic, CreateTopicsRequest, TopicPartition
 from server_common.poll import wait_until
 from sim.checker import Checker, Violation
@@ -36,7 +33,6 @@ from sim.loop import VirtualTimeLoop
 from sim.timeline import Recorder
 from sim.trace import Trace
 from sim.workload import Consumer, Producer, WriteHistory
-from storage.log import Log
 
 ADMIN_ID = 999
 CHECK_INTERVAL_S = 0.05
@@ -143,121 +139,6 @@ class _Progress:
         if state != self._last:
             self._last, self.since = state, now
         return now - self.since
-
-
-def _inside(root: Path) -> Callable[[Path], bool]:
-    """Whether a log's dir is under `root`: a prefix test of the path's (cached) string, since this runs on
-    every follower position and FETCH answer (`Path.is_relative_to` parses both paths each time: it had
-    cost 8% of a seed's CPU)."""
-    prefix = os.path.join(str(root), "")
-
-    def inside(path: Path) -> bool:
-        return str(path).startswith(prefix)
-
-    return inside
-
-
-@contextmanager
-def _traced_truncations(trace: Trace, root: Path, on_cut: Callable[[], None] = lambda: None) -> Iterator[None]:
-    """Every cut of a replica's log under `root` goes into the trace (broker, partition, where the log now
-    ends), so runs that truncate differently have different hashes. Kafka logs the same line."""
-    cut_to, cut_fully = Log.truncate_to, Log.truncate_fully_and_start_at
-    inside = [0]
-    ours = _inside(root)
-
-    def event(log: Log, offset: int) -> None:
-        on_cut()
-        broker = log.dir.parent.name.removeprefix("broker-")
-        if inside[0] == 0 and ours(log.dir) and broker.isdigit():
-            tp = f"{log.topic}-{log.partition}"
-            trace.event(int(broker), "truncate", tp=tp, to=offset, leo=log.log_end_offset, hw=log.high_watermark)
-
-    def truncate_to(self: Log, target_offset: int) -> bool:
-        inside[0] += 1
-        try:
-            cut = cut_to(self, target_offset)
-        finally:
-            inside[0] -= 1
-        if cut:
-            event(self, target_offset)
-        return cut
-
-    def truncate_fully_and_start_at(self: Log, new_offset: int) -> None:
-        cut_fully(self, new_offset)
-        event(self, new_offset)
-
-    Log.truncate_to = truncate_to  # type: ignore[method-assign]
-    Log.truncate_fully_and_start_at = truncate_fully_and_start_at  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Log.truncate_to = cut_to  # type: ignore[method-assign]
-        Log.truncate_fully_and_start_at = cut_fully  # type: ignore[method-assign]
-
-
-@contextmanager
-def _watched_follower_positions(
-    checker: Checker, root: Path, report: Callable[[Violation], None], failed: Callable[[], bool]
-) -> Iterator[None]:
-    """Every follower position a leader under `root` records, and every answer to a follower's FETCH, goes to
-    the checker as it is made (`stale_incarnation_recorded`, `follower_position_not_held`,
-    `stale_epoch_served`). A violation is reported to the run, not raised into the broker's request handler."""
-    record = Partition.update_follower_fetch_state
-    ours = _inside(root)
-    # The leader epoch each partition of the FETCH being answered names (read_and_record runs through
-    # without yielding, so this is the request whose positions are being recorded).
-    requested: dict[TopicPartition, int] = {}
-
-    def update_follower_fetch_state(
-        self: Partition,
-        replica_id: int,
-        fetch_offset: int,
-        follower_log_start_offset: int,
-        fetch_time_ms: int,
-        leader_end_offset: int,
-        broker_epoch: int = -1,
-    ) -> bool:
-        remote = self.remote_replicas.get(replica_id)
-        heard = remote.broker_epoch if remote is not None else -1  # what KIP-903's refusal compares with
-        known = record(
-            self, replica_id, fetch_offset, follower_log_start_offset, fetch_time_ms, leader_end_offset, broker_epoch
-        )
-        if known and not failed() and ours(self.log.dir):
-            try:
-                checker.on_follower_fetch_recorded(self, replica_id, fetch_offset, broker_epoch, heard)
-                epoch = requested.get(self.topic_partition, -1)
-                checker.on_follower_position(self, replica_id, fetch_offset, broker_epoch, epoch)
-            except Violation as v:
-                report(v)
-        return known
-
-    read_and_record = ReplicaManager.read_and_record
-
-    def answered(self: ReplicaManager, params: FetchParams, infos: list[Any]) -> list[Any]:
-        requested.clear()
-        requested.update({TopicPartition(i.topic, i.partition): i.current_leader_epoch for i in infos})
-        try:
-            answers = read_and_record(self, params, infos)
-        finally:
-            requested.clear()
-        if params.is_from_follower:
-            for info, answer in zip(infos, answers, strict=True):
-                partition = self.partitions.get(TopicPartition(info.topic, info.partition))
-                if partition is None or failed() or not ours(partition.log.dir):
-                    continue
-                try:
-                    checker.on_fetch_answered(partition, params.replica_id, info.current_leader_epoch, answer)
-                except Violation as v:
-                    report(v)
-        return answers
-
-    Partition.update_follower_fetch_state = update_follower_fetch_state  # type: ignore[method-assign]
-    ReplicaManager.read_and_record = answered  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Partition.update_follower_fetch_state = record  # type: ignore[method-assign]
-        ReplicaManager.read_and_record = read_and_record  # type: ignore[method-assign]
 
 
 def _scratch_dir() -> Path:
@@ -441,6 +322,9 @@ async def _run(
         trace.event("sim", "settle")
         watch.start(settling=True)
         cluster.network.heal()
+        for controller in cluster.controller_ids:
+            if controller not in cluster.controllers:
+                await cluster.start_controller(controller)
         for broker in cluster.broker_ids:
             if broker not in cluster.brokers:
                 await cluster.restart_broker(broker)
@@ -448,6 +332,15 @@ async def _run(
         result.converged = await wait_until(lambda: converged(cluster, partitions), SETTLE_MAX_S, clock=cluster.time)
         watch.stop()
         checker.check()
+        checker.check_producer_states()
+        checker.check_metadata_logs()
+        if not result.converged:
+            # Liveness, whatever the longest stall was: a run may keep moving and still never get there.
+            checker.fail(
+                "not_converged",
+                f"{SETTLE_MAX_S:.0f} virtual s after every fault was undone the replicas have not converged: "
+                f"{unconverged(cluster, partitions)} (longest stall {result.longest_stall_s:.1f} s)",
+            )
         for task in consumer_tasks or []:
             task.cancel()
         result.consumed = sum(c.consumed for c in consumers)
@@ -484,19 +377,27 @@ async def _run(
 
     asyncio.get_running_loop().set_exception_handler(on_loop_error)
     cluster.on_crash = checker.on_crash
-    cluster.on_metadata = checker.on_metadata
 
     def report(violation: Violation) -> None:
         if not failure.done():
             failure.set_result(violation)
 
-    with (
-        _traced_truncations(trace, root, checker.on_log_cut),
-        _watched_follower_positions(checker, root, report, failure.done),
-    ):
-        main = guarded(scenario())
-        guarded(ticker())
-        await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
+    def on_metadata(record: Any, image: Any) -> None:
+        # Called as the controller replays a record: a violation goes to the run, not into the controller.
+        try:
+            checker.on_metadata(record, image)
+        except Violation as v:
+            report(v)
+
+    cluster.on_metadata = on_metadata
+
+    # The brokers' replication events (sim/observe.py) go to this run's checker from here to the end.
+    observer = cluster.observer
+    observer.checker, observer.report, observer.failed = checker, report, failure.done
+    main = guarded(scenario())
+    guarded(ticker())
+    await asyncio.wait([main, failure], return_when=asyncio.FIRST_COMPLETED)
+    observer.watching = False
     result.timeline = list(trace.recent[-80:])
     if recorder is not None:
         recorder.sample(cluster, asyncio.get_running_loop().time() * 1000.0)
@@ -559,16 +460,21 @@ def all_led(cluster: SimCluster, partitions: list[TopicPartition]) -> bool:
 
 def converged(cluster: SimCluster, partitions: list[TopicPartition]) -> bool:
     """Every partition led, its ISR the full assignment, every replica's LEO and HW equal the leader's."""
+    return unconverged(cluster, partitions) is None
+
+
+def unconverged(cluster: SimCluster, partitions: list[TopicPartition]) -> str | None:
+    """What keeps the cluster from having converged (the first partition that has not), None when it has."""
     for tp in partitions:
-        replicas = [(b, n.replica_manager.partitions.get(tp)) for b, n in cluster.brokers.items()]
+        replicas = [(b, n.replica_manager.partitions.get(tp)) for b, n in sorted(cluster.brokers.items())]
         present = [(b, p) for b, p in replicas if p is not None]
-        leaders = [p for _, p in present if p.is_leader]
+        leaders = [b for b, p in present if p.is_leader]
         if len(leaders) != 1:
-            return False
-        leader = leaders[0]
+            return f"{tp} is led by {leaders or 'no broker'}"
+        leader = dict(present)[leaders[0]]
         if set(leader.isr) != set(leader.assignment):
-            return False
-        for _, p in present:
-            if p.log.log_end_offset != leader.log.log_end_offset or p.log.high_watermark != leader.log.high_watermark:
-                return False
-    return True
+            return f"{tp}: leader {leaders[0]}'s ISR {sorted(leader.isr)} is not its assignment {leader.assignment}"
+        ends = {b: (p.log.log_end_offset, p.log.high_watermark) for b, p in present}
+        if len(set(ends.values())) > 1:
+            return f"{tp}: (LEO, HW) by broker {ends}"
+    return None

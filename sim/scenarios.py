@@ -120,6 +120,26 @@ def _step(run: SimRun, what: str) -> None:
     run.trace.event("scenario", "step", what=what)
 
 
+def _image(run: SimRun) -> Any:
+    """The metadata image of the controller that is active now (or would be next)."""
+    node = run.cluster.controller
+    assert node is not None, "no controller"
+    return node.controller.image
+
+
+async def _reassign(run: SimRun, tp: TopicPartition, replicas: list[int]) -> None:
+    """An operator's ALTER_PARTITION_REASSIGNMENTS of `tp` to `replicas` (in that order of preference), done
+    once the controller's image lists them."""
+    request = AlterPartitionReassignmentsRequest([ReassignablePartition(tp.topic, tp.partition, replicas)])
+    await run.cluster.send_to_controller(REASSIGNER_ID, request)
+    await until(lambda: list(_image(run).partitions[tp].replicas) == replicas, f"replicas {replicas}")
+
+
+async def _elect_preferred(run: SimRun) -> None:
+    """An operator's preferred leader election for every partition (ELECT_LEADERS)."""
+    await run.cluster.send_to_controller(REASSIGNER_ID, ElectLeadersRequest())
+
+
 async def kip101_1(run: SimRun) -> None:
     net = run.cluster.network
     net.base = LinkShape(2.0, 0.0)  # fixed 2 ms links, so the steps below can act between messages
@@ -316,16 +336,6 @@ async def kip320_stale_leader(run: SimRun) -> None:
     l_, n, f = controller.controller.image.partitions[tp].replicas
     producer = run.producer(1001, acks=1)
 
-    def image() -> Any:
-        node = run.cluster.controller
-        assert node is not None
-        return node.controller.image
-
-    async def reorder(order: list[int]) -> None:
-        request = AlterPartitionReassignmentsRequest([ReassignablePartition(tp.topic, tp.partition, order)])
-        await run.cluster.send_to_controller(REASSIGNER_ID, request)
-        await until(lambda: list(image().partitions[tp].replicas) == order, f"replicas ordered {order}")
-
     _step(run, f"L={l_} leads {tp} at epoch 0, N={n} and F={f} follow, acks=1")
     await _write(producer, tp)
     await until(lambda: all(_replica(run, b, tp).log.high_watermark == 1 for b in (l_, n, f)), "m1 on all three")
@@ -333,13 +343,13 @@ async def kip320_stale_leader(run: SimRun) -> None:
     await _write(producer, tp)
     await until(lambda: _replica(run, f, tp).log.log_end_offset == 2, "F fetched x")
     _step(run, "L writes x at offset 1; F fetches it, N does not")
-    await reorder([n, l_, f])
+    await _reassign(run, tp, [n, l_, f])
     await until(lambda: _replica(run, l_, tp).assignment == [n, l_, f], "L told of the new order")
     await asyncio.sleep(0.1)  # and of the metadata that follows it: nothing from the controller in flight
     # From now on the metadata reaches L 3 s late, one FETCH answer at a time, in order.
     for c in run.cluster.controller_ids:
         net.shapes[(c, l_)] = LinkShape(3000.0, 0.0)
-    await run.cluster.send_to_controller(REASSIGNER_ID, ElectLeadersRequest())
+    await _elect_preferred(run)
     await until(lambda: _leads(run, n, tp), "N elected")
     epoch_1_offset = _active(run).controller.last_offset
     net.uncut(l_, n)
@@ -360,9 +370,9 @@ async def kip320_stale_leader(run: SimRun) -> None:
     for c in run.cluster.controller_ids:
         net.shapes[(c, n)] = LinkShape(4000.0, 0.0)
     await until(lambda: _metadata_sent_past(run, l_, epoch_1_offset), "epoch 1 on its way to L", timeout_s=10)
-    await reorder([l_, n, f])
-    await run.cluster.send_to_controller(REASSIGNER_ID, ElectLeadersRequest())
-    await until(lambda: image().partitions[tp].leader == l_, "L elected at epoch 2")
+    await _reassign(run, tp, [l_, n, f])
+    await _elect_preferred(run)
+    await until(lambda: _image(run).partitions[tp].leader == l_, "L elected at epoch 2")
     await until(lambda: _replica(run, f, tp).leader_epoch == 2, "F told of epoch 2")
     _step(run, f"F hears of epoch 2 (leader L) while L is at epoch {_replica(run, l_, tp).leader_epoch}, holding x")
     await until(lambda: _replica(run, l_, tp).leader_epoch == 2 and _replica(run, l_, tp).is_leader, "L leads", 30)
@@ -371,6 +381,54 @@ async def kip320_stale_leader(run: SimRun) -> None:
     await _write(producer, tp)
     _step(run, f"L writes y at offset {_replica(run, l_, tp).log.log_end_offset - 1}")
     await asyncio.sleep(3.0)
+
+
+async def kip320_removed_replica(run: SimRun) -> None:
+    """KIP-320's fencing of an older epoch (FENCED_LEADER_EPOCH), where it is the only guard. R's FETCH
+    from offset 3 at epoch 0 is 3 s on the way to L when an operator takes R out of the partition (the
+    controller bumps the leader epoch, R deletes its replica) and puts it back: R starts again with an empty
+    log, at the new epoch. The late FETCH names R's own broker epoch (R never restarted: KIP-903 cannot tell
+    it from a current one) and epoch 0 as its last fetched epoch, which L's log still ends at offset 3
+    (truncation in FETCH sees no divergence). Only its leader epoch, older than L's, says it is from
+    before: L refuses it and counts R where R's new fetches put it."""
+    net = run.cluster.network
+    tp = run.partitions[0]
+    l_, r, s_ = _image(run).partitions[tp].replicas
+    producer = run.producer(1001, acks=-1)
+
+    _step(run, f"L={l_} leads {tp} at epoch 0, R={r} and S={s_} follow, acks=all")
+    for _ in range(3):
+        await _write(producer, tp)
+    await until(lambda: all(_replica(run, b, tp).log.high_watermark == 3 for b in (l_, r, s_)), "m1-m3 on all three")
+    net.shapes[(r, l_)] = LinkShape(3000.0, 0.0)
+    # R's fetch waiting at L expires (replica.fetch.wait.max.ms, 500 ms) and R sends the next one, now 3 s on
+    # the way.
+    await asyncio.sleep(1.0)
+    _step(run, "m1-m3 committed on all three; R's FETCH from offset 3 at epoch 0 is 3 s on the way to L")
+    await _reassign(run, tp, [l_, s_])
+    await until(lambda: _replica(run, r, tp) is None, "R's replica deleted")
+    epoch = _replica(run, l_, tp).leader_epoch
+    _step(run, f"R taken out: L leads at epoch {epoch} (the controller bumps it), R's replica is deleted")
+    await _reassign(run, tp, [l_, r, s_])
+    await until(lambda: r in _replica(run, l_, tp).assignment, "L told R is back")
+    await until(lambda: (p := _replica(run, r, tp)) is not None and p.leader_epoch == epoch, "R follows again")
+    _step(run, f"R put back (replicas [L, R, S]): an empty log, following L at epoch {epoch}")
+    del net.shapes[(r, l_)]  # R's new fetches are on the same connection, behind the late one
+    await until(lambda: r in _image(run).partitions[tp].isr, "R back in the ISR", timeout_s=30)
+    part = _replica(run, l_, tp)
+    _step(
+        run,
+        f"the late FETCH has reached L; R in the ISR, counted at {part.remote_replicas[r].log_end_offset} "
+        f"with LEO {_replica(run, r, tp).log.log_end_offset}",
+    )
+    await run.cluster.kill_broker(l_)
+    await until(lambda: _leads(run, r, tp) or _leads(run, s_, tp), "a new leader", timeout_s=30)
+    leader = r if _leads(run, r, tp) else s_
+    _step(run, f"L dies; {'R' if leader == r else 'S'} leads with LEO {_replica(run, leader, tp).log.log_end_offset}")
+    await _write(producer, tp)
+    await run.cluster.restart_broker(l_)
+    _step(run, "L restarts as a follower; m4 written")
+    await asyncio.sleep(1.0)
 
 
 async def kip903_late_fetch(run: SimRun) -> None:
@@ -444,6 +502,122 @@ async def kip903_late_fetch(run: SimRun) -> None:
     await asyncio.sleep(1.0)
 
 
+async def _restart_slow_to_fetch(run: SimRun, follower: int, leader: int, tp: TopicPartition) -> None:
+    """`follower` restarts, its FETCHes (to `leader`, or to a broker it still takes for the leader) 3 s on
+    the way until the leader's metadata lists it as live again (registered, unfenced) and its earlier
+    incarnation is out of the ISR: so the leader judges it from the position it came back at, not from one
+    it reached while still ineligible."""
+    net = run.cluster.network
+    links = [(follower, other) for other in run.cluster.broker_ids if other != follower]
+    for link in links:
+        net.shapes[link] = LinkShape(3000.0, 0.0)
+    await run.cluster.restart_broker(follower)
+    lifecycle = run.cluster.brokers[follower].lifecycle
+    assert lifecycle is not None
+    await until(lambda: lifecycle.broker_epoch > 0, "the follower registered")
+
+    def told() -> bool:
+        node = run.cluster.brokers.get(leader)
+        registration = None if node is None or node.metadata is None else node.metadata.image.brokers.get(follower)
+        return (
+            registration is not None
+            and registration.broker_epoch == lifecycle.broker_epoch
+            and registration.is_active
+            and follower not in _image(run).partitions[tp].isr
+        )
+
+    await until(told, "the leader told the follower is back", timeout_s=30)
+    for link in links:
+        del net.shapes[link]
+
+
+async def isr_expansion(run: SimRun) -> None:
+    """The cases of Kafka's `Partition.maybeExpandIsr` (and PartitionTest's), on one partition whose
+    followers fetch one batch at a time, so a follower's position passes every offset. A leader adds a
+    follower to the ISR only once its position reaches the HW (1: testIsrExpansion) and the start offset of
+    the leader's epoch (2: KAFKA-7128, testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeader
+    Epoch), only while its metadata lists it unfenced (3: testIsrNotExpandedIfReplicaIsFencedOrShutdown),
+    and only while no other ISR change of its is pending (4: testIsrNotExpandedIfUpdateFails, one
+    AlterPartition in flight). The checker judges every proposal by that rule (`isr_expansion_against_rule`)."""
+    net = run.cluster.network
+    tp = run.partitions[0]
+    a, b, f = _image(run).partitions[tp].replicas
+    producer = run.producer(1001, acks=1)
+
+    def isr() -> list[int]:
+        return sorted(_image(run).partitions[tp].isr)
+
+    async def write(count: int) -> None:
+        for _ in range(count):
+            await _write(producer, tp)
+
+    _step(run, f"A={a} leads {tp}, B={b} and F={f} follow one batch per FETCH (replica.fetch.max.bytes 1), acks=1")
+    await write(2)
+    await until(lambda: all(_replica(run, x, tp).log.high_watermark == 2 for x in (a, b, f)), "m1 m2 on all three")
+    await run.cluster.kill_broker(f, loses_unflushed=False)
+    await until(lambda: f not in isr(), "F out of the ISR", timeout_s=30)
+    await write(2)
+    await until(lambda: _replica(run, a, tp).log.high_watermark == 4, "A's HW at 4")
+    _step(run, "1: F dies at LEO 2 and leaves the ISR; m3 m4 committed on A and B (HW 4)")
+    await _restart_slow_to_fetch(run, f, a, tp)
+    await until(lambda: f in isr(), "F back in the ISR", timeout_s=30)
+    _step(run, "1: F restarts at LEO 2: not proposed at 2 or 3, below the HW; proposed at 4 and committed")
+
+    await run.cluster.kill_broker(f, loses_unflushed=False)  # still in the ISR, at 4: it holds A's HW there
+    await write(4)
+    await until(lambda: _replica(run, b, tp).log.log_end_offset == 8, "B fetched m5-m8")
+    await _reassign(run, tp, [b, a, f])
+    net.cut(a, b)  # A's fetches from B are lost: its unknown position holds B's HW
+    await _elect_preferred(run)
+    await until(lambda: _leads(run, b, tp), "B elected")
+    part = _replica(run, b, tp)
+    _step(
+        run,
+        f"2: F dies again, in the ISR at 4; m5-m8 reach B, not the HW; B elected at epoch {part.leader_epoch} from "
+        f"offset {part.leader_epoch_start_offset} with HW {part.log.high_watermark}, A's fetches to B lost",
+    )
+    await _restart_slow_to_fetch(run, f, b, tp)
+    await until(lambda: f in isr(), "F back in the ISR", timeout_s=30)
+    _step(
+        run,
+        "2: F restarts at LEO 4, the HW: not proposed at 4 to 7, below the start of B's epoch; proposed at 8 and "
+        f"committed (B's HW {_replica(run, b, tp).log.high_watermark})",
+    )
+    net.uncut(a, b)
+    await until(lambda: a in isr() and _replica(run, b, tp).log.high_watermark == 8, "A back, HW 8", timeout_s=30)
+
+    for c in run.cluster.controller_ids:  # F's heartbeats (and its metadata fetches) are lost
+        net.cut(f, c)
+        net.cut(c, f)
+    await until(lambda: _image(run).brokers[f].fenced and f not in _replica(run, b, tp).isr, "F fenced", timeout_s=30)
+    await until(lambda: f not in run.cluster.brokers[b].metadata_cache.brokers, "B told F is fenced", timeout_s=30)
+    await write(1)
+    await until(lambda: _replica(run, f, tp).log.log_end_offset == 9, "F fetched m9")
+    await asyncio.sleep(1.0)
+    _step(run, f"3: F fenced (its heartbeats lost) but fetching: at B's log end, not proposed; ISR {isr()}")
+    net.heal()
+    await until(lambda: f in isr(), "F back in the ISR", timeout_s=30)
+    _step(run, "3: F's heartbeats reach the controller again: unfenced, then proposed and committed")
+
+    net.cut(a, b)
+    net.cut(f, b)
+    await write(1)  # m10, which A and F do not fetch: they leave the ISR
+    await until(lambda: isr() == [b], "A and F out of the ISR", timeout_s=30)
+    for c in run.cluster.controller_ids:  # B's ALTER_PARTITION takes 2 s to arrive
+        net.shapes[(b, c)] = LinkShape(2000.0, 0.0)
+    net.uncut(a, b)
+    await until(lambda: _replica(run, b, tp).pending_isr is not None, "B proposes A", timeout_s=10)
+    net.uncut(f, b)
+    await until(lambda: _replica(run, b, tp).remote_replicas[f].log_end_offset == 10, "F caught up", timeout_s=10)
+    _step(run, f"4: A proposed, its AlterPartition 2 s on the way; F caught up meanwhile, not proposed: ISR {isr()}")
+    await until(lambda: isr() == sorted((a, b, f)), "A and F back in the ISR", timeout_s=30)
+    for c in run.cluster.controller_ids:
+        del net.shapes[(b, c)]
+    _step(run, "4: A committed, then F proposed and committed")
+    await write(1)
+    await asyncio.sleep(1.0)
+
+
 async def idempotent_resend(run: SimRun) -> None:
     """KIP-98: the answer to an acks=all write is lost and its leader dies; the producer resends the same
     batch to the new leader, which already fetched it and answers with the original offset."""
@@ -509,9 +683,25 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
         kip320_stale_leader,
         SimOptions(brokers=3, partitions=1, replication_factor=3, min_insync_replicas=1, acks=1, producers=0),
     ),
+    "kip320-removed-replica": (
+        kip320_removed_replica,
+        SimOptions(brokers=3, partitions=1, replication_factor=3, min_insync_replicas=2, acks=-1, producers=0),
+    ),
     "kip903-late-fetch": (
         kip903_late_fetch,
         SimOptions(brokers=2, partitions=1, replication_factor=2, min_insync_replicas=1, acks=1, producers=0),
+    ),
+    "isr-expansion": (
+        isr_expansion,
+        SimOptions(
+            brokers=3,
+            partitions=1,
+            replication_factor=3,
+            min_insync_replicas=1,
+            acks=1,
+            producers=0,
+            broker_overrides={"replica.fetch.max.bytes": 1},
+        ),
     ),
     "idempotent-resend": (
         idempotent_resend,

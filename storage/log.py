@@ -29,6 +29,9 @@ checkpoint is missing, and trims the cache to the recovered log. The idempotent 
 (producer_state.py) is rebuilt on opening and after each truncation from the newest snapshot at or below
 the log end plus the producer batches after it, so it always describes exactly the batches in the log.
 
+Every truncation is told to the log's `ReplicationObserver` (server_common/replication_observer.py) once
+it is done; nobody watches a broker's logs but the simulator, so by default nobody is told.
+
 Invariants: log_start_offset ≤ high_watermark ≤ log_end_offset; the log end offset is always a batch
 boundary; segments are contiguous and ordered by base offset; the epoch cache never mentions an offset at
 or past the log end. The high watermark lives only in memory here (the broker checkpoints it).
@@ -57,8 +60,10 @@ from protocol.errors import (
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
 )
+from protocol.messages import TopicPartition
 from protocol.record_batch import LOG_OVERHEAD, next_sequence
 from server_common.log_config import LogConfig
+from server_common.replication_observer import NO_OBSERVER, ReplicationObserver
 from server_common.storage import fsync_dir, write_atomically
 from server_common.time import Time
 from storage.batches import OFFSET_LENGTH_DELTA, OFFSET_LENGTH_EPOCH, Buffer, scan, single_batch
@@ -139,9 +144,11 @@ class Log:
         epoch_cache: LeaderEpochFileCache,
         storage: Storage = OS_STORAGE,
         producer_entries: ProducerEntries | None = None,
+        observer: ReplicationObserver = NO_OBSERVER,
     ) -> None:
         self._dir = dir
         self._storage = storage
+        self._observer = observer  # told of every truncation
         self.config = config
         self._time = time
         self._topic, self._partition = parse_topic_partition(dir.name)
@@ -170,8 +177,10 @@ class Log:
         time: Time,
         storage: Storage = OS_STORAGE,
         producer_entries: ProducerEntries | None = None,
+        observer: ReplicationObserver = NO_OBSERVER,
     ) -> Log:
-        """Open (creating if missing) the replica directory `dir`, recovering after an unclean shutdown."""
+        """Open (creating if missing) the replica directory `dir`, recovering after an unclean shutdown.
+        `observer` hears of every truncation, from the one this recovery may make on."""
         parse_topic_partition(dir.name)
         dir.mkdir(parents=True, exist_ok=True)
         marker = dir / CLEAN_SHUTDOWN_FILE
@@ -193,7 +202,7 @@ class Log:
 
         log_start = max(checkpointed_start or 0, segments[0].base_offset)
         epoch_cache = _open_epoch_cache(dir, segments, log_start, recovered_epochs)
-        log = cls(dir, config, time, segments, log_start, epoch_cache, storage, producer_entries)
+        log = cls(dir, config, time, segments, log_start, epoch_cache, storage, producer_entries, observer)
         if log_start > log.log_end_offset:
             # Everything the segments hold was deleted before the crash; the log restarts at log start.
             log.truncate_fully_and_start_at(log_start)
@@ -661,7 +670,8 @@ class Log:
         self.truncations += 1
         logger.info("%s: truncated from log end offset %d to %d", self._name(), self.log_end_offset, target_offset)
         if target_offset < self._segments[0].base_offset:
-            self.truncate_fully_and_start_at(target_offset)
+            self._truncate_fully_and_start_at(target_offset)
+            self._told_truncated(target_offset)
             return True
         while self._segments[-1].base_offset > target_offset:
             self._segments.pop().delete()
@@ -682,7 +692,13 @@ class Log:
         else:
             # No producer state: the log holds no idempotent batch, and cutting it cannot add one.
             self.producer_state.delete_snapshots_above(log_end)
+        self._told_truncated(target_offset)
         return True
+
+    def _told_truncated(self, to_offset: int) -> None:
+        self._observer.log_truncated(
+            TopicPartition(self._topic, self._partition), to_offset, self.log_end_offset, self._high_watermark
+        )
 
     def _rebuild_producer_state(self) -> None:
         """The producer state of exactly the batches in the log: from the newest snapshot at or below the
@@ -702,6 +718,10 @@ class Log:
     @_storage_errors
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and restart empty at `new_offset` (log start = log end = HW = new_offset)."""
+        self._truncate_fully_and_start_at(new_offset)
+        self._told_truncated(new_offset)
+
+    def _truncate_fully_and_start_at(self, new_offset: int) -> None:
         if new_offset < 0:
             raise ValueError(f"cannot restart the log at negative offset {new_offset}")
         self._check_open()
