@@ -681,7 +681,17 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
     ),
     "kip320-stale-leader": (
         kip320_stale_leader,
-        SimOptions(brokers=3, partitions=1, replication_factor=3, min_insync_replicas=1, acks=1, producers=0),
+        SimOptions(
+            brokers=3,
+            partitions=1,
+            replication_factor=3,
+            min_insync_replicas=1,
+            acks=1,
+            producers=0,
+            # L's and N's metadata answers come 3-4 s late: their metadata FETCHes wait for them rather than
+            # time out and ask again (each retry would start the 3 s over, and L would never catch up).
+            broker_overrides={"controller.quorum.request.timeout.ms": 10000, "controller.quorum.fetch.timeout.ms": 20000},
+        ),
     ),
     "kip320-removed-replica": (
         kip320_removed_replica,
