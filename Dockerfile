@@ -28,6 +28,7 @@ COPY group_coordinator ./group_coordinator
 COPY controller ./controller
 COPY cluster ./cluster
 COPY metrics ./metrics
+COPY lagapp ./lagapp
 COPY sim ./sim
 COPY bench ./bench
 RUN pip install .

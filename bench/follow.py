@@ -27,9 +27,9 @@ from typing import Any
 
 from bench.common import emit, progress
 from bench.lag_job import Clock, generated_records
-from metrics import follow, spark_app
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import follow, spark_app
+from lagapp import schema as s
+from lagapp.lag_job import LagJobConfig
 
 CONFIG = LagJobConfig(window_ms=10_000)
 WATERMARK_MS = 3 * CONFIG.window_ms  # what --follow uses: three windows

@@ -31,7 +31,7 @@ no file holds two samples of one replica. ``--by-broker`` writes the same record
 does instead, one broker's samples per file in time order (one file per broker at 1M, ten rolled files
 per broker at 10M), which is the layout a job that reads each file in order as one unit relies on.
 
-The job runs on its default path, the per-broker file pass (``metrics.file_pass``; on the 16 slices,
+The job runs on its default path, the per-broker file pass (``lagapp.file_pass``; on the 16 slices,
 whose files are not one broker's each, it falls back to the sort), or with ``--sorted`` on the
 shuffle-and-sort path, so the two can be compared on the same data (``path`` in the output).
 
@@ -59,9 +59,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from bench.common import process_cpu_s
-from metrics import schema as s
-from metrics import spark_app
-from metrics.lag_job import REPLICA_KEY, LagJobConfig
+from lagapp import schema as s
+from lagapp import spark_app
+from lagapp.lag_job import REPLICA_KEY, LagJobConfig
 
 T0 = 1_700_000_000_000
 BROKERS = 100

@@ -18,12 +18,12 @@ import plotly.graph_objects as go
 import pytest
 from pyspark.sql import SparkSession
 
-from metrics import dashboard, spark_app
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import dashboard, spark_app
+from lagapp import schema as s
+from lagapp.lag_job import LagJobConfig
 from tests.integration.processes import ROOT
 from tests.integration.test_cli import clean_env
-from tests.metrics.browser import CHROMIUM, chart_lines, is_flat, rendered_dom, run_chromium
+from tests.lagapp.browser import CHROMIUM, chart_lines, is_flat, rendered_dom, run_chromium
 
 pytestmark = pytest.mark.slow
 

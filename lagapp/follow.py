@@ -59,9 +59,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
-from metrics import dashboard, file_pass, follow_round, lag_job
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import dashboard, file_pass, follow_round, lag_job
+from lagapp import schema as s
+from lagapp.lag_job import LagJobConfig
 
 STATE_FILE = "state.json"
 TAIL = "tail"

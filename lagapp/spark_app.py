@@ -4,9 +4,9 @@ How this works:
 - Batch: list the rolled ``broker-<id>-<first_ts_ms>.jsonl`` files and the ``_active/broker-<id>.jsonl``
   files (Spark's own listing skips ``_`` paths, so the job passes explicit paths). When every file is
   one broker's (the emitter's layout), ``publish_files`` computes every table in one Spark task per
-  broker (``metrics.file_pass``: its files parsed in order, no shuffle or sort, the tables written as
+  broker (``lagapp.file_pass``: its files parsed in order, no shuffle or sort, the tables written as
   Parquet by the tasks and the driver, Spark never holding the records), then computes the page's
-  aggregates from the written tables with pyarrow in the driver (``metrics.dashboard_arrow``, no Spark
+  aggregates from the written tables with pyarrow in the driver (``lagapp.dashboard_arrow``, no Spark
   job); if the pass fails, the sorted path below does the job instead. Otherwise (or with ``--sorted``)
   the records are read once by Spark with the fixed schema, projected to the fields the tables use
   (lines cut by a crash are dropped), and ``publish`` runs the one window pass
@@ -23,7 +23,7 @@ How this works:
   live in ``<out>/_stream/checkpoint``; each micro-batch is written to ``<out>/_stream/records/batch-<id>``
   (``write_batch``: a rerun of a batch after a restart replaces its folder, so nothing is stored
   twice). Then ``merge_and_publish`` brings the tables and the page up to date: merged into carried
-  state (``metrics.follow``), so a round's cost does not grow with the history (or, while fewer than
+  state (``lagapp.follow``), so a round's cost does not grow with the history (or, while fewer than
   ``--incremental-from`` records are stored, recomputed from all of them; 0 by default). Every
   ``COMPACT_AFTER_BATCHES`` batch folders are folded into one folder, and as many folds into one of the
   next level (``compact``), so a long follow keeps a few folders, not one per micro-batch, and rewrites
@@ -56,9 +56,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.storagelevel import StorageLevel
 
-from metrics import dashboard, dashboard_arrow, file_pass, follow, lag_job
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import dashboard, dashboard_arrow, file_pass, follow, lag_job
+from lagapp import schema as s
+from lagapp.lag_job import LagJobConfig
 
 DASHBOARD_FILE = "dashboard.html"
 ACTIVE_DIR = "_active"

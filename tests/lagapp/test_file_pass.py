@@ -1,4 +1,4 @@
-"""The per-broker file pass (``metrics.file_pass``) against the shuffle-and-sort path: every table, row for row."""
+"""The per-broker file pass (``lagapp.file_pass``) against the shuffle-and-sort path: every table, row for row."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from metrics import file_pass, lag_job, spark_app
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
-from tests.metrics.test_dashboard import T0, write_metrics_dir
+from lagapp import file_pass, lag_job, spark_app
+from lagapp import schema as s
+from lagapp.lag_job import LagJobConfig
+from tests.lagapp.test_dashboard import T0, write_metrics_dir
 
 
 def _rows(df: DataFrame) -> list[tuple[Any, ...]]:

@@ -1,4 +1,4 @@
-"""The page's aggregates with pyarrow (``metrics.dashboard_arrow``) against the Spark queries
+"""The page's aggregates with pyarrow (``lagapp.dashboard_arrow``) against the Spark queries
 (``dashboard.collect_dashboard_data``) over the same written tables: the whole ``DashboardData``, in order."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bench.lag_job import generated_records
-from metrics import dashboard, dashboard_arrow, file_pass, spark_app
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
-from tests.metrics.test_dashboard import T0, _partition_record, write_metrics_dir
+from lagapp import dashboard, dashboard_arrow, file_pass, spark_app
+from lagapp import schema as s
+from lagapp.lag_job import LagJobConfig
+from tests.lagapp.test_dashboard import T0, _partition_record, write_metrics_dir
 
 pytestmark = pytest.mark.slow
 

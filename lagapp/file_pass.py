@@ -58,9 +58,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from metrics import lag_job
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import lag_job
+from lagapp import schema as s
+from lagapp.lag_job import LagJobConfig
 
 STAGING_DIR = "_file_pass"
 PARTIALS_DIR = "_partials"

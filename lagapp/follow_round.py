@@ -29,10 +29,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from metrics import file_pass as fp
-from metrics import lag_job
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import file_pass as fp
+from lagapp import lag_job
+from lagapp import schema as s
+from lagapp.lag_job import LagJobConfig
 
 #: The records' columns as the round reads them (``schema.LAG_JOB_SCHEMA``).
 RECORDS = to_arrow_schema(s.LAG_JOB_SCHEMA)

@@ -20,11 +20,11 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from metrics import dashboard, dashboard_arrow, file_pass, follow, follow_round, lag_job, spark_app
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
-from tests.metrics.test_dashboard import T0, cluster_records, roll_active_files, write_metrics_dir
-from tests.metrics.test_lag_job import follower, leader, records
+from lagapp import dashboard, dashboard_arrow, file_pass, follow, follow_round, lag_job, spark_app
+from lagapp import schema as s
+from lagapp.lag_job import LagJobConfig
+from tests.lagapp.test_dashboard import T0, cluster_records, roll_active_files, write_metrics_dir
+from tests.lagapp.test_lag_job import follower, leader, records
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -1,7 +1,7 @@
 """The page's aggregates (``dashboard.collect_dashboard_data``) from the written Parquet tables with pyarrow
 and numpy, in the driver, without Spark: the per-broker file pass's page.
 
-How this works: the file pass (``metrics.file_pass``) leaves every table as a folder of a few Parquet
+How this works: the file pass (``lagapp.file_pass``) leaves every table as a folder of a few Parquet
 files. Each function here reads the columns its aggregate needs (``pyarrow.dataset``; the charted
 partitions' rows of ``follower_lag`` and ``replica_lag`` by a filter, then a semi join) and computes with
 pyarrow's grouping and numpy what its Spark counterpart in ``dashboard`` computes, to the same
@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from metrics import dashboard as d
-from metrics import schema as s
+from lagapp import dashboard as d
+from lagapp import schema as s
 
 KEY = [s.TOPIC, s.PARTITION]
 

@@ -33,8 +33,8 @@ from plotly.subplots import make_subplots
 from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 
-from metrics import lag_job
-from metrics import schema as s
+from lagapp import lag_job
+from lagapp import schema as s
 
 CHART_POINTS_MAX = 300
 CHART_BUCKET_MIN_MS = 250

@@ -8,9 +8,9 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from metrics import lag_job
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import lag_job
+from lagapp import schema as s
+from lagapp.lag_job import LagJobConfig
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

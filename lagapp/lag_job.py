@@ -27,7 +27,7 @@ Sample durations: a sample stands for the time until the next sample of the same
 counted); the last sample of a key stands for 0 ms. A duration is counted at the next sample, from the
 previous one's flags, so every per-row fact looks only backwards.
 
-Incremental use (``metrics.follow``): because every per-row fact looks backwards, the facts of a row are
+Incremental use (``lagapp.follow``): because every per-row fact looks backwards, the facts of a row are
 final once every earlier row is there. The per-key tables (``under_replicated``, ``isr_changes``,
 ``leader_timeline``, the broker runs) are therefore built from mergeable partials over time ranges
 (``*_partial``, ``merge_partials``, ``*_of_partials``), and the windowed tables take a ``from_ms``, so the
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from metrics import schema as s
+from lagapp import schema as s
 
 # Columns of the derived frame (``replica_samples``) beyond the record fields.
 FOLLOWER_SAMPLE = "follower_sample"  # a follower's sample: role follower with a fetch offset
