@@ -6,19 +6,30 @@ name from one place.
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql.types import ArrayType, StructField, StructType
 
 from metrics.fields import *  # noqa: F403 - the names are part of this module's contract
 from metrics.fields import (
     BROKER_ID,
+    BROKER_START_MS,
+    FETCH_OFFSET,
     FOLLOWERS,
+    HIGH_WATERMARK,
     IN_SYNC,
     LAG_MESSAGES,
+    LAG_MS,
+    LEADER_EPOCH,
+    LEADER_ID,
+    LOG_END_OFFSET,
     LOG_START_OFFSET,
     LOOP_LAG_AVG_MS,
     LOOP_LAG_MAX_MS,
+    PARTITION,
     REPLICA_COUNT,
     TIME_SINCE_CAUGHT_UP_MS,
+    TOPIC,
+    TS_MS,
 )
 from metrics.schema import *  # noqa: F403
 from metrics.schema import BROKER_ONLY_FIELDS, FOLLOWER_SCHEMA, PARTITION_RECORD_SCHEMA
@@ -72,6 +83,143 @@ TABLES: tuple[str, ...] = (
     TABLE_CLUSTER_HEALTH,
     TABLE_BROKER_HEALTH,
 )
+
+_I32, _I64, _F64, _BOOL, _STR = pa.int32(), pa.int64(), pa.float64(), pa.bool_(), pa.string()
+
+
+def _columns(*columns: tuple[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(name, kind) for name, kind in columns])
+
+
+# The first columns of both lag series: a follower's sample, by the follower or by its leader.
+_FOLLOWER_SAMPLE = (
+    (TOPIC, _STR),
+    (PARTITION, _I32),
+    ("follower_id", _I32),
+    (TS_MS, _I64),
+    (LEADER_ID, _I32),
+    (LEADER_EPOCH, _I32),
+)
+
+
+# Every table's columns and types, as written (Parquet) and read back (the page, --follow, Spark): the
+# types the records' fields have (``LAG_JOB_SCHEMA``), longs for counts, sums and times, doubles for rates.
+TABLE_SCHEMAS: dict[str, pa.Schema] = {
+    TABLE_FOLLOWER_LAG: _columns(
+        *_FOLLOWER_SAMPLE,
+        (FETCH_OFFSET, _I64),
+        (LAG_MESSAGES, _I64),
+        (LAG_MS, _I64),
+        (LOG_END_OFFSET, _I64),
+        (HIGH_WATERMARK, _I64),
+    ),
+    TABLE_REPLICA_LAG: _columns(
+        *_FOLLOWER_SAMPLE,
+        (LAG_MESSAGES, _I64),
+        (TIME_SINCE_CAUGHT_UP_MS, _I64),
+        (IN_SYNC, _BOOL),
+    ),
+    TABLE_LAG_WINDOWS: _columns(
+        (TOPIC, _STR),
+        (PARTITION, _I32),
+        ("follower_id", _I32),
+        ("window_start_ms", _I64),
+        ("window_end_ms", _I64),
+        ("samples", _I64),
+        ("lag_messages_p50", _I64),
+        ("lag_messages_p99", _I64),
+        ("lag_messages_max", _I64),
+        ("lag_ms_p50", _I64),
+        ("lag_ms_p99", _I64),
+        ("lag_ms_max", _I64),
+    ),
+    TABLE_UNDER_REPLICATED: _columns(
+        (TOPIC, _STR),
+        (PARTITION, _I32),
+        ("leader_samples", _I64),
+        ("first_ts_ms", _I64),
+        ("last_ts_ms", _I64),
+        ("observed_ms", _I64),
+        ("under_replicated_ms", _I64),
+        ("under_min_isr_ms", _I64),
+        ("isr_size_min", _I32),
+        ("isr_shrinks", _I64),
+        ("isr_expands", _I64),
+    ),
+    TABLE_ISR_CHANGES: _columns(
+        (TOPIC, _STR),
+        (PARTITION, _I32),
+        ("follower_id", _I32),
+        ("samples", _I64),
+        ("shrinks", _I64),
+        ("expands", _I64),
+        ("out_of_sync_ms", _I64),
+        ("observed_ms", _I64),
+        ("in_sync_last", _BOOL),
+    ),
+    TABLE_BYTE_RATES: _columns(
+        (BROKER_ID, _I32),
+        (TOPIC, _STR),
+        (PARTITION, _I32),
+        ("window_start_ms", _I64),
+        ("window_end_ms", _I64),
+        ("interval_ms", _I64),
+        ("client_in_bytes", _I64),
+        ("client_out_bytes", _I64),
+        ("replication_in_bytes", _I64),
+        ("replication_out_bytes", _I64),
+        ("messages_in", _I64),
+        ("client_in_bytes_per_s", _F64),
+        ("client_out_bytes_per_s", _F64),
+        ("replication_in_bytes_per_s", _F64),
+        ("replication_out_bytes_per_s", _F64),
+        ("messages_in_per_s", _F64),
+    ),
+    TABLE_FOLLOWER_STATUS: _columns(
+        (TOPIC, _STR),
+        (PARTITION, _I32),
+        ("follower_id", _I32),
+        ("status", _STR),
+        ("samples", _I64),
+        ("window_start_ms", _I64),
+        ("last_ts_ms", _I64),
+        ("lag_messages_last", _I64),
+        ("lag_ms_last", _I64),
+        ("fetch_offset_last", _I64),
+        ("leader_id_last", _I32),
+        ("leader_epoch_last", _I32),
+        ("truncations", _I64),
+        ("rewinds", _I64),
+    ),
+    TABLE_LEADER_TIMELINE: _columns(
+        (TOPIC, _STR),
+        (PARTITION, _I32),
+        (LEADER_EPOCH, _I32),
+        (LEADER_ID, _I32),
+        ("first_seen_ms", _I64),
+        ("last_seen_ms", _I64),
+        ("reports", _I64),
+        ("confirmed", _BOOL),
+        ("previous_leader_id", _I32),
+        ("previous_leader_epoch", _I32),
+    ),
+    TABLE_CLUSTER_HEALTH: _columns(
+        ("bucket_start_ms", _I64),
+        ("partitions", _I64),
+        ("led_partitions", _I64),
+        ("under_replicated_partitions", _I64),
+        ("under_min_isr_partitions", _I64),
+        ("offline_partitions", _I64),
+        ("leaders", pa.map_(_I32, _I64)),  # broker_id → partitions it led in the bucket
+    ),
+    TABLE_BROKER_HEALTH: _columns(
+        (BROKER_ID, _I32),
+        (BROKER_START_MS, _I64),
+        (TS_MS, _I64),
+        ("loop_lag_max_ms", _F64),
+        ("loop_lag_avg_ms", _F64),
+    ),
+}
 
 # Burrow-style follower statuses, most severe first (the order the status rule applies them in).
 STATUS_STOP = "STOP"
