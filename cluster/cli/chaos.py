@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster.chaos import finish_report, render_report, run_leader_kill
-from cluster.chaos_clients import CLIENTS, ClientMissing, check_client
-from cluster.chaos_faults import NETWORK_KINDS, parse_faults, render_fault_report, resume_all, run_faults
 from cluster.cli.common import DEFAULT_DIR, CliError, Option, Subcommands, add_options, run_async
 from cluster.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from cluster.local_cluster import LocalClusterState
-from cluster.network_faults import FaultToolsMissing, NetworkFaultError, NetworkFaults, check_tools
+
+# cluster.chaos_clients.CLIENTS, named here so that building the parser does not import the clients'
+# module (protocol messages, the KafkaJS side process); tests/cluster/test_cli_imports.py holds them equal.
+CLIENT_CHOICES = ("minibroker", "confluent-kafka", "kafka-python", "aiokafka", "kafkajs")
 
 # The options the experiments share, defined once; each subcommand lists the ones it takes, in its order.
 OPTIONS: dict[str, Option] = {
@@ -30,7 +30,7 @@ OPTIONS: dict[str, Option] = {
     "--partitions": {"type": int, "default": 6},
     "--producers": {"type": int, "default": 2},
     "--client": {
-        "choices": list(CLIENTS),
+        "choices": list(CLIENT_CHOICES),
         "default": "minibroker",
         "help": "the producers: minibroker's own client (msgpack listener), or a real Kafka client on the "
         "Kafka listeners (kafkajs runs under Node.js, installed by scripts/setup.sh); with a Kafka client a "
@@ -60,6 +60,8 @@ def _progress(message: str) -> None:
 
 
 def _check_client(args: argparse.Namespace) -> None:
+    from cluster.chaos_clients import ClientMissing, check_client
+
     if args.group_consumers < 1:
         raise CliError("--group-consumers must be >= 1", EXIT_USAGE)
     try:
@@ -69,6 +71,8 @@ def _check_client(args: argparse.Namespace) -> None:
 
 
 def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
+    from cluster.chaos import finish_report, render_report, run_leader_kill
+
     _check_client(args)
     if args.rounds < 1 or args.interval_ms < 0 or args.producers < 1 or args.partitions < 1 or args.down_ms < 0:
         raise CliError(
@@ -89,6 +93,9 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
 
 def _run_checks(args: argparse.Namespace) -> list[str]:
     """Check the flags before anything starts; the fault kinds that need the network tools."""
+    from cluster.chaos_faults import NETWORK_KINDS, parse_faults
+    from cluster.network_faults import FaultToolsMissing, check_tools
+
     _check_client(args)
     try:
         faults = parse_faults(args.faults)
@@ -106,6 +113,10 @@ def _run_checks(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_chaos_run(args: argparse.Namespace) -> int:
+    from cluster.chaos import finish_report
+    from cluster.chaos_faults import render_fault_report, resume_all, run_faults
+    from cluster.network_faults import NetworkFaultError, NetworkFaults
+
     needs_net = _run_checks(args)
     temp: tempfile.TemporaryDirectory[str] | None = None
     state: LocalClusterState | None = None
@@ -151,6 +162,9 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
 
 def cmd_chaos_heal(args: argparse.Namespace) -> int:
     """`minibroker chaos heal --dir D`: remove every rule a run against D left, resume its paused nodes."""
+    from cluster.chaos_faults import resume_all
+    from cluster.network_faults import FaultToolsMissing, NetworkFaults, check_tools
+
     cluster_dir = Path(args.dir).resolve()
     try:
         check_tools()
