@@ -6,7 +6,7 @@ watermark, so after a micro-batch every record older than (newest ts_ms − wate
 A round therefore:
 
 1. takes the new records (collected once through Arrow) and the **tail** kept from the last round, and
-   computes the facts once, with the batch file pass's numpy code (``follow_round``: no Spark job but
+   computes the facts once, with the batch job's tables (``tables``, through ``follow_round``: no Spark job but
    the collect; every output below is computed and written with numpy and pyarrow in the driver);
 2. moves the **settled horizon** S to (newest − watermark − ``gap_max_ms``), aligned down to the windows
    and health buckets, never backwards. A row before S is final, and so is every window, bucket and
@@ -87,7 +87,7 @@ TIMED_TABLES: dict[str, str] = {
 # Partials merged into the settled state (``follow_round.PARTIALS``).
 PARTIALS = follow_round.PARTIALS
 # How the state is computed and stored: a state written another way is rebuilt from the stored records.
-STATE_FORMAT = 2  # 2: the round in numpy (``follow_round``), its partials in the file pass's columns
+STATE_FORMAT = 2  # 2: the round in numpy (``follow_round``), its partials in ``tables``' columns
 
 
 @dataclass(frozen=True)

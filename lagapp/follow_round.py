@@ -1,4 +1,4 @@
-"""One ``--follow`` round computed with the batch file pass's numpy code, in the driver.
+"""One ``--follow`` round computed with the batch job's tables (``lagapp.tables``), in the driver.
 
 A round's rows (the tail carried from the last round and the micro-batch: about a minute of data,
 whatever the history) are collected once through Arrow. Everything ``follow.FollowJob.merge`` writes is
