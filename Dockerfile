@@ -64,6 +64,7 @@ COPY group_coordinator ./group_coordinator
 COPY controller ./controller
 COPY cluster ./cluster
 COPY metrics ./metrics
+COPY lagapp ./lagapp
 COPY sim ./sim
 COPY bench ./bench
 RUN if ls /wheels/runtime/*.whl >/dev/null 2>&1; then \

@@ -5,7 +5,7 @@ of three as in ``bench.lag_job``) arrives as micro-batches of ``--batch-s`` seco
 round is ``spark_app.merge_and_publish`` merging from the first batch on (``incremental_from=0``), what
 ``--follow`` runs per micro-batch past its threshold: store the batch's records, merge them into the
 state, write the tables, build the page. At a few checkpoints the full
-recompute of everything so far (``spark_app.publish`` over every stored record: what each refresh of
+recompute of everything so far (``spark_app.publish_records`` over every stored record: what each refresh of
 ``--follow`` cost before it merged) is timed beside it, in the same session, the same way.
 
 Per checkpoint: the records so far, the round's wall and CPU seconds (the JVM's plus this process's),
@@ -27,9 +27,9 @@ from typing import Any
 
 from bench.common import emit, progress
 from bench.lag_job import Clock, generated_records
-from metrics import follow, spark_app
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import follow, spark_app
+from lagapp import schema as s
+from lagapp.tables import LagJobConfig
 
 CONFIG = LagJobConfig(window_ms=10_000)
 WATERMARK_MS = 3 * CONFIG.window_ms  # what --follow uses: three windows
@@ -58,7 +58,7 @@ def run(brokers: int, replicas: int, batch_s: int, rounds: int, checkpoints: lis
                 stored = spark_app.accumulated_parts(out / "follow" / s.STREAM_DIR / "records")
                 records = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(*(str(p) for p in stored))
                 full = clock.measure(
-                    lambda: spark_app.publish(records, out / "full", CONFIG, "bench")  # noqa: B023
+                    lambda: spark_app.publish_records(records, out / "full", CONFIG, "bench")  # noqa: B023
                 )
                 n = (k + 1) * batch_s * brokers * replicas
                 points.append(

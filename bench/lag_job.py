@@ -31,9 +31,10 @@ no file holds two samples of one replica. ``--by-broker`` writes the same record
 does instead, one broker's samples per file in time order (one file per broker at 1M, ten rolled files
 per broker at 10M), which is the layout a job that reads each file in order as one unit relies on.
 
-The job runs on its default path, the per-broker file pass (``metrics.file_pass``; on the 16 slices,
-whose files are not one broker's each, it falls back to the sort), or with ``--sorted`` on the
-shuffle-and-sort path, so the two can be compared on the same data (``path`` in the output).
+The job runs on its default path, each broker's files read in order by one task (``lagapp.file_pass``;
+on the 16 slices, whose files are not one broker's each, Spark reads the records and sorts them by
+broker instead, then the same pass), or with ``--sorted`` on that second path, so the two can be
+compared on the same data (``path`` in the output).
 
 Run: .venv/bin/python -m bench.lag_job [--quick] [--repeat N] [--data DIR] [--by-broker] [--sorted]
 (prints one JSON object as the last line)
@@ -59,9 +60,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from bench.common import process_cpu_s
-from metrics import schema as s
-from metrics import spark_app
-from metrics.lag_job import REPLICA_KEY, LagJobConfig
+from lagapp import schema as s
+from lagapp import spark_app
+from lagapp.tables import REPLICA_KEY, LagJobConfig
 
 T0 = 1_700_000_000_000
 BROKERS = 100
@@ -279,7 +280,8 @@ def file_floor(spark: SparkSession, metrics: Path) -> None:
 def job(spark: SparkSession, metrics: Path, out: Path, per_file: bool = True) -> dict[str, float]:
     """The whole batch job: read, every table, Parquet, dashboard. Returns its phase times.
 
-    ``per_file``: the job's path (``spark_app.run_batch``); on the 16 slices it falls back to the sort."""
+    ``per_file``: the job's path (``spark_app.run_batch``); on the 16 slices it takes Spark's reader and
+    the sort by broker."""
     result = spark_app.run_batch(spark, metrics, out, LagJobConfig(window_ms=10_000), per_file=per_file)
     return result.extra
 
@@ -337,7 +339,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, metavar="N", help="timed runs of job and scan (default 2)")
     parser.add_argument("--data", type=Path, metavar="DIR", help="keep the generated records here and reuse them")
     parser.add_argument(
-        "--sorted", action="store_true", help="the job's shuffle-and-sort path, not the per-broker file pass"
+        "--sorted", action="store_true", help="the job's path through Spark's reader and a sort by broker"
     )
     parser.add_argument(
         "--by-broker",

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from client.errors import ClusterUnavailableError as ClusterUnavailableError  # raised here, named by callers
 from client.sender import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_REQUEST_BYTES, Sender
 from network.connection import BrokerConnection
 from protocol.codec import Message
@@ -80,10 +81,6 @@ REFRESH_ERRORS = {
     ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
 }
-
-
-class ClusterUnavailableError(ConnectionError):
-    pass
 
 
 @dataclass(slots=True)

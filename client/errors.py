@@ -19,3 +19,8 @@ class ClusterUnreachableError(ClientCommandError):
 
 class ClusterAnswerError(ClientCommandError):
     """The cluster answered, with an error the command cannot get past."""
+
+
+class ClusterUnavailableError(ConnectionError):
+    """No broker of the cluster answered (``client.cluster_client`` raises it). Defined here, with the
+    other errors, so the CLI can name it without importing the client."""

@@ -43,7 +43,6 @@ from protocol.messages import (
     ProduceResponse,
     TopicPartition,
 )
-from protocol.record_batch import iter_headers
 
 if TYPE_CHECKING:
     from client.cluster_client import ClusterClient
@@ -232,6 +231,10 @@ def _answer(tp: TopicPartition, items: list[_Queued], response: ProduceResponse 
 
 def _advance(base: int, records: bytes) -> int:
     """The offset after `records` when they were appended at `base` (-1 stays -1)."""
+    # Imported here: a client that only asks (`minibroker topic list`) never loads the record batch
+    # codec and its CRC library; a merged answer is one call per record set, not per record.
+    from protocol.record_batch import iter_headers
+
     if base < 0:
         return base
     return base + sum(h.last_offset_delta + 1 for h in iter_headers(records))

@@ -15,7 +15,6 @@ Only glibc has `mallopt` with these parameters; elsewhere this does nothing and 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 log = logging.getLogger(__name__)
@@ -27,11 +26,10 @@ MIB = 1024 * 1024
 
 def tune_allocator(mmap_threshold_bytes: int = 64 * MIB, trim_threshold_bytes: int = 256 * MIB) -> bool:
     """Apply the thresholds; True when glibc accepted both."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
     try:
-        mallopt = ctypes.CDLL(name).mallopt
+        # The process's own symbols, libc's among them: finding libc by name (ctypes.util.find_library)
+        # runs `ldconfig -p` in a child process, a cost every `minibroker` command paid at start.
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

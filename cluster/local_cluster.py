@@ -46,13 +46,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, read_properties, unknown_key_error
-from metrics.mqtt import parse_mqtt_url
-from network.connection import BrokerConnection
-from protocol.messages import MetadataRequest
 from server_common.config import ConfigError
-from server_common.poll import wait_until
-from server_common.time import SYSTEM_TIME
+
+# Every `minibroker` command that names a local cluster loads its state from here (`--dir`, `cluster
+# status`, the CLI's errors), so what only starting a cluster or checking its config uses (the config
+# definitions, the MQTT client, a connection, the event loop's clock) is imported by the functions that
+# use it.
 
 STATE_FILE = "cluster.json"
 BOOTSTRAP_FILE = "bootstrap.servers"
@@ -335,6 +334,8 @@ def controller_props(
         "broker.heartbeat.interval.ms": 500,
         **auto_topic_defaults(num_brokers),
     }
+    from broker.config import CONTROLLER_CONFIG
+
     props.update({k: v for k, v in overrides.items() if k in CONTROLLER_CONFIG.keys})
     return props
 
@@ -392,6 +393,8 @@ def broker_props(
     }
     if ack_journal:
         props["produce.ack.journal"] = str(cluster_dir / f"broker-{broker_id}" / ACK_JOURNAL_FILE)
+    from broker.config import BROKER_CONFIG
+
     props.update({k: v for k, v in overrides.items() if k in BROKER_CONFIG.keys})
     return props
 
@@ -399,6 +402,8 @@ def broker_props(
 def ack_journal_path(info: ProcessInfo) -> Path | None:
     """The file broker `info` journals its acknowledged batches to (`produce.ack.journal` in its config file;
     `cluster up` writes it absolute), or None when it keeps no journal or its config cannot be read."""
+    from broker.config import read_properties
+
     try:
         value = read_properties(Path(info.config)).get("produce.ack.journal")
     except ConfigError:
@@ -414,6 +419,9 @@ def check_overrides(overrides: dict[str, str]) -> None:
     variables the processes will inherit are checked the same way, so a bad one is refused here too,
     not by a controller that dies after it started.
     """
+    from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, unknown_key_error
+    from metrics.mqtt import parse_mqtt_url
+
     for definition in (CONTROLLER_CONFIG, BROKER_CONFIG):
         definition.from_env(os.environ)
     for name, value in overrides.items():
@@ -463,6 +471,8 @@ def _read_from(log_file: Path, offset: int) -> str:
 
 async def wait_for_listening(log_file: Path, proc: Any, timeout_s: float, offset: int = 0) -> None:
     """Wait for the process's "listening" line, written after `offset` (logs are appended across restarts)."""
+    from server_common.poll import wait_until
+    from server_common.time import SYSTEM_TIME
 
     def listening() -> bool:
         text = _read_from(log_file, offset)
@@ -479,6 +489,9 @@ async def wait_for_listening(log_file: Path, proc: Any, timeout_s: float, offset
 
 
 async def registered_brokers(host: str, port: int) -> set[int]:
+    from network.connection import BrokerConnection
+    from protocol.messages import MetadataRequest
+
     try:
         conn = await BrokerConnection.connect(host, port, "launcher", timeout_s=1.0)
     except (TimeoutError, OSError):
@@ -515,6 +528,9 @@ async def start_cluster(
     `kafka_ports=[]` or when ports are given only for the msgpack listeners. With `ack_journal`, each broker
     journals the batches it acknowledges (`produce.ack.journal`, in its dir's ACK_JOURNAL_FILE): what a chaos
     verdict holds the cluster to."""
+    from server_common.poll import wait_until
+    from server_common.time import SYSTEM_TIME
+
     if num_controllers < 1:
         raise ClusterError("a cluster needs at least one controller")
     overrides = overrides or {}

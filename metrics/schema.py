@@ -1,9 +1,11 @@
-"""The metric record contract as Spark reads it: the schema built from the names in metrics/fields.py.
+"""The metric record contract with its types: the schema a reader (the lag app, any Spark job) reads the
+records a broker writes with, built from the names in metrics/fields.py.
 
 One JSON object per line; a line is either a partition record (``kind == "partition"``) or a broker
 record (``kind == "broker"``). Both kinds are read with the single union schema ``RECORD_SCHEMA``: the
-fields a kind does not carry come back as null. The job never infers a schema (inference scans the
+fields a kind does not carry come back as null. A reader never infers a schema (inference scans the
 data twice and guesses ``long`` for every int); docs/metrics.md is the prose version of this file.
+Brokers import metrics/fields.py only: the types are Spark's, and a broker runs without pyspark.
 """
 
 from __future__ import annotations
@@ -120,71 +122,5 @@ BROKER_ONLY_FIELDS = StructType(
 # The schema every metrics file is read with: partition fields, then the broker-only fields.
 RECORD_SCHEMA = StructType(PARTITION_RECORD_SCHEMA.fields + BROKER_ONLY_FIELDS.fields)
 
-# What the lag job reads: RECORD_SCHEMA without the fields no table uses (log_start_offset,
-# replica_count, a follower's log_end_offset / last_caught_up_ms, the broker-only gauges). The JSON
-# parser skips a field the schema does not name, so the job converts and carries only these. The
-# broker records still count (records, time span, broker runs): they keep kind, ts_ms, broker_id
-# and broker_start_ms.
-LAG_JOB_FOLLOWER_SCHEMA = StructType(
-    [
-        FOLLOWER_SCHEMA[BROKER_ID],
-        FOLLOWER_SCHEMA[IN_SYNC],
-        FOLLOWER_SCHEMA[LAG_MESSAGES],
-        FOLLOWER_SCHEMA[TIME_SINCE_CAUGHT_UP_MS],
-    ]
-)
-_LAG_JOB_UNUSED = frozenset({LOG_START_OFFSET, REPLICA_COUNT})
-LAG_JOB_SCHEMA = StructType(
-    [
-        StructField(FOLLOWERS, ArrayType(LAG_JOB_FOLLOWER_SCHEMA)) if f.name == FOLLOWERS else f
-        for f in PARTITION_RECORD_SCHEMA.fields
-        if f.name not in _LAG_JOB_UNUSED
-    ]
-    # The broker gauge the health row draws (``broker_health``).
-    + [BROKER_ONLY_FIELDS[LOOP_LAG_MAX_MS], BROKER_ONLY_FIELDS[LOOP_LAG_AVG_MS]]
-)
-
 # A record's identity: a duplicate (MQTT QoS 1 may deliver a message twice) has the same key.
 DEDUP_KEY: tuple[str, ...] = (KIND, BROKER_ID, TS_MS, TOPIC, PARTITION)
-# Under the dashboard's out dir, what --follow keeps between micro-batches (checkpoint, records, state).
-STREAM_DIR = "_stream"
-
-# Output tables, one Parquet folder each under the dashboard's out dir.
-TABLE_FOLLOWER_LAG = "follower_lag"
-TABLE_REPLICA_LAG = "replica_lag"  # the leader's view of each follower's lag
-TABLE_LAG_WINDOWS = "lag_windows"
-TABLE_UNDER_REPLICATED = "under_replicated"
-TABLE_ISR_CHANGES = "isr_changes"
-TABLE_BYTE_RATES = "byte_rates"
-TABLE_FOLLOWER_STATUS = "follower_status"
-TABLE_LEADER_TIMELINE = "leader_timeline"
-TABLE_CLUSTER_HEALTH = "cluster_health"  # partition counts over time: under-replicated, under min ISR, offline
-TABLE_BROKER_HEALTH = "broker_health"  # each broker's event-loop lag over time
-TABLES: tuple[str, ...] = (
-    TABLE_FOLLOWER_LAG,
-    TABLE_REPLICA_LAG,
-    TABLE_LAG_WINDOWS,
-    TABLE_UNDER_REPLICATED,
-    TABLE_ISR_CHANGES,
-    TABLE_BYTE_RATES,
-    TABLE_FOLLOWER_STATUS,
-    TABLE_LEADER_TIMELINE,
-    TABLE_CLUSTER_HEALTH,
-    TABLE_BROKER_HEALTH,
-)
-
-# Burrow-style follower statuses, most severe first (the order the status rule applies them in).
-STATUS_STOP = "STOP"
-STATUS_REWIND = "REWIND"
-STATUS_STALL = "STALL"
-STATUS_TRUNCATE = "TRUNCATE"
-STATUS_WARN = "WARN"
-STATUS_OK = "OK"
-STATUSES: tuple[str, ...] = (
-    STATUS_STOP,
-    STATUS_REWIND,
-    STATUS_STALL,
-    STATUS_TRUNCATE,
-    STATUS_WARN,
-    STATUS_OK,
-)

@@ -690,7 +690,10 @@ SCENARIOS: dict[str, tuple[Script, SimOptions]] = {
             producers=0,
             # L's and N's metadata answers come 3-4 s late: their metadata FETCHes wait for them rather than
             # time out and ask again (each retry would start the 3 s over, and L would never catch up).
-            broker_overrides={"controller.quorum.request.timeout.ms": 10000, "controller.quorum.fetch.timeout.ms": 20000},
+            broker_overrides={
+                "controller.quorum.request.timeout.ms": 10000,
+                "controller.quorum.fetch.timeout.ms": 20000,
+            },
         ),
     ),
     "kip320-removed-replica": (

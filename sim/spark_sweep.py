@@ -124,7 +124,7 @@ def run_sweep(
     """Run seeds `first`..`last` (inclusive) that `out_dir`'s table does not hold yet; summarize them all."""
     from pyspark.sql import functions as F
 
-    from metrics.spark_app import create_session
+    from lagapp.spark_app import create_session
 
     started = time.perf_counter()
     text = options_json(options)

@@ -4,6 +4,7 @@
     server_common       the clock, atomic files, config helpers, log config keys
     storage  metadata   the log: segments, indexes, epoch cache, checkpoints | metadata records and image
     network  metrics    socket servers, listeners, TCP links | metric records and their sinks
+    lagapp              the lag application: metric records in, lag tables and a dashboard out
     fetcher  client     the follower's fetch loop | minibroker's own producer, consumer and admin client
     raft                the metadata quorum (KRaft): elections, the replicated metadata log, snapshots
     group_coordinator   consumer groups and their offsets (run by the broker)
@@ -27,6 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "server_common": {"protocol"},
     "network": {"protocol", "server_common"},
     "metrics": {"protocol", "server_common"},
+    # Above the brokers' side of metrics, beside everything a broker runs: no broker imports it.
+    "lagapp": {"protocol", "server_common", "metrics"},
     "storage": {"protocol", "server_common"},
     "metadata": {"protocol", "server_common"},
     "raft": {"protocol", "server_common", "storage"},
@@ -58,6 +61,7 @@ ALLOWED: dict[str, set[str]] = {
         "broker",
         "controller",
         "client",
+        "lagapp",
     },
     "cluster": {
         "protocol",
@@ -72,6 +76,7 @@ ALLOWED: dict[str, set[str]] = {
         "broker",
         "controller",
         "client",
+        "lagapp",
         "sim",
     },
 }

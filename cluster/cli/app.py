@@ -2,6 +2,10 @@
 
 Exit codes: see cluster/exit_codes.py (and README.md). Each command family is a module with a `register`
 that adds its parsers; `main` is the one place an exception becomes an exit code.
+
+Building the parser imports no command's machinery: each family module imports what its commands use when
+they run (the broker server, the clients, kafka-python, ...), so `--help`, `--version` and a short
+command pay only for what they use (bench/cli_start.py).
 """
 
 from __future__ import annotations
@@ -10,11 +14,9 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-from client.cluster_client import ClusterUnavailableError
-from client.errors import ClientCommandError, ClusterUnreachableError
-from cluster.allocator import tune_allocator
+from client.errors import ClientCommandError, ClusterUnavailableError, ClusterUnreachableError
 from cluster.cli import broker, chaos, cluster, configs, group, metadata_quorum, produce_consume, tools, topic
 from cluster.cli.broker import LIFECYCLE_ACTIONS, lifecycle_parser
 from cluster.cli.common import CliError, resolve_bootstrap, resolve_secret
@@ -33,10 +35,20 @@ FAMILIES = (broker, cluster, metadata_quorum, topic, configs, produce_consume, g
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # only --version reads it
+
     try:
         return version("minibroker")
     except PackageNotFoundError:  # pragma: no cover - run from a checkout without installing
         return "unknown"
+
+
+class _VersionAction(argparse._VersionAction):
+    """argparse's --version, the version looked up only when it is asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, *args: Any) -> None:
+        self.version = f"minibroker {_version()}"
+        super().__call__(parser, namespace, *args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 ok, 1 check failed, 2 bad usage, 3 cluster unreachable, 4 cluster error, "
         "5 chaos: the cluster valid, the client claimed records no broker acknowledged",
     )
-    parser.add_argument("--version", action="version", version=f"minibroker {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for family in FAMILIES:
@@ -76,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    from cluster.allocator import tune_allocator
+
     argv = list(sys.argv[1:] if argv is None else argv)
     args: argparse.Namespace | None = None
     tune_allocator()  # brokers and clients move megabyte buffers: see cluster/allocator.py

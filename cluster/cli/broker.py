@@ -10,8 +10,6 @@ from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-from broker.broker_server import configure_logging, run_broker
-from broker.config import BROKER_CONFIG, CONTROLLER_CONFIG, load_config, parse_overrides
 from cluster.cli.common import DEFAULT_DIR, CliError, Subcommands, emit, run_async
 from cluster.exit_codes import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from cluster.local_cluster import (
@@ -23,8 +21,6 @@ from cluster.local_cluster import (
     remove_pid_file,
     write_pid_file,
 )
-from controller.controller_server import run_controller
-from metrics.mqtt import parse_mqtt_url
 from server_common.config import ConfigError
 
 
@@ -37,6 +33,8 @@ def _listen_error(exc: OSError, listeners: str) -> CliError:
 
 
 def _check_mqtt_url(config: dict[str, Any]) -> None:
+    from metrics.mqtt import parse_mqtt_url
+
     url = config.get("metrics.mqtt.url")
     if url:
         try:
@@ -46,6 +44,8 @@ def _check_mqtt_url(config: dict[str, Any]) -> None:
 
 
 def _load(definition: Any, args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
+    from broker.config import load_config, parse_overrides
+
     try:
         overrides = parse_overrides(args.override or [])
         overrides.update({k: v for k, v in extra.items() if v is not None})
@@ -55,6 +55,9 @@ def _load(definition: Any, args: argparse.Namespace, extra: dict[str, Any]) -> d
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
+    from broker.broker_server import run_broker
+    from broker.config import BROKER_CONFIG
+
     config = _load(
         BROKER_CONFIG,
         args,
@@ -83,6 +86,9 @@ def _pid_file(args: argparse.Namespace, role: str) -> Iterator[None]:
 
 
 def cmd_controller(args: argparse.Namespace) -> int:
+    from broker.config import CONTROLLER_CONFIG
+    from controller.controller_server import run_controller
+
     config = _load(CONTROLLER_CONFIG, args, {"listeners": args.listeners, "metadata.log.dir": args.metadata_dir})
     return _serve(args, "controller", config, run_controller)
 
@@ -94,6 +100,8 @@ def _serve(
     server: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
 ) -> int:
     """Run one node until it stops, its pid file written meanwhile; a listener it cannot bind exits 2."""
+    from broker.broker_server import configure_logging
+
     configure_logging(args.log_level)
     try:
         with _pid_file(args, role):

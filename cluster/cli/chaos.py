@@ -12,17 +12,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cluster.chaos import finish_report, render_report, run_leader_kill
-from cluster.chaos_clients import CLIENTS, ClientMissing, check_client
-from cluster.chaos_faults import NETWORK_KINDS, parse_faults, render_fault_report, resume_all, run_faults
-from cluster.chaos_nodes import ComposeNodes
-from cluster.chaos_quorum import MIN_CONTROLLERS, is_controller_fault
 from cluster.cli.common import DEFAULT_DIR, CliError, Option, Subcommands, add_options, run_async
 from cluster.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from cluster.local_cluster import LocalClusterState
-from cluster.network_faults import FaultToolsMissing, NetworkFaultError, NetworkFaults, check_tools
+
+if TYPE_CHECKING:
+    from cluster.chaos_nodes import ComposeNodes
+
+# cluster.chaos_clients.CLIENTS, named here so that building the parser does not import the clients'
+# module (protocol messages, the KafkaJS side process); tests/cluster/test_cli_imports.py holds them equal.
+CLIENT_CHOICES = ("minibroker", "confluent-kafka", "kafka-python", "aiokafka", "kafkajs")
 
 # The options the experiments share, defined once; each subcommand lists the ones it takes, in its order.
 OPTIONS: dict[str, Option] = {
@@ -45,7 +46,7 @@ OPTIONS: dict[str, Option] = {
     "--partitions": {"type": int, "default": 6},
     "--producers": {"type": int, "default": 2},
     "--client": {
-        "choices": list(CLIENTS),
+        "choices": list(CLIENT_CHOICES),
         "default": "minibroker",
         "help": "the producers: minibroker's own client (msgpack listener), or a real Kafka client on the "
         "Kafka listeners (kafkajs runs under Node.js, installed by scripts/setup.sh); with a Kafka client a "
@@ -75,6 +76,8 @@ def _progress(message: str) -> None:
 
 
 def _check_client(args: argparse.Namespace) -> None:
+    from cluster.chaos_clients import ClientMissing, check_client
+
     if args.group_consumers < 1:
         raise CliError("--group-consumers must be >= 1", EXIT_USAGE)
     try:
@@ -85,6 +88,8 @@ def _check_client(args: argparse.Namespace) -> None:
 
 def _compose_nodes(args: argparse.Namespace) -> ComposeNodes | None:
     """The compose project named by --compose, read from its containers; None without --compose."""
+    from cluster.chaos_nodes import ComposeNodes
+
     if args.compose is None:
         if args.compose_project:
             raise CliError("--compose-project needs --compose", EXIT_USAGE)
@@ -97,6 +102,8 @@ def _compose_nodes(args: argparse.Namespace) -> ComposeNodes | None:
 
 
 def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
+    from cluster.chaos import finish_report, render_report, run_leader_kill
+
     _check_client(args)
     if args.rounds < 1 or args.interval_ms < 0 or args.producers < 1 or args.partitions < 1 or args.down_ms < 0:
         raise CliError(
@@ -124,6 +131,10 @@ def cmd_chaos_leader_kill(args: argparse.Namespace) -> int:
 def _run_checks(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """Check the flags before anything starts; the fault kinds that need the network tools, and the
     controller faults asked for (by name, with their shape)."""
+    from cluster.chaos_faults import NETWORK_KINDS, parse_faults
+    from cluster.chaos_quorum import is_controller_fault
+    from cluster.network_faults import FaultToolsMissing, check_tools
+
     _check_client(args)
     try:
         faults = parse_faults(args.faults)
@@ -142,6 +153,11 @@ def _run_checks(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 
 def cmd_chaos_run(args: argparse.Namespace) -> int:
+    from cluster.chaos import finish_report
+    from cluster.chaos_faults import render_fault_report, resume_all, run_faults
+    from cluster.chaos_quorum import MIN_CONTROLLERS
+    from cluster.network_faults import NetworkFaultError, NetworkFaults
+
     needs_net, on_controllers = _run_checks(args)
     temp: tempfile.TemporaryDirectory[str] | None = None
     state: LocalClusterState | None = None
@@ -215,6 +231,9 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
 
 def cmd_chaos_heal(args: argparse.Namespace) -> int:
     """`minibroker chaos heal --dir D`: remove every rule a run against D left, resume its paused nodes."""
+    from cluster.chaos_faults import resume_all
+    from cluster.network_faults import FaultToolsMissing, NetworkFaults, check_tools
+
     cluster_dir = Path(args.dir).resolve()
     try:
         check_tools()

@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker.config import parse_overrides
-from client.cluster_client import parse_bootstrap
 from cluster.cli.common import (
     BOOTSTRAP_ENV,
     DEFAULT_DIR,
@@ -37,11 +35,12 @@ from cluster.local_cluster import (
     start_cluster,
     stop_cluster,
 )
-from cluster.status import collect_remote_status, collect_status, render_status
 from server_common.config import ConfigError
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
+    from broker.config import parse_overrides
+
     try:
         overrides = parse_overrides(args.override or [])
         check_overrides(overrides)
@@ -155,6 +154,9 @@ def cmd_cluster_down(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
+    from client.cluster_client import parse_bootstrap
+    from cluster.status import collect_remote_status, collect_status, render_status
+
     env = os.environ.get(BOOTSTRAP_ENV)
     if args.bootstrap_server and args.dir:
         raise CliError("give --bootstrap-server or --dir, not both", EXIT_USAGE)

@@ -8,13 +8,18 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-from client.cluster_client import ClusterClient
-from cluster.event_loop import run_on_uvloop
 from cluster.exit_codes import EXIT_CLUSTER_ERROR, EXIT_UNREACHABLE, EXIT_USAGE
 from cluster.local_cluster import ClusterError, LocalClusterState
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+    from client.cluster_client import ClusterClient
+
+T = TypeVar("T")
 
 # The compose cluster's first broker, then the first broker of a default `cluster up` (127.0.0.11).
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092,127.0.0.11:9092"
@@ -34,7 +39,11 @@ class CliError(Exception):
         self.code = code
 
 
-run_async = run_on_uvloop
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine on uvloop (``cluster.event_loop``, imported by the commands that use it)."""
+    from cluster.event_loop import run_on_uvloop
+
+    return run_on_uvloop(coro)
 
 
 def emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
@@ -62,6 +71,7 @@ NO_KAFKA_LISTENER = "the cluster's brokers have no Kafka listener (listeners=...
 async def kafka_listeners_of(bootstrap: str) -> str:
     """The Kafka bootstrap list of the cluster behind `bootstrap` (msgpack listeners), from METADATA: each
     broker's listeners other than the msgpack one, comma-separated ("" when there are none)."""
+    from client.cluster_client import ClusterClient
     from network.listeners import MSGPACK_LISTENER
 
     client = ClusterClient(bootstrap, request_timeout_s=10.0)
@@ -105,6 +115,8 @@ def resolve_secret(args: argparse.Namespace) -> str | None:
 def connect(args: argparse.Namespace) -> ClusterClient:
     """A client of the cluster the command names (use as `async with`). What it raises when no broker
     answers (ClusterUnavailableError) `main` maps to exit 3."""
+    from client.cluster_client import ClusterClient
+
     try:
         return ClusterClient(args.bootstrap_server, secret=getattr(args, "cluster_secret", None))
     except ValueError as exc:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from client.cluster_client import ClusterClient, ClusterUnavailableError
+from client.errors import ClusterUnavailableError
 from cluster.cli.common import (
     CliError,
     Subcommands,
@@ -20,10 +20,9 @@ from cluster.cli.common import (
     run_async,
 )
 from cluster.exit_codes import EXIT_CLUSTER_ERROR, EXIT_OK, EXIT_USAGE
-from protocol.messages import ConfigResourceType, ConfigSource, DescribeConfigsRequest, DescribeConfigsResource
-from server_common.dynamic_config import dynamic_broker_config_error
-from server_common.log_config import topic_config_error, topic_config_key_error
-from server_common.poll import wait_until
+
+if TYPE_CHECKING:
+    from client.cluster_client import ClusterClient
 
 
 def _configs_topic(args: argparse.Namespace) -> str | None:
@@ -34,6 +33,8 @@ def _configs_topic(args: argparse.Namespace) -> str | None:
 
 
 def _config_source_name(source: int) -> str:
+    from protocol.messages import ConfigSource
+
     try:
         return ConfigSource(source).name
     except ValueError:
@@ -78,6 +79,8 @@ def _broker_entity(args: argparse.Namespace) -> str:
 def _describe_broker_configs(args: argparse.Namespace) -> int:
     """kafka-configs.sh --describe --entity-type brokers (--entity-name ID | --entity-default) [--all]: asks
     the named broker itself (a broker describes its own configs), or any broker for the cluster default."""
+    from protocol.messages import ConfigResourceType, DescribeConfigsRequest, DescribeConfigsResource
+
     entity = _broker_entity(args)
 
     async def go() -> Any:
@@ -180,6 +183,8 @@ def _config_changes(
 
 def _topic_config_problem(key: str, value: str | None) -> str | None:
     """Checked as `topic create` checks --config."""
+    from server_common.log_config import topic_config_error, topic_config_key_error
+
     return topic_config_key_error(key) if value is None else topic_config_error({key: value})
 
 
@@ -188,6 +193,8 @@ async def _until_shown(
 ) -> bool:
     """Whether the broker the client asks shows the change within `timeout_s`: the controller has committed it,
     and brokers learn it from its next push. A broker that cannot be asked does not show it (the change stands)."""
+    from protocol.messages import ConfigSource
+    from server_common.poll import wait_until
 
     async def shown() -> bool:
         results = (await client.describe_topic_configs(topic)).results
@@ -229,6 +236,8 @@ def cmd_configs_alter(args: argparse.Namespace) -> int:
 def _alter_broker_configs(args: argparse.Namespace) -> int:
     """kafka-configs.sh --entity-type brokers (--entity-default | --entity-name ID): the dynamic replication
     throttle rates."""
+    from server_common.dynamic_config import dynamic_broker_config_error
+
     entity = _broker_entity(args)
     adds, deletes = _config_changes(args, dynamic_broker_config_error)
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from client.cluster_client import ClusterClient
 from cluster.cli.common import (
     CliError,
     Subcommands,
@@ -21,8 +20,9 @@ from cluster.cli.common import (
     run_async,
 )
 from cluster.exit_codes import EXIT_CLUSTER_ERROR, EXIT_OK, EXIT_UNREACHABLE
-from protocol.messages import TopicPartition
-from protocol.record_batch import Record
+
+if TYPE_CHECKING:
+    from protocol.record_batch import Record
 
 
 def _admin(bootstrap: str) -> Any:
@@ -123,6 +123,9 @@ def _kafka_tp(topic: str, partition: int) -> Any:
 
 
 async def _log_ends(args: argparse.Namespace, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    from client.cluster_client import ClusterClient
+    from protocol.messages import TopicPartition
+
     client = ClusterClient(args.bootstrap_server or resolve_bootstrap(args), request_timeout_s=10.0)
     try:
         out = {}
@@ -147,6 +150,8 @@ def consume_group(
     import sys
 
     from kafka import KafkaConsumer
+
+    from protocol.record_batch import Record
 
     if not isinstance(start, str):
         raise CliError("with --group the start is the group's committed offsets; --offset N is not for groups",

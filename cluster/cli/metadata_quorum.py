@@ -7,18 +7,22 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cluster.cli.common import CliError, add_client_json, connect, emit, run_async
 from cluster.exit_codes import EXIT_CLUSTER_ERROR, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from cluster.local_cluster import ClusterError, LocalClusterState
-from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
-from protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+
+if TYPE_CHECKING:
+    from protocol.messages import DescribeQuorumResponse
 
 
 async def _from_controllers(addresses: list[tuple[str, int]]) -> DescribeQuorumResponse | None:
     """The leader's answer, asking the controllers in turn (a follower answers NOT_LEADER_OR_FOLLOWER)."""
+    from network.connection import BrokerConnection
+    from protocol.messages import DescribeQuorumRequest
+
     answer = None
     for host, port in addresses:
         try:
@@ -37,6 +41,8 @@ async def _from_controllers(addresses: list[tuple[str, int]]) -> DescribeQuorumR
 
 
 async def _describe(args: argparse.Namespace) -> DescribeQuorumResponse | None:
+    from protocol.messages import DescribeQuorumRequest
+
     if args.bootstrap_controller:
         addresses = []
         for item in args.bootstrap_controller.split(","):

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 import sys
 from typing import Any
 
-from client.console import (
-    CONSUMER_PROPERTIES,
-    PRODUCER_PROPERTIES,
-    LineReader,
-    make_formatter,
-    parse_header,
-    parse_properties,
-)
-from client.consumer import consume_command, fetch_config
-from client.producer import produce_command
 from cluster.cli.common import CliError, Subcommands, add_client_options, emit, run_async
-from cluster.cli.group import consume_group
 from cluster.exit_codes import EXIT_CHECK_FAILED, EXIT_CLUSTER_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 
 def _properties(items: list[str] | None, known: dict[str, str]) -> dict[str, str]:
+    from client.console import parse_properties
+
     try:
         return parse_properties(items or [], known)
     except ValueError as exc:
@@ -31,6 +21,9 @@ def _properties(items: list[str] | None, known: dict[str, str]) -> dict[str, str
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
+    from client.console import PRODUCER_PROPERTIES, LineReader, parse_header
+    from client.producer import produce_command
+
     props = _properties(args.property, PRODUCER_PROPERTIES)
     try:
         headers = [parse_header(h) for h in args.header or []]
@@ -55,6 +48,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _consumer_fetch_config(items: list[str] | None) -> dict[str, int]:
+    from client.consumer import fetch_config
+
     props: dict[str, str] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
@@ -68,6 +63,12 @@ def _consumer_fetch_config(items: list[str] | None) -> dict[str, int]:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from client.console import CONSUMER_PROPERTIES, make_formatter
+    from client.consumer import consume_command
+    from cluster.cli.group import consume_group
+
     if args.group and args.partition is not None:
         raise CliError("give --group or --partition, not both: a group assigns the partitions", EXIT_USAGE)
     props = _properties(args.property, CONSUMER_PROPERTIES)

@@ -23,7 +23,7 @@ def _delegate(module: str) -> Callable[[list[str]], int]:
 # Commands whose flags belong to another module's own parser: everything after the command goes there.
 DELEGATED: dict[tuple[str, ...], Callable[[list[str]], int]] = {
     ("metrics", "sink"): _delegate("metrics.sink"),
-    ("dashboard",): _delegate("metrics.spark_app"),
+    ("dashboard",): _delegate("lagapp.spark_app"),
     ("sim",): _delegate("sim.cli"),
 }
 

@@ -23,8 +23,6 @@ from cluster.cli.common import (
 )
 from cluster.exit_codes import EXIT_CHECK_FAILED, EXIT_CLUSTER_ERROR, EXIT_OK, EXIT_USAGE
 from protocol.errors import ErrorCode
-from protocol.messages import ELECTION_PREFERRED, ELECTION_UNCLEAN, DescribeLogDirsRequest, TopicPartition
-from server_common.log_config import topic_config_error
 
 
 async def _metadata(args: argparse.Namespace, topics: list[str] | None) -> Any:
@@ -38,6 +36,8 @@ async def _reassignments(args: argparse.Namespace, topics: list[str] | None) -> 
 
 
 def cmd_topic_create(args: argparse.Namespace) -> int:
+    from server_common.log_config import topic_config_error
+
     configs = {}
     for item in args.config or []:
         if "=" not in item:
@@ -94,6 +94,8 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 def _reassignment_plan(args: argparse.Namespace) -> list[tuple[Any, list[int] | None]]:
     """(partition, target replicas or None to cancel) from the flags or a kafka-reassign-partitions plan."""
+    from protocol.messages import TopicPartition
+
     if args.plan is not None:
         if args.topic or args.partition is not None or args.replicas:
             raise CliError("--plan takes no TOPIC, --partition or --replicas", EXIT_USAGE)
@@ -180,6 +182,8 @@ async def _clear_reassignment_throttle(client: Any, topics: list[str] | None) ->
 
 async def _reassignment_progress(client: Any, topics: list[str] | None) -> list[dict[str, Any]]:
     """Reassignments in progress, with each adding replica's log end offset beside the leader's."""
+    from protocol.messages import DescribeLogDirsRequest, TopicPartition
+
     ongoing = (await client.list_partition_reassignments(topics)).reassignments
     if not ongoing:
         return []
@@ -352,6 +356,8 @@ def cmd_topic_elect_leaders(args: argparse.Namespace) -> int:
     """kafka-leader-election.sh: PREFERRED moves leadership back to each partition's first replica where
     it is in the ISR and does not lead (after kills and restarts left leadership skewed); UNCLEAN gives a
     partition with no leader one, out of the ISR if need be (its acknowledged records may be lost)."""
+    from protocol.messages import ELECTION_PREFERRED, ELECTION_UNCLEAN, TopicPartition
+
     types = {"preferred": ELECTION_PREFERRED, "unclean": ELECTION_UNCLEAN}
     kind = args.election_type.lower()
     if kind not in types:

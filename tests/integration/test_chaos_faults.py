@@ -20,7 +20,7 @@ from cluster.chaos import CHAOS_OVERRIDES
 from cluster.chaos_faults import FaultRun
 from cluster.local_cluster import LocalClusterState, free_ports, random_base_address, start_cluster, stop_cluster
 from cluster.network_faults import CHAIN_PREFIX, NetworkFaults, leftovers
-from metrics.dashboard import fault_events
+from lagapp.dashboard import fault_events
 from metrics.fields import FAULTS_FILE
 from tests.integration.processes import ROOT, default_sigint
 

@@ -23,7 +23,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import TopicPartition
 from protocol.record_batch import build_batch
 from tests.integration.processes import ROOT, wait_until
-from tests.metrics.browser import CHROMIUM, chart_lines, is_flat, rendered_dom
+from tests.lagapp.browser import CHROMIUM, chart_lines, is_flat, rendered_dom
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

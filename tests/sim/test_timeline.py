@@ -15,7 +15,7 @@ import pytest
 from sim.cluster import SimOptions
 from sim.runner import run_seed
 from sim.timeline import Recorder
-from tests.metrics.browser import CHROMIUM, lines_in, rendered_dom
+from tests.lagapp.browser import CHROMIUM, lines_in, rendered_dom
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -1,12 +1,12 @@
 """``--follow``, incremental: each micro-batch is aggregated and merged into state carried between batches.
 
-How this works: every per-row fact of the lag job looks backwards (``lag_job``'s module docstring), so a
+How this works: every per-row fact of the lag job looks backwards (``tables``' module docstring), so a
 row's facts are final once every earlier row has arrived. The stream drops a record older than its
 watermark, so after a micro-batch every record older than (newest ts_ms − watermark) has arrived.
 A round therefore:
 
 1. takes the new records (collected once through Arrow) and the **tail** kept from the last round, and
-   computes the facts once, with the batch file pass's numpy code (``follow_round``: no Spark job but
+   computes the facts once, with the batch job's tables (``tables``, through ``follow_round``: no Spark job but
    the collect; every output below is computed and written with numpy and pyarrow in the driver);
 2. moves the **settled horizon** S to (newest − watermark − ``gap_max_ms``), aligned down to the windows
    and health buckets, never backwards. A row before S is final, and so is every window, bucket and
@@ -55,13 +55,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
-from metrics import dashboard, file_pass, follow_round, lag_job
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import dashboard, follow_round
+from lagapp import schema as s
+from lagapp.tables import WINDOW_START_MS, LagJobConfig
 
 STATE_FILE = "state.json"
 TAIL = "tail"
@@ -79,15 +79,15 @@ FOLD_FAN_IN = 8
 TIMED_TABLES: dict[str, str] = {
     s.TABLE_FOLLOWER_LAG: s.TS_MS,
     s.TABLE_REPLICA_LAG: s.TS_MS,
-    s.TABLE_LAG_WINDOWS: lag_job.WINDOW_START_MS,
-    s.TABLE_BYTE_RATES: lag_job.WINDOW_START_MS,
+    s.TABLE_LAG_WINDOWS: WINDOW_START_MS,
+    s.TABLE_BYTE_RATES: WINDOW_START_MS,
     s.TABLE_CLUSTER_HEALTH: "bucket_start_ms",
     s.TABLE_BROKER_HEALTH: s.TS_MS,
 }
 # Partials merged into the settled state (``follow_round.PARTIALS``).
 PARTIALS = follow_round.PARTIALS
 # How the state is computed and stored: a state written another way is rebuilt from the stored records.
-STATE_FORMAT = 2  # 2: the round in numpy (``follow_round``), its partials in the file pass's columns
+STATE_FORMAT = 2  # 2: the round in numpy (``follow_round``), its partials in ``tables``' columns
 
 
 @dataclass(frozen=True)
@@ -103,9 +103,9 @@ class FollowState:
 
 @dataclass
 class Round:
-    """What a merged round produced: the tables as written, the broker runs and the record count."""
+    """What a merged round produced: the broker runs and the record count (the tables are written under
+    the out dir)."""
 
-    tables: dict[str, DataFrame]
     runs: list[dashboard.BrokerRun]
     records: int
     settled_ms: int
@@ -163,17 +163,7 @@ class FollowJob:
         self.state_dir = out_dir / s.STREAM_DIR / "state"
         self.staging = out_dir / s.STREAM_DIR / "staging"
         self.state = self._load()
-        self._spark_schemas: dict[str, StructType] | None = None  # the tables' schemas (``schemas``)
         self._recover()
-
-    def schemas(self, spark: SparkSession) -> dict[str, pa.Schema]:
-        """The tables' Arrow schemas, from Spark's plan of the batch job on an empty frame (once)."""
-        return file_pass.table_schemas(self._read_schemas(spark))
-
-    def _read_schemas(self, spark: SparkSession) -> dict[str, StructType]:
-        if self._spark_schemas is None:
-            self._spark_schemas = file_pass.spark_schemas(spark, self.config)
-        return self._spark_schemas
 
     # ---- state on disk ----
 
@@ -251,11 +241,10 @@ class FollowJob:
         every table. A batch already merged (a rerun after a restart) is not merged again: the tables as
         they are come back. ``on_step`` lets a test stop a round between its writes.
 
-        The batch's rows are collected once through Arrow; the round is computed with the file pass's
-        numpy code (``follow_round``) and written with pyarrow."""
-        spark = batch.sparkSession
+        The batch's rows are collected once through Arrow; the round is computed with the batch job's
+        tables (``follow_round``) and written with pyarrow."""
         if self.state is not None and batch_id <= self.state.batch_id:
-            return self._as_written(spark)
+            return self._as_written()
         prev = self.state
         if prev is None:
             self._recover()  # a rebuild: the tables' folders may hold another run's files
@@ -265,7 +254,7 @@ class FollowJob:
             tail = pq.read_table(self.state_dir / prev.version / TAIL / PART_FILE, schema=follow_round.RECORDS)
             rows = pa.concat_tables([tail, rows])
         if rows.num_rows == 0:
-            return self._as_written(spark)
+            return self._as_written()
         newest = int(pc.max(rows[s.TS_MS]).as_py())
         newest = max(newest, prev.newest_ms) if prev is not None else newest
         since = prev.settled_ms if prev is not None else None
@@ -276,7 +265,7 @@ class FollowJob:
             settled_before = {
                 name: pq.read_table(self.state_dir / prev.version / name / PART_FILE) for name in PARTIALS
             }
-        out = follow_round.compute(rows, settled_before, since, until, newest, config, self.schemas(spark))
+        out = follow_round.compute(rows, settled_before, since, until, newest, config)
 
         version = f"v{batch_id}"
         version_dir = self.state_dir / version
@@ -294,21 +283,16 @@ class FollowJob:
         self._commit(FollowState(batch_id, until, newest, version, self._config_dict()))
         on_step("committed")
         runs = [dashboard.BrokerRun(*row) for row in follow_round.broker_runs(out.runs)]
-        return Round(self._read_tables(spark), runs, sum(r.records for r in runs), until, newest)
+        return Round(runs, sum(r.records for r in runs), until, newest)
 
-    def _as_written(self, spark: SparkSession) -> Round:
+    def _as_written(self) -> Round:
         """The tables and broker runs as the last committed round wrote them."""
         state = self.state
         if state is None:
             raise ValueError("nothing merged yet")
         merged = pq.read_table(self.state_dir / state.version / MERGED_BROKER_RUNS / PART_FILE)
         runs = [dashboard.BrokerRun(*row) for row in follow_round.broker_runs(merged)]
-        return Round(self._read_tables(spark), runs, sum(r.records for r in runs), state.settled_ms, state.newest_ms)
-
-    def _read_tables(self, spark: SparkSession) -> dict[str, DataFrame]:
-        """The written tables, read with their known schemas (no job to read the Parquet footers)."""
-        schemas = self._read_schemas(spark)
-        return {name: spark.read.schema(schemas[name]).parquet(str(self.out_dir / name)) for name in s.TABLES}
+        return Round(runs, sum(r.records for r in runs), state.settled_ms, state.newest_ms)
 
     def _add_timed(self, name: str, rows: pa.Table, since: int | None, until: int, batch_id: int) -> None:
         """Add a timed table's rows from ``since`` on to its folder: the rows before ``until`` as a settled

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from metrics.spark_app import snapshot_metric_files
+from lagapp.spark_app import snapshot_metric_files
 
 
 def lines(broker: int, start: int, count: int) -> bytes:

@@ -1,4 +1,7 @@
-"""The per-broker file pass (``metrics.file_pass``) against the shuffle-and-sort path: every table, row for row."""
+"""The job's two ways to a broker's records, against each other and against the tables of every record at
+once: each broker's files read in order (``file_pass.run``), and Spark's reader with a sort by broker
+(``file_pass.run_records``), then the same pass. Every table, row for row, on records in the emitter's
+layout, out of order, redelivered, and in another layout."""
 
 from __future__ import annotations
 
@@ -7,17 +10,22 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
-from metrics import file_pass, lag_job, spark_app
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
-from tests.metrics.test_dashboard import T0, write_metrics_dir
+from lagapp import file_pass, spark_app
+from lagapp import schema as s
+from lagapp import tables as tb
+from lagapp.tables import LagJobConfig
+from tests.lagapp.test_dashboard import T0, write_metrics_dir
+
+pytestmark = pytest.mark.slow
 
 
-def _rows(df: DataFrame) -> list[tuple[Any, ...]]:
-    return sorted((tuple(r) for r in df.collect()), key=repr)
+def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
 
 
 def _shuffle_lines(path: Path, seed: int) -> None:
@@ -26,10 +34,9 @@ def _shuffle_lines(path: Path, seed: int) -> None:
     path.write_text("".join(lines))
 
 
-def _sorted_tables(spark: SparkSession, metrics: Path, config: LagJobConfig) -> dict[str, DataFrame]:
-    records = spark_app.read_records(spark, spark_app.list_metric_files(metrics))
-    now_ms = records.agg({s.TS_MS: "max"}).first()[0]  # type: ignore[index]
-    return lag_job.compute_tables(records, config, now_ms=now_ms)
+def _all_records(metrics: Path) -> pa.Table:
+    """Every readable record of the metrics dir in one table (the pass's parser, file by file)."""
+    return pa.concat_tables([file_pass.parse_file(str(p)) for p in spark_app.list_metric_files(metrics)])
 
 
 def _assert_same_tables(
@@ -39,31 +46,41 @@ def _assert_same_tables(
     config: LagJobConfig,
     expected: dict[str, list[tuple[Any, ...]]] | None = None,
 ) -> file_pass.FilePassStats:
-    """Every table of the file pass equals the sorted path's, row for row (and ``expected``'s rows when
-    given); returns the pass's statistics."""
+    """Every table of the per-broker file pass equals the Spark-read and sorted pass's and the tables of every
+    record at once (``tables.compute_tables``), row for row (and ``expected``'s rows when given); returns
+    the file pass's statistics."""
     files = spark_app.list_metric_files(metrics)
     records = spark_app.read_records(spark, files)
-    old = _sorted_tables(spark, metrics, config)
-    done = file_pass.run(spark, files, out, config)
+    done = file_pass.run(spark, files, out / "files", config)
     assert done is not None
-    tables, paths, stats = done
-    assert sorted(paths) == sorted(old) == sorted(s.TABLES)
+    paths, stats = done
+    sorted_paths, sorted_stats = file_pass.run_records(records, out / "sorted", config)
+    at_once = tb.compute_tables(_all_records(metrics), config)
+    assert sorted(paths) == sorted(sorted_paths) == sorted(s.TABLES)
     assert stats.records + stats.duplicates == records.count()
-    assert not (out / file_pass.STAGING_DIR).exists()
+    assert (sorted_stats.records, sorted_stats.duplicates, sorted_stats.runs) == (
+        stats.records,
+        stats.duplicates,
+        stats.runs,
+    )
+    assert not (out / "files" / file_pass.STAGING_DIR).exists()
+    assert not (out / "sorted" / file_pass.STAGING_DIR).exists()
     for name in s.TABLES:
-        new = tables[name]
-        assert new.schema == spark.read.parquet(paths[name]).schema, name
-        assert new.columns == old[name].columns, name
-        old_rows, new_rows = _rows(old[name]), _rows(new)
-        assert old_rows, name
-        assert new_rows == old_rows, name
+        written = pq.read_table(paths[name])
+        assert written.schema == s.TABLE_SCHEMAS[name], name
+        # Spark reads the written tables back with the types they were written with
+        assert spark.read.parquet(paths[name]).columns == s.TABLE_SCHEMAS[name].names, name
+        rows = _rows(written)
+        assert rows, name
+        assert _rows(pq.read_table(sorted_paths[name])) == rows, name
+        assert _rows(at_once[name]) == rows, name
         if expected is not None:
-            assert old_rows == expected[name], name
+            assert rows == expected[name], name
     return stats
 
 
 @pytest.mark.timeout(300)
-def test_every_table_of_the_file_pass_equals_the_sorted_one_row_for_row(spark: SparkSession, tmp_path: Path) -> None:
+def test_every_table_is_the_same_by_files_by_spark_and_at_once(spark: SparkSession, tmp_path: Path) -> None:
     # Three brokers, broker 1 restarted, leadership of orders-0 moved from 1 to 2, a follower stalled, rolled
     # and active files with a line cut by a crash. Broker 3's second rolled file is written out of order
     # (sorted alone), and broker 2's first two rolled files hold each other's records (its replicas go back
@@ -105,7 +122,8 @@ def test_a_redelivered_batch_changes_no_table_on_either_path(spark: SparkSession
     # one of the files without them.
     config = LagJobConfig(window_ms=10_000)
     write_metrics_dir(tmp_path / "clean")
-    expected = {name: _rows(df) for name, df in _sorted_tables(spark, tmp_path / "clean", config).items()}
+    clean = tb.compute_tables(_all_records(tmp_path / "clean"), config)
+    expected = {name: _rows(table) for name, table in clean.items()}
     metrics = tmp_path / "metrics"
     write_metrics_dir(metrics)
 
@@ -150,26 +168,53 @@ def test_round_half_up_matches_spark_not_numpy() -> None:
     import numpy as np
 
     values = np.array([0.5, 1.5, 2.5, 2.4999999999999996, -0.5, -2.5, 3.0, 0.49999999999999994])
-    assert file_pass.round_half_up(values).tolist() == [1.0, 2.0, 3.0, 2.0, -1.0, -3.0, 3.0, 0.0]
+    assert tb.round_half_up(values).tolist() == [1.0, 2.0, 3.0, 2.0, -1.0, -3.0, 3.0, 0.0]
 
 
 @pytest.mark.timeout(300)
-def test_a_pass_that_fails_in_a_task_falls_back_to_the_sorted_path(
+def test_files_of_mixed_brokers_give_the_tables_of_the_emitters_layout(spark: SparkSession, tmp_path: Path) -> None:
+    # The same records in files that are not one broker's each (as a copy of a metrics dir merged by hand
+    # might be): the job cannot read them broker by broker, so Spark reads and sorts them, and every table
+    # and the page's numbers are those of the emitter's layout.
+    config = LagJobConfig(window_ms=10_000)
+    write_metrics_dir(tmp_path / "emitted")
+    by_broker = spark_app.run_batch(spark, tmp_path / "emitted", tmp_path / "out-emitted", config)
+    lines = [line + "\n" for r in _all_records(tmp_path / "emitted").to_pylist() for line in [json.dumps(r)]]
+    random.Random(3).shuffle(lines)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for k in range(3):
+        (mixed / f"broker-{k}-{T0}.jsonl").write_text("".join(lines[k::3]))
+    result = spark_app.run_batch(spark, mixed, tmp_path / "out-mixed", config)
+    assert "sort_pass_s" in result.extra and "file_pass_s" not in result.extra  # Spark read and sorted them
+    assert "file_pass_s" in by_broker.extra
+    assert (result.records, result.row_counts, result.status_counts) == (
+        by_broker.records,
+        by_broker.row_counts,
+        by_broker.status_counts,
+    )
+    for name in s.TABLES:
+        assert _rows(pq.read_table(result.tables[name])) == _rows(pq.read_table(by_broker.tables[name])), name
+
+
+@pytest.mark.timeout(300)
+def test_a_pass_that_fails_reading_the_files_falls_back_to_spark_reading_them(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The broker tasks call this (pickled with the task, so the replacement raises in the Spark worker).
-    def failing_broker_pass(*args: Any, **kwargs: Any) -> dict[str, int]:
-        raise RuntimeError("the broker pass broke")
+    # The broker tasks of the file layout call this (pickled with the task, so the replacement raises in
+    # the Spark worker); Spark's reader and sort then bring the same records to the same pass.
+    def failing_files_pass(*args: Any, **kwargs: Any) -> dict[str, int]:
+        raise RuntimeError("reading the files broke")
 
     monkeypatch.setenv("MINIBROKER_QUIET", "0")
-    monkeypatch.setattr(file_pass, "broker_pass", failing_broker_pass)
+    monkeypatch.setattr(file_pass, "files_pass", failing_files_pass)
     metrics, out = tmp_path / "metrics", tmp_path / "out"
     rolled, active = write_metrics_dir(metrics)
     result = spark_app.run_batch(spark, metrics, out, LagJobConfig(window_ms=10_000))
     err = capsys.readouterr().err
-    assert "the per-broker pass failed (PythonException: " in err, err
-    assert "RuntimeError: the broker pass broke); shuffling and sorting instead" in err, err
-    assert "read_sort_s" in result.extra and "file_pass_s" not in result.extra  # the sorted path's phases
+    assert "reading each broker's files failed (PythonException: " in err, err
+    assert "RuntimeError: reading the files broke); shuffling and sorting instead" in err, err
+    assert "sort_pass_s" in result.extra and "file_pass_s" not in result.extra
     assert not (out / file_pass.STAGING_DIR).exists()
     # every table and the page, from the same records
     assert result.records == rolled + active

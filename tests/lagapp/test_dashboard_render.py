@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from metrics import dashboard as d
-from tests.metrics.browser import CHROMIUM, chart_lines, is_flat, lines_in, rendered_dom
+from lagapp import dashboard as d
+from tests.lagapp.browser import CHROMIUM, chart_lines, is_flat, lines_in, rendered_dom
 
 T0 = 1_700_000_000_000
 

@@ -2,19 +2,15 @@
 
 How this works:
 - Batch: list the rolled ``broker-<id>-<first_ts_ms>.jsonl`` files and the ``_active/broker-<id>.jsonl``
-  files (Spark's own listing skips ``_`` paths, so the job passes explicit paths). When every file is
-  one broker's (the emitter's layout), ``publish_files`` computes every table in one Spark task per
-  broker (``metrics.file_pass``: its files parsed in order, no shuffle or sort, the tables written as
-  Parquet by the tasks and the driver, Spark never holding the records), then computes the page's
-  aggregates from the written tables with pyarrow in the driver (``metrics.dashboard_arrow``, no Spark
-  job); if the pass fails, the sorted path below does the job instead. Otherwise (or with ``--sorted``)
-  the records are read once by Spark with the fixed schema, projected to the fields the tables use
-  (lines cut by a crash are dropped), and ``publish`` runs the one window pass
-  (``lag_job.replica_samples``: one shuffle, one sort) and keeps its result in memory; a first small job
-  collects the broker runs (records, time span, restarts) and fills that cache; the nine tables are
-  aggregations over it, written as Parquet by concurrent jobs (the small aggregated tables cached as
-  they are written); row counts come from the Parquet footers; the page's aggregates read the small
-  cached tables, never the records.
+  files (Spark's own listing skips ``_`` paths, so the job passes explicit paths). Every table is
+  computed by the per-broker pass (``lagapp.file_pass`` over ``lagapp.tables``: a broker's records in one
+  task, what crosses brokers in the driver), written as Parquet without Spark holding the records; the
+  page's aggregates are then computed from the written tables with pyarrow in the driver
+  (``lagapp.dashboard_data``, no Spark job). A broker's records reach its task in one of two ways: when
+  every file is one broker's (the emitter's and the sink's layout), each task reads its brokers' files
+  in order (``publish_files``: no shuffle, no sort); otherwise (files in another layout, ``--sorted``,
+  or a failure reading the files that way) Spark reads the records with the fixed schema, lines cut by a
+  crash dropped, and shuffles and sorts them by broker (``publish_records``). Same tables, same page.
 - Follow (``--follow``): Structured Streaming over the rolled files only (an active file is still being
   written), in rounds: every trigger interval one ``availableNow`` query takes the files there and
   stops by itself, so no query is stopped inside a batch (``_run_round``). Records get an event time
@@ -23,13 +19,14 @@ How this works:
   live in ``<out>/_stream/checkpoint``; each micro-batch is written to ``<out>/_stream/records/batch-<id>``
   (``write_batch``: a rerun of a batch after a restart replaces its folder, so nothing is stored
   twice). Then ``merge_and_publish`` brings the tables and the page up to date: merged into carried
-  state (``metrics.follow``), so a round's cost does not grow with the history (or, while fewer than
-  ``--incremental-from`` records are stored, recomputed from all of them; 0 by default). Every
-  ``COMPACT_AFTER_BATCHES`` batch folders are folded into one folder, and as many folds into one of the
-  next level (``compact``), so a long follow keeps a few folders, not one per micro-batch, and rewrites
-  each record a few times, not at every compaction. The page reloads itself every trigger
-  interval while following; when following stops (Ctrl-C or ``max_batches`` micro-batches with data) it
-  is written once more without the reload, so a browser left on it stops refreshing a finished page.
+  state (``lagapp.follow``), so a round's cost does not grow with the history (or, while fewer than
+  ``--incremental-from`` records are stored, recomputed from all of them by ``publish_records``; 0 by
+  default). Every ``COMPACT_AFTER_BATCHES`` batch folders are folded into one folder, and as many folds
+  into one of the next level (``compact``), so a long follow keeps a few folders, not one per
+  micro-batch, and rewrites each record a few times, not at every compaction. The page reloads itself
+  every trigger interval while following; when following stops (Ctrl-C or ``max_batches`` micro-batches
+  with data) it is written once more without the reload, so a browser left on it stops refreshing a
+  finished page.
 """
 
 from __future__ import annotations
@@ -44,8 +41,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -54,11 +50,10 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.storagelevel import StorageLevel
 
-from metrics import dashboard, dashboard_arrow, file_pass, follow, lag_job
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import dashboard, dashboard_data, file_pass, follow
+from lagapp import schema as s
+from lagapp.tables import LagJobConfig
 
 DASHBOARD_FILE = "dashboard.html"
 ACTIVE_DIR = "_active"
@@ -69,8 +64,6 @@ TRIGGER_S_DEFAULT = 10
 # Shuffle partitions per local core: enough tasks to balance two or more cores, few enough that each
 # small aggregation does not pay for hundreds of near-empty tasks (AQE coalesces further).
 LOCAL_SHUFFLE_PARTITIONS_PER_CORE = 2
-# Tables aggregated from the records (a row per follower, partition or window), cached for the page.
-SMALL_TABLES = tuple(name for name in s.TABLES if name != s.TABLE_FOLLOWER_LAG)
 
 
 class NoMetricsError(Exception):
@@ -169,82 +162,7 @@ def parquet_row_count(path: Path) -> int:
     return sum(pq.ParquetFile(part).metadata.num_rows for part in sorted(path.glob("*.parquet")))
 
 
-def write_tables(tables: Mapping[str, DataFrame], out_dir: Path) -> dict[str, str]:
-    """Write every table as Parquet under ``out_dir/<name>``, the jobs submitted concurrently.
-
-    Each write is one small job over the cached derived records; submitting them together lets the
-    scheduler overlap one job's planning and commit with another's tasks.
-    """
-    paths = {name: str(out_dir / name) for name in tables}
-
-    def write(name: str) -> None:
-        tables[name].write.mode("overwrite").parquet(paths[name])
-
-    with ThreadPoolExecutor(max_workers=len(tables) or 1, thread_name_prefix="write-table") as pool:
-        for done in [pool.submit(write, name) for name in tables]:
-            done.result()  # re-raises a failed write
-    return paths
-
-
-def publish(
-    records: DataFrame,
-    out_dir: Path,
-    config: LagJobConfig,
-    title: str,
-    faults: Sequence[dashboard.TimelineEvent] = (),
-    refresh_s: int | None = None,
-    phases: dict[str, float] | None = None,
-    on_page: Callable[[dashboard.DashboardData], None] | None = None,
-) -> tuple[dict[str, str], dict[str, int], dict[str, int], int]:
-    """Compute and write every table and the page from ``records`` (read once; not cached by the caller).
-
-    ``refresh_s``: the page reloads itself this often (``--follow``); None for a page that stays put.
-    ``phases``: when given, filled with the wall seconds of each phase (``<phase>_s``).
-    ``on_page``: called with what the page shows, once it is written.
-    Returns (table paths, table row counts, follower status counts, record count).
-    """
-    mark = _PhaseTimer(phases)
-    samples = lag_job.replica_samples(records).persist(StorageLevel.MEMORY_AND_DISK)
-    cached: list[DataFrame] = [samples]
-    try:
-        progress("reading and sorting the records")
-        runs = dashboard.broker_runs(samples)  # the first job: it fills the cache
-        n = sum(run.records for run in runs)
-        if n == 0:
-            raise NoMetricsError("the metrics files hold no readable records")
-        now_ms = max(run.last_ts_ms for run in runs)
-        mark("read_sort")
-
-        def keep(df: DataFrame) -> DataFrame:
-            cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
-            return df
-
-        # Intermediates several tables read are cached by ``keep``, so each is computed once.
-        tables = lag_job.tables_of_samples(samples, config, now_ms=now_ms, keep=keep)
-        # The aggregated tables are small: each write fills its cache, and the page's aggregates then
-        # read them there (still clustered by partition, so without a shuffle) instead of from the
-        # records or from Parquet. follower_lag is a filter of the cached samples already.
-        for name in SMALL_TABLES:
-            if not tables[name].is_cached:
-                keep(tables[name])
-        progress(f"{n} records from {len(runs)} broker runs; writing {len(tables)} tables")
-        paths = write_tables(tables, out_dir)
-        mark("tables")
-        progress("building the page")
-        data = dashboard.collect_dashboard_data(
-            title, tables, config.window_ms, runs, faults=faults, health_bucket_ms=config.health_bucket_ms
-        )
-        data.refresh_s = refresh_s
-        mark("page_queries")
-    finally:
-        for df in cached:
-            df.unpersist()
-    counts = {name: parquet_row_count(Path(path)) for name, path in paths.items()}
-    write_page(out_dir, data)
-    mark("page_render")
-    if on_page is not None:
-        on_page(data)
-    return paths, counts, data.status_counts, n
+Published = tuple[dict[str, str], dict[str, int], dict[str, int], int]
 
 
 def publish_files(
@@ -255,35 +173,70 @@ def publish_files(
     title: str,
     faults: Sequence[dashboard.TimelineEvent] = (),
     phases: dict[str, float] | None = None,
-) -> tuple[dict[str, str], dict[str, int], dict[str, int], int] | None:
-    """``publish`` on the per-broker file pass (``file_pass.run``): every table computed in one task per
-    broker's files and written as Parquet without Spark holding the records, then the page's aggregates
-    read from the written tables with pyarrow in the driver (``dashboard_arrow``). Returns what
-    ``publish`` returns, or None when the files are not in the emitter's layout (a file named after no
-    broker, a record of another broker): the caller then takes the sorted path."""
+) -> Published | None:
+    """Every table and the page from metrics files in the emitter's layout, each broker's files read in
+    order by one task (``file_pass.run``). Returns (table paths, table row counts, follower status counts,
+    record count), or None when the files are not in that layout (a file named after no broker, a record
+    of another broker): the caller then takes ``publish_records``."""
     mark = _PhaseTimer(phases)
     progress("reading each broker's files in order")
     done = file_pass.run(spark, files, out_dir, config)
     if done is None:
         return None
-    tables, paths, stats = done
+    mark("file_pass")
+    return _publish(done, out_dir, config, title, faults, mark)
+
+
+def publish_records(
+    records: DataFrame,
+    out_dir: Path,
+    config: LagJobConfig,
+    title: str,
+    faults: Sequence[dashboard.TimelineEvent] = (),
+    refresh_s: int | None = None,
+    phases: dict[str, float] | None = None,
+    on_page: Callable[[dashboard.DashboardData], None] | None = None,
+) -> Published:
+    """Every table and the page from ``records`` (any source, read with ``LAG_JOB_SCHEMA``): Spark shuffles
+    and sorts them by broker, then the same pass (``file_pass.run_records``). ``refresh_s``: the page
+    reloads itself this often (``--follow``); ``on_page``: called with what the page shows."""
+    mark = _PhaseTimer(phases)
+    progress("shuffling and sorting the records by broker")
+    done = file_pass.run_records(records, out_dir, config)
+    mark("sort_pass")
+    return _publish(done, out_dir, config, title, faults, mark, refresh_s, on_page)
+
+
+def _publish(
+    done: tuple[dict[str, str], file_pass.FilePassStats],
+    out_dir: Path,
+    config: LagJobConfig,
+    title: str,
+    faults: Sequence[dashboard.TimelineEvent],
+    mark: _PhaseTimer,
+    refresh_s: int | None = None,
+    on_page: Callable[[dashboard.DashboardData], None] | None = None,
+) -> Published:
+    """The page from the tables the pass wrote (``dashboard_data``, pyarrow in the driver)."""
+    paths, stats = done
     if stats.records == 0:
         raise NoMetricsError("the metrics files hold no readable records")
-    mark("file_pass")
     progress(
         f"{stats.records} records from {len(stats.runs)} broker runs, {stats.files_sorted} files sorted, "
         f"{stats.duplicates} duplicates dropped; {len(paths)} tables written"
     )
     progress("building the page")
     runs = [dashboard.BrokerRun(*row) for row in stats.runs]
-    schemas = file_pass.table_schemas({name: df.schema for name, df in tables.items()})
-    data = dashboard_arrow.collect_dashboard_data(
-        title, paths, config.window_ms, runs, schemas, faults=faults, health_bucket_ms=config.health_bucket_ms
+    data = dashboard_data.collect_dashboard_data(
+        title, paths, config.window_ms, runs, faults=faults, health_bucket_ms=config.health_bucket_ms
     )
+    data.refresh_s = refresh_s
     mark("page_queries")
     counts = {name: parquet_row_count(Path(path)) for name, path in paths.items()}
     write_page(out_dir, data)
     mark("page_render")
+    if on_page is not None:
+        on_page(data)
     return paths, counts, data.status_counts, stats.records
 
 
@@ -385,16 +338,17 @@ def _publish_files_or_none(
     title: str,
     faults: Sequence[dashboard.TimelineEvent],
     phases: dict[str, float],
-) -> tuple[dict[str, str], dict[str, int], dict[str, int], int] | None:
-    """``publish_files``, or None (logged) when the sorted path must do the job instead: the files are not
-    in the emitter's layout, or the pass failed. A failure is not the job's: the sorted path computes the
-    same tables from the same files (an empty metrics dir still fails, on either path)."""
+) -> Published | None:
+    """``publish_files``, or None (logged) when Spark must read and sort the records instead
+    (``publish_records``): the files are not in the emitter's layout, or reading them that way failed.
+    The records then reach the same pass through Spark's own JSON reader (an empty metrics dir still
+    fails, either way)."""
     try:
         done = publish_files(spark, files, out_dir, config, title, faults, phases)
     except NoMetricsError:
         raise
     except Exception as error:
-        progress(f"the per-broker pass failed ({_error_summary(error)}); shuffling and sorting instead")
+        progress(f"reading each broker's files failed ({_error_summary(error)}); shuffling and sorting instead")
         shutil.rmtree(out_dir / file_pass.STAGING_DIR, ignore_errors=True)
         return None
     if done is None:
@@ -407,9 +361,10 @@ def run_batch(
 ) -> DashboardResult:
     """The batch job: every table and the page from the metrics files there now.
 
-    ``per_file`` (the default): each broker's files in one task (``publish_files``), falling back to the
-    shuffle and sort (``publish``) when the files are not in the emitter's layout or the pass fails (a
-    task or the driver's step raising: logged, its staging removed); False: the sort always.
+    ``per_file`` (the default): each broker's files read in order by one task (``publish_files``), falling
+    back to Spark's reader and a sort by broker (``publish_records``) when the files are not in the
+    emitter's layout or reading them that way fails (logged, its staging removed); False: Spark's reader
+    and the sort always (``--sorted``).
     """
     started = time.monotonic()
     phases: dict[str, float] = {}
@@ -424,7 +379,7 @@ def run_batch(
         done = _publish_files_or_none(spark, files, out_dir, config, title, faults, phases) if per_file else None
         if done is None:
             phases.clear()
-            done = publish(read_records(spark, files), out_dir, config, title, faults, phases=phases)
+            done = publish_records(read_records(spark, files), out_dir, config, title, faults, phases=phases)
         paths, counts, statuses, n = done
     finally:
         shutil.rmtree(snapshot, ignore_errors=True)
@@ -601,11 +556,11 @@ def merge_and_publish(
     rewrite the page. None for a batch without records (it only moved the watermark).
 
     While fewer than ``incremental_from`` records are stored, the tables are recomputed from all of them
-    (``publish``, the batch job's code): a round of the incremental job has a fixed cost (state, tail and
-    a dozen small jobs) that a small history recomputes faster. From then on (and on every later start,
-    once a state exists) the round merges the batch into the follow job's state (``follow.FollowJob``),
-    at a cost that does not grow with the history. Records older than the settled horizon are dropped
-    and counted (the stream's watermark drops them first, so this is a guard)."""
+    (``publish_records``, the batch job's code): a round of the incremental job has a fixed cost (the
+    state and the tail read and written) that a small history may recompute faster. From then on (and on
+    every later start, once a state exists) the round merges the batch into the follow job's state
+    (``follow.FollowJob``), at a cost that does not grow with the history. Records older than the settled
+    horizon are dropped and counted (the stream's watermark drops them first, so this is a guard)."""
     round_started = time.monotonic()
     spark = batch.sparkSession
     out_dir = job.out_dir
@@ -628,7 +583,7 @@ def merge_and_publish(
     if job.needs_rebuild and stored < incremental_from:
         how = "recomputed"
         pages: list[dashboard.DashboardData] = []
-        _, _, _, n = publish(
+        _, _, _, n = publish_records(
             spark.read.schema(s.LAG_JOB_SCHEMA).parquet(*(str(p) for p in parts)),
             out_dir,
             job.config,
@@ -643,14 +598,12 @@ def merge_and_publish(
             batch = spark.read.schema(s.LAG_JOB_SCHEMA).parquet(*(str(p) for p in parts))
         merged = job.merge(batch, batch_id)
         n = merged.records
-        # The page's aggregates from the written tables with pyarrow, as the batch job's file pass builds
-        # its page (``dashboard_arrow``): the Spark queries were a dozen small jobs every round.
-        data = dashboard_arrow.collect_dashboard_data(
+        # The page's aggregates from the written tables with pyarrow, as the batch job builds its page.
+        data = dashboard_data.collect_dashboard_data(
             title,
             {name: str(out_dir / name) for name in s.TABLES},
             job.config.window_ms,
             merged.runs,
-            job.schemas(spark),
             faults=faults,
             health_bucket_ms=job.config.health_bucket_ms,
         )

@@ -15,15 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from metrics import dashboard, spark_app
-from metrics import schema as s
-from metrics.lag_job import LagJobConfig
+from lagapp import dashboard, dashboard_data, spark_app
+from lagapp import schema as s
+from lagapp.tables import LagJobConfig
 from tests.integration.processes import ROOT
 from tests.integration.test_cli import clean_env
-from tests.metrics.browser import CHROMIUM, chart_lines, is_flat, rendered_dom, run_chromium
+from tests.lagapp.browser import CHROMIUM, chart_lines, is_flat, rendered_dom, run_chromium
 
 pytestmark = pytest.mark.slow
 
@@ -674,12 +676,12 @@ def test_a_fault_window_is_shaded_on_the_lag_charts(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_every_series_the_page_draws_is_in_time_order(spark: SparkSession, tmp_path: Path) -> None:
-    # The page's queries end in a grouping, whose rows come back in hash order; the series are ordered
-    # after the collect, and every chart, event list and rate line must read left to right.
+    # The tables' rows come in the order the tasks wrote them (by broker, replica and time), not the charts':
+    # every chart, event list and rate line must read left to right.
     write_metrics_dir(tmp_path / "metrics")
     files = spark_app.list_metric_files(tmp_path / "metrics")
     pages: list[dashboard.DashboardData] = []
-    spark_app.publish(
+    spark_app.publish_records(
         spark_app.read_records(spark, files),
         tmp_path / "out",
         LagJobConfig(window_ms=10_000, health_bucket_ms=1000),
@@ -706,35 +708,58 @@ def test_every_series_the_page_draws_is_in_time_order(spark: SparkSession, tmp_p
         assert [e.ts_ms for e in events] == sorted(e.ts_ms for e in events), key
 
 
-@pytest.mark.timeout(300)
-def test_the_series_are_ordered_even_when_spark_returns_their_rows_backwards(spark: SparkSession) -> None:
-    # One partition whose rows arrive newest first: Spark's grouping then hands them back in that order.
-    lag_rows = [("orders", 0, 2, T0 + 1000 * i, 10 * i, 100 * i) for i in range(9, -1, -1)]
-    follower_lag = spark.createDataFrame(
-        lag_rows, "topic string, partition int, follower_id int, ts_ms long, lag_messages long, lag_ms long"
-    ).coalesce(1)
-    replica_lag = follower_lag.withColumnRenamed(s.LAG_MS, s.TIME_SINCE_CAUGHT_UP_MS)
-    chosen = spark.createDataFrame([("orders", 0)], "topic string, partition int")
-    lag = dashboard._collect_lag(follower_lag, chosen, 1000, replica_lag)
-    assert [(one.view, one.ts_ms) for one in lag[("orders", 0)]] == [
+@pytest.mark.timeout(60)
+def test_the_series_are_ordered_even_when_the_tables_hold_their_rows_backwards(tmp_path: Path) -> None:
+    # One partition whose rows are written newest first, in two files: the page reads them in that order.
+    def write(name: str, rows: list[dict[str, Any]]) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        table = pa.Table.from_pylist(rows, schema=s.TABLE_SCHEMAS[name])
+        half = table.num_rows // 2
+        pq.write_table(table.slice(half), folder / "part-00000.parquet")
+        pq.write_table(table.slice(0, half), folder / "part-00001.parquet")
+        return str(folder)
+
+    newest_first = range(9, -1, -1)
+    lag: list[dict[str, Any]] = [
+        {"topic": "orders", "partition": 0, "follower_id": 2, "ts_ms": T0 + 1000 * i, "lag_messages": 10 * i}
+        for i in newest_first
+    ]
+    tables = dashboard_data.Tables(
+        {
+            s.TABLE_FOLLOWER_LAG: write(s.TABLE_FOLLOWER_LAG, [{**r, "lag_ms": 100 * r["lag_messages"]} for r in lag]),
+            s.TABLE_REPLICA_LAG: write(
+                s.TABLE_REPLICA_LAG, [{**r, "time_since_caught_up_ms": 100 * r["lag_messages"]} for r in lag]
+            ),
+            s.TABLE_CLUSTER_HEALTH: write(
+                s.TABLE_CLUSTER_HEALTH,
+                [
+                    {"bucket_start_ms": T0 + 1000 * i, "under_replicated_partitions": i % 2, "leaders": [(1, 1)]}
+                    for i in newest_first
+                ],
+            ),
+            # newest first too, two brokers; re-bucketed to 2 s below, each bucket's largest wait
+            s.TABLE_BROKER_HEALTH: write(
+                s.TABLE_BROKER_HEALTH,
+                [
+                    {"broker_id": b, "ts_ms": T0 + 1000 * i, "loop_lag_max_ms": float(100 * b + i)}
+                    for i in newest_first
+                    for b in (2, 1)
+                ],
+            ),
+        }
+    )
+    series = dashboard_data.lag(tables, [("orders", 0)], 1000)
+    assert [(one.view, one.ts_ms) for one in series[("orders", 0)]] == [
         ("leader", [T0 + 1000 * i for i in range(10)]),
         ("follower", [T0 + 1000 * i for i in range(10)]),
     ]
-    assert lag[("orders", 0)][0].lag_messages == [10 * i for i in range(10)]
-    health = spark.createDataFrame(
-        [(T0 + 1000 * i, i % 2, 0, 0, {1: 1}) for i in range(9, -1, -1)],
-        "bucket_start_ms long, under_replicated_partitions long, under_min_isr_partitions long, "
-        "offline_partitions long, leaders map<int,bigint>",
-    ).coalesce(1)
-    series = dashboard._collect_health(health, T0, T0 + 9000, 1000)
-    assert series.bucket_start_ms == [T0 + 1000 * i for i in range(10)]
-    assert series.under_replicated == [i % 2 for i in range(10)]
-    # broker_health: newest first too, two brokers; re-bucketed to 2 s, each bucket's largest wait
-    broker_health = spark.createDataFrame(
-        [(b, T0 - 5000, T0 + 1000 * i, float(100 * b + i), 0.5) for i in range(9, -1, -1) for b in (2, 1)],
-        "broker_id int, broker_start_ms long, ts_ms long, loop_lag_max_ms double, loop_lag_avg_ms double",
-    ).coalesce(1)
-    loop_lag = dashboard._collect_loop_lag(broker_health, T0, T0 + 9000, 2000)
+    assert series[("orders", 0)][0].lag_messages == [10 * i for i in range(10)]
+    health = dashboard_data.health(tables, T0, T0 + 9000, 1000)
+    assert health.bucket_start_ms == [T0 + 1000 * i for i in range(10)]
+    assert health.under_replicated == [i % 2 for i in range(10)]
+    assert health.leaders == {1: [1] * 10}
+    loop_lag = dashboard_data.loop_lag(tables, T0, T0 + 9000, 2000)
     assert sorted(loop_lag) == [1, 2]
     assert loop_lag[1] == ([T0 + 2000 * k for k in range(5)], [float(100 + 2 * k + 1) for k in range(5)])
     assert loop_lag[2][1] == [float(200 + 2 * k + 1) for k in range(5)]

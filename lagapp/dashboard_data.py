@@ -1,21 +1,17 @@
-"""The page's aggregates (``dashboard.collect_dashboard_data``) from the written Parquet tables with pyarrow
-and numpy, in the driver, without Spark: the per-broker file pass's page.
+"""What the page shows (``dashboard.DashboardData``), from the written Parquet tables with pyarrow and
+numpy, in the driver: no Spark job.
 
-How this works: the file pass (``metrics.file_pass``) leaves every table as a folder of a few Parquet
-files. Each function here reads the columns its aggregate needs (``pyarrow.dataset``; the charted
-partitions' rows of ``follower_lag`` and ``replica_lag`` by a filter, then a semi join) and computes with
-pyarrow's grouping and numpy what its Spark counterpart in ``dashboard`` computes, to the same
-``DashboardData``: the same rows, order, ``None`` where Spark gives null, and the same tie-breaks
-(``dashboard``'s queries order ties by topic and partition). The Spark functions stay for the sorted path
-and ``--follow``, whose tables live in Spark's cache. A test compares the two on the same tables, field
-for field. Sums of doubles (byte rates) add in file order; Spark adds each task's partial sums, so a
-non-integral rate may differ from Spark's in the last bit.
-
-One function per piece of the page, as in ``dashboard``: the partition summaries with the totals and the
-headline (``summary``), the worst follower statuses (``worst_statuses``), byte rates of the busiest
-brokers (``byte_rates``), the cluster health row and the event-loop lag (``health``, ``loop_lag``), the
-catch-up time of each broker restart (``restarts``), the charted partitions' lag series (``lag``) and
-their leader changes (``leader_changes``).
+How this works: the lag job (``lagapp.file_pass``, or a ``--follow`` round) leaves every table as a
+folder of Parquet files. Each function here reads the columns its aggregate needs (``pyarrow.dataset``,
+with the tables' schemas ``schema.TABLE_SCHEMAS``; the charted partitions' rows of ``follower_lag`` and
+``replica_lag`` by a filter, then a semi join) and computes one piece of the page with pyarrow's
+grouping and numpy: the partition summaries with the totals and the headline (``summary``), the worst
+follower statuses (``worst_statuses``), byte rates of the busiest brokers (``byte_rates``), the cluster
+health row and the event-loop lag (``health``, ``loop_lag``), the catch-up time of each broker restart
+(``restarts``), the charted partitions' lag series (``lag``) and their leader changes
+(``leader_changes``). Orders are total: "worst first" and the headline's partition break ties by topic
+and partition, series run in time order, and an empty aggregate is ``None`` (a max over no values), as
+the page has always shown them. Sums of doubles (byte rates) add in file order.
 """
 
 from __future__ import annotations
@@ -28,24 +24,98 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from metrics import dashboard as d
-from metrics import schema as s
+from lagapp import dashboard as d
+from lagapp import schema as s
 
 KEY = [s.TOPIC, s.PARTITION]
+
+
+def broker_events(runs: Sequence[d.BrokerRun], newest_ts_ms: int, window_ms: int) -> list[d.TimelineEvent]:
+    """Broker restarts (a new broker_start_ms) and the last sample before a broker went quiet.
+
+    ``runs`` by broker, then first_ts_ms (``file_pass.broker_runs``).
+    """
+    events: list[d.TimelineEvent] = []
+    for i, run in enumerate(runs):
+        broker = run.broker_id
+        first_of_broker = i == 0 or runs[i - 1].broker_id != broker
+        last_of_broker = i == len(runs) - 1 or runs[i + 1].broker_id != broker
+        if not first_of_broker:
+            started = run.broker_start_ms or run.first_ts_ms
+            events.append(d.TimelineEvent(started, f"broker {broker} restarted", "broker"))
+        if not last_of_broker or run.last_ts_ms < newest_ts_ms - window_ms:
+            events.append(d.TimelineEvent(run.last_ts_ms, f"broker {broker} down", "broker"))
+    return events
+
+
+def restarts_of_runs(runs: Sequence[d.BrokerRun], newest_ts_ms: int, window_ms: int) -> list[d.Restart]:
+    """Each time a broker went down: a new run after a gap (restarted), or a last run that ended more than
+    a window before the newest record (still down). ``runs`` by broker, then first_ts_ms."""
+    out: list[d.Restart] = []
+    for i, run in enumerate(runs):
+        if run.broker_id is None:
+            continue
+        nxt = runs[i + 1] if i + 1 < len(runs) and runs[i + 1].broker_id == run.broker_id else None
+        if nxt is not None:
+            out.append(d.Restart(run.broker_id, run.last_ts_ms, nxt.broker_start_ms or nxt.first_ts_ms, nxt.last_ts_ms))
+        elif run.last_ts_ms < newest_ts_ms - window_ms:
+            out.append(d.Restart(run.broker_id, run.last_ts_ms, None))
+    return sorted(out, key=lambda r: (r.down_ms, r.broker_id))
+
+
+def chart_bucket_ms(first_ms: int, last_ms: int, step_ms: int) -> int:
+    """The bucket a chart over [first_ms, last_ms] draws at most ``d.CHART_POINTS_MAX`` points with, never
+    finer than ``step_ms``."""
+    return max(step_ms, -(-(last_ms - first_ms) // d.CHART_POINTS_MAX))
+
+
+def _none_first(value: Any) -> tuple[bool, Any]:
+    return (value is not None, value)
+
+
+def leader_change_events(changes: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int], list[d.TimelineEvent]]:
+    """Leader changes (``leader_timeline`` rows with a previous leader) as chart events per partition, in
+    time order (then epoch; ties by partition and leader, so the order never depends on the rows' order)."""
+    keys = ("first_seen_ms", s.LEADER_EPOCH, s.TOPIC, s.PARTITION, s.LEADER_ID)
+    ordered = sorted(changes, key=lambda r: tuple(_none_first(r[k]) for k in keys))
+    events: dict[tuple[str, int], list[d.TimelineEvent]] = {}
+    for r in ordered:
+        label = f"epoch {r[s.LEADER_EPOCH]}: leader {r[s.LEADER_ID]}"
+        events.setdefault((r[s.TOPIC], r[s.PARTITION]), []).append(d.TimelineEvent(r["first_seen_ms"], label, "leader"))
+    return events
+
+
+def partition_summary(r: Mapping[str, Any]) -> d.PartitionSummary:
+    """One row of the partitions table from a summary row (``partition_summaries``; nulls of counts and
+    times as 0)."""
+    return d.PartitionSummary(
+        topic=r[s.TOPIC],
+        partition=r[s.PARTITION],
+        leader_id=r["leader_id"],
+        leader_epoch=r["leader_epoch"],
+        epoch_changes=r["epoch_changes"] or 0,
+        lag_messages_max=r["lag_messages_max"],
+        lag_ms_max=r["lag_ms_max"],
+        status_counts={x: r[f"n_{x}"] or 0 for x in s.STATUSES},
+        under_replicated_ms=r["under_replicated_ms"] or 0,
+        isr_shrinks=r["isr_shrinks"] or 0,
+        isr_expands=r["isr_expands"] or 0,
+        under_min_isr_ms=r["under_min_isr_ms"] or 0,
+    )
 
 
 class Tables:
     """The written tables by name: ``read`` gives a table's columns (and rows by a filter)."""
 
-    def __init__(self, paths: Mapping[str, str], schemas: Mapping[str, pa.Schema] | None = None) -> None:
+    def __init__(self, paths: Mapping[str, str]) -> None:
         self._paths = paths
-        self._schemas = schemas or {}
 
     def __contains__(self, name: str) -> bool:
         return name in self._paths
 
     def _dataset(self, name: str) -> ds.Dataset:
-        return ds.dataset(self._paths[name], format="parquet", schema=self._schemas.get(name))
+        # The known schema: a folder without files still reads (empty), and no footer is read for it.
+        return ds.dataset(self._paths[name], format="parquet", schema=s.TABLE_SCHEMAS[name])
 
     def read(self, name: str, columns: Sequence[str] | None = None, where: ds.Expression | None = None) -> pa.Table:
         """The table's ``columns`` (all when None), its rows where ``where`` holds."""
@@ -53,8 +123,8 @@ class Tables:
 
 
 def _order(table: pa.Table, keys: Sequence[tuple[str, str]]) -> pa.Array:
-    """The rows' order under Spark's ``orderBy`` of ``keys`` ((column, "ascending" or "descending")):
-    nulls first when ascending, last when descending; a stable sort, so ties keep the rows' order."""
+    """The rows' order by ``keys`` ((column, "ascending" or "descending")): nulls first when ascending, last
+    when descending (SQL's default); a stable sort, so ties keep the rows' order."""
     columns: dict[str, Any] = {}
     sort_keys = []
     for i, (name, how) in enumerate(keys):
@@ -77,7 +147,8 @@ def _max_of(table: pa.Table, keys: Sequence[str], columns: Mapping[str, str]) ->
 
 
 def _severity(status: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """``dashboard._severity``: 1 for STOP … len(STATUSES) for OK, 0 for another status, null for null."""
+    """A status's severity, for "worst first": 1 for STOP … len(STATUSES) for OK, 0 for another status,
+    null for null."""
     index = pc.index_in(status, value_set=pa.array(s.STATUSES))
     found = pc.add(index, 1)
     return pc.if_else(pc.is_valid(status), pc.fill_null(found, 0), pa.scalar(None, pa.int32()))
@@ -88,7 +159,9 @@ def _full_join(left: pa.Table, right: pa.Table) -> pa.Table:
 
 
 def partition_summaries(tables: Tables) -> pa.Table:
-    """``dashboard._partition_summaries``: one row per partition of any of the tables."""
+    """One row per partition of any of the tables: its leader (of the newest leader_timeline entry) and
+    epoch, epoch changes, the max lag of either view (the leader's view sees followers that are down),
+    the followers per status and the worst one, time under-replicated and under min ISR, ISR changes."""
     timeline = tables.read(s.TABLE_LEADER_TIMELINE, [*KEY, s.LEADER_ID, s.LEADER_EPOCH, "first_seen_ms"])
     # max_by(leader_id, (first_seen_ms, leader_epoch, leader_id)): the last of the partition in that order
     ordered = timeline.take(_order(timeline, _ascending(*KEY, "first_seen_ms", s.LEADER_EPOCH, s.LEADER_ID)))
@@ -160,8 +233,9 @@ def partition_summaries(tables: Tables) -> pa.Table:
 
 
 def summary(tables: Tables) -> tuple[list[d.PartitionSummary], int, dict[str, int], d.Headline]:
-    """``dashboard._summary_rows`` and what ``collect_dashboard_data`` makes of them: the worst
-    ``TABLE_ROWS_MAX`` partitions, the partition count, the followers per status, the headline."""
+    """The worst ``TABLE_ROWS_MAX`` partitions (worst status first, then the largest lag, then topic and
+    partition), the partition count, the followers per status, and the headline: the worst values over
+    every partition, each with the first partition (by topic and partition) that has it."""
     rows = partition_summaries(tables)
     total = rows.num_rows
     if total == 0:
@@ -193,12 +267,13 @@ def summary(tables: Tables) -> tuple[list[d.PartitionSummary], int, dict[str, in
         headline[at_field] = at
     order = _order(rows, [("worst", "ascending"), ("lag_messages_max", "descending"), *_ascending(*KEY)])
     top_rows = rows.take(order[: d.TABLE_ROWS_MAX]).to_pylist()
-    summaries = [d.partition_summary(r) for r in top_rows]
+    summaries = [partition_summary(r) for r in top_rows]
     return summaries, total, counts, d.Headline(**headline)
 
 
 def worst_statuses(tables: Tables) -> list[dict[str, Any]]:
-    """``dashboard._worst_statuses``: the ``TABLE_ROWS_MAX`` worst followers, every column."""
+    """The ``TABLE_ROWS_MAX`` worst followers (severity, then the largest last lag, then topic, partition
+    and follower), every column."""
     status = tables.read(s.TABLE_FOLLOWER_STATUS)
     keys = status.append_column("_severity", _severity(status["status"]))
     order = _order(
@@ -210,9 +285,9 @@ def worst_statuses(tables: Tables) -> list[dict[str, Any]]:
 
 
 def byte_rates(tables: Tables) -> list[d.BrokerRates]:
-    """``dashboard._collect_byte_rates``: per broker and window, the sum over its partitions, of the
+    """Per broker and window, the sum of the byte rates over its partitions, of the
     ``BYTE_RATE_BROKERS_MAX`` brokers with the most bytes."""
-    names = [f"{n}_bytes_per_s" for n in d._RATE_NAMES]
+    names = [f"{n}_bytes_per_s" for n in d.RATE_NAMES]
     rates = tables.read(s.TABLE_BYTE_RATES, [s.BROKER_ID, "window_start_ms", *names])
     per_window = rates.group_by([s.BROKER_ID, "window_start_ms"], use_threads=False).aggregate(
         [(n, "sum") for n in names]
@@ -233,12 +308,12 @@ def byte_rates(tables: Tables) -> list[d.BrokerRates]:
     rows = rows.take(_order(rows, _ascending(s.BROKER_ID, "window_start_ms")))
     brokers = rows[s.BROKER_ID].to_pylist()
     starts = rows["window_start_ms"].to_pylist()
-    values = {n: [0.0 if v is None else v for v in rows[f"{n}_bytes_per_s_sum"].to_pylist()] for n in d._RATE_NAMES}
+    values = {n: [0.0 if v is None else v for v in rows[f"{n}_bytes_per_s_sum"].to_pylist()] for n in d.RATE_NAMES}
     out: dict[int, d.BrokerRates] = {}
     for i, broker in enumerate(brokers):
-        b = out.setdefault(broker, d.BrokerRates(broker, [], {n: [] for n in d._RATE_NAMES}))
+        b = out.setdefault(broker, d.BrokerRates(broker, [], {n: [] for n in d.RATE_NAMES}))
         b.window_start_ms.append(starts[i])
-        for n in d._RATE_NAMES:
+        for n in d.RATE_NAMES:
             b.rates_bytes_per_s[n].append(values[n][i])
     return [out[k] for k in sorted(out)]
 
@@ -251,8 +326,9 @@ def _bucket_start(ts: pa.ChunkedArray | pa.Array, bucket_ms: int) -> pa.Array:
 
 
 def health(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> d.HealthSeries:
-    """``dashboard._collect_health``: ``cluster_health`` re-bucketed, the max of each count."""
-    bucket_ms = d.chart_bucket_ms(first_ms, last_ms, step_ms)
+    """``cluster_health`` re-bucketed to at most ``CHART_POINTS_MAX`` points: the max of each count, and
+    per broker the most partitions it led in a bucket (0 where it led none)."""
+    bucket_ms = chart_bucket_ms(first_ms, last_ms, step_ms)
     columns = ["bucket_start_ms", "under_replicated_partitions", "under_min_isr_partitions", "offline_partitions"]
     rows = tables.read(s.TABLE_CLUSTER_HEALTH, [*columns, "leaders"])
     b = _bucket_start(rows["bucket_start_ms"], bucket_ms)
@@ -293,8 +369,9 @@ def health(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> d.Healt
 
 
 def loop_lag(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> dict[int, tuple[list[int], list[float]]]:
-    """``dashboard._collect_loop_lag``: per broker, the largest event-loop wait in each bucket."""
-    bucket_ms = d.chart_bucket_ms(first_ms, last_ms, step_ms)
+    """``broker_health`` per broker, re-bucketed to at most ``CHART_POINTS_MAX`` points: the largest
+    event-loop wait in each bucket."""
+    bucket_ms = chart_bucket_ms(first_ms, last_ms, step_ms)
     rows = tables.read(s.TABLE_BROKER_HEALTH, [s.BROKER_ID, s.TS_MS, "loop_lag_max_ms"])
     grouped = (
         pa.table(
@@ -319,9 +396,12 @@ def loop_lag(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> dict[
 
 
 def restarts(tables: Tables, runs: Sequence[d.BrokerRun], newest_ts_ms: int, window_ms: int) -> list[d.Restart]:
-    """``dashboard._collect_restarts``: each restart's catch-up time (``lag_job.catch_up_times``) from the
-    leaders' view of the restarted broker (``replica_lag``)."""
-    found = d.restarts_of_runs(runs, newest_ts_ms, window_ms)
+    """Each broker restart (``restarts_of_runs``) with its catch-up time: from the leaders' view of the
+    restarted broker (``replica_lag``) between its last record before it went down and its last record
+    after the restart, the partitions whose ISR it was out of, and for each the first sample back in after
+    its last sample out; the catch-up time runs from the restart to the last of these (None while any is
+    still out, or when it was out of none)."""
+    found = restarts_of_runs(runs, newest_ts_ms, window_ms)
     back = [r for r in found if r.restart_ms is not None]
     if not back:
         return found
@@ -410,8 +490,8 @@ def _series_rows(
 def lag(
     tables: Tables, charted: Sequence[tuple[str, int]], bucket_ms: int
 ) -> dict[tuple[str, int], list[d.FollowerSeries]]:
-    """``dashboard._collect_lag``: both views' bucketed series of the charted partitions, per partition by
-    follower, the leader's view first."""
+    """Both views' lag of the charted partitions, the max of each bucket of ``bucket_ms``, per partition by
+    follower, the leader's view (``replica_lag``) before the follower's own (``follower_lag``)."""
     where, chosen = _partitions_filter(charted)
     parts = [_series_rows(tables, s.TABLE_FOLLOWER_LAG, s.LAG_MS, where, chosen, bucket_ms, 1)]
     if s.TABLE_REPLICA_LAG in tables:
@@ -439,12 +519,13 @@ def lag(
 
 
 def leader_changes(tables: Tables, charted: Sequence[tuple[str, int]]) -> dict[tuple[str, int], list[d.TimelineEvent]]:
-    """``dashboard._collect_leader_changes``: the charted partitions' leader changes, in time order."""
+    """The charted partitions' leader changes (``leader_timeline`` entries with a previous leader), in time
+    order."""
     where, chosen = _partitions_filter(charted)
     columns = [*KEY, s.LEADER_ID, s.LEADER_EPOCH, "first_seen_ms", "previous_leader_id"]
     rows = tables.read(s.TABLE_LEADER_TIMELINE, columns, where & ds.field("previous_leader_id").is_valid())
     rows = rows.join(chosen, KEY, join_type="left semi", use_threads=False).to_pylist()
-    return d.leader_change_events(rows)
+    return leader_change_events(rows)
 
 
 def collect_dashboard_data(
@@ -452,15 +533,16 @@ def collect_dashboard_data(
     paths: Mapping[str, str],
     window_ms: int,
     runs: Sequence[d.BrokerRun],
-    schemas: Mapping[str, pa.Schema] | None = None,
     chart_partitions_max: int = d.CHART_PARTITIONS_MAX,
     chart_more_max: int = d.CHART_MORE_MAX,
     health_bucket_ms: int = 1000,
     faults: Sequence[d.TimelineEvent] = (),
 ) -> d.DashboardData:
-    """``dashboard.collect_dashboard_data`` over the tables written at ``paths`` (``schemas``: their Arrow
-    schemas, for a folder without files)."""
-    tables = Tables(paths, schemas)
+    """What the page shows, from the tables written at ``paths``. ``runs``: the broker runs of the records
+    the tables came from (the record count, the time span, broker restarts); ``faults``: chaos fault
+    windows to shade. Never reads a whole large table: the charted partitions' rows by a filter, every other
+    aggregate over the small tables."""
+    tables = Tables(paths)
     records = sum(run.records for run in runs)
     first = min((run.first_ts_ms for run in runs), default=None)
     last = max((run.last_ts_ms for run in runs), default=None)
@@ -481,12 +563,12 @@ def collect_dashboard_data(
         data.headline = headline
     charted = [(p.topic, p.partition) for p in summaries[: chart_partitions_max + chart_more_max]]
     if records and charted and first is not None and last is not None:
-        bucket_ms = d.chart_bucket_ms(first, last, d.CHART_BUCKET_MIN_MS)
+        bucket_ms = chart_bucket_ms(first, last, d.CHART_BUCKET_MIN_MS)
         series = lag(tables, charted, bucket_ms)
         data.lag = {key: series[key] for key in charted if key in series}  # worst first, as in the table
         data.events = leader_changes(tables, charted)
     if records and last is not None:
-        data.broker_events = d.broker_events(runs, last, window_ms)
+        data.broker_events = broker_events(runs, last, window_ms)
     data.broker_events = sorted([*data.broker_events, *faults], key=lambda e: e.ts_ms)
     data.byte_rates = byte_rates(tables)
     data.statuses = worst_statuses(tables)
