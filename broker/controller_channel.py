@@ -87,10 +87,11 @@ class ControllerChannel:
                 remaining /= 2
             try:
                 # The deadline bounds the connect too: a transport's connect to a cut-off voter (its SYNs
-                # dropped) waits out the transport's own, longer, connect timeout.
-                response = await asyncio.wait_for(
-                    self.transport.send(target, request, max(int(remaining), 1)), max(remaining, 1) / 1000.0
-                )
+                # dropped) waits out the transport's own, longer, connect timeout. asyncio.timeout, not
+                # wait_for: 3.11's wait_for can swallow the caller's cancellation when its inner task ends
+                # at the same moment, and a lifecycle manager told to stop then heartbeats on for ever.
+                async with asyncio.timeout(max(remaining, 1) / 1000.0):
+                    response = await self.transport.send(target, request, max(int(remaining), 1))
             except NETWORK_ERRORS as exc:
                 if isinstance(exc, TimeoutError):
                     self.silent.add(target)
