@@ -22,9 +22,18 @@ P0 = TopicPartition("t", 0)
 P1 = TopicPartition("t", 1)
 
 
+class EveryPartition:
+    """ClusterClient.partitions of a client that knows every partition (no metadata lookup before a send)."""
+
+    def __contains__(self, tp: object) -> bool:
+        return True
+
+
 class ScriptedLeader:
     """Stands in for ClusterClient: hands out producer ids, and answers each PRODUCE from a script keyed
     by (partition, attempt number), appending like a leader that deduplicates by sequence."""
+
+    partitions = EveryPartition()
 
     def __init__(self, script: dict[tuple[TopicPartition, int], Any] | None = None) -> None:
         self.script = script or {}

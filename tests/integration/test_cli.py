@@ -535,7 +535,7 @@ def test_cluster_status_says_when_a_cluster_has_no_kafka_listener(tmp_path: Path
 
     controller = ProcessInfo("controller", 3000, "127.0.0.10", 9192, 0, "", "", "")
     broker = ProcessInfo("broker", 1, "127.0.0.11", 9092, 0, "", "", "")  # kafka_port 0: none
-    LocalClusterState(str(tmp_path), controller, [broker]).save()
+    LocalClusterState(str(tmp_path), [controller], [broker]).save()
     result = cli("cluster", "status", "--kafka-bootstrap", "--dir", str(tmp_path))
     assert result.returncode == 3
     assert error_line(result) == (
