@@ -43,23 +43,24 @@ async def leaders_and_epochs(conn: BrokerConnection, topic: str) -> list[tuple[i
     return [(p.leader_id, p.leader_epoch, sorted(p.isr)) for p in md.topics[0].partitions]
 
 
-async def test_a_create_topics_naming_one_topic_twenty_thousand_times_does_not_stall_the_controller(
+async def test_a_create_topics_naming_one_topic_four_thousand_times_does_not_stall_the_controller(
     cluster: LocalClusterState,
 ) -> None:
     client = ClusterClient(cluster.bootstrap)
     try:
         created = await client.create_topic("steady", 3, 3, {"min.insync.replicas": "2"})
-        assert created.topics[0].error_code == ErrorCode.NONE
+        assert created.topics and created.topics[0].error_code == ErrorCode.NONE, created
         await client.wait_for_leaders("steady")
     finally:
         await client.close()
     broker = cluster.brokers[0]
     async with await BrokerConnection.connect(broker.host, broker.port) as conn:
         before = await leaders_and_epochs(conn, "steady")
-        # when a client sends (through a broker, which forwards it) one request naming a topic 20,000 times
+        # when a client sends (through a broker, which forwards it) one request naming a topic 4,000 times
         loop = asyncio.get_running_loop()
         started = loop.time()
-        resp = await conn.send(CreateTopicsRequest([CreatableTopic("same", 1, 1)] * 20_000), timeout_s=30)
+        # (4,000: under the listener's 5,000-entry limit for CREATE_TOPICS, which refuses more before decoding)
+        resp = await conn.send(CreateTopicsRequest([CreatableTopic("same", 1, 1)] * 4_000), timeout_s=30)
         answered_s = loop.time() - started
         assert resp.error_code == ErrorCode.INVALID_REQUEST, resp
         assert "create.topics.request.max.topics" in (resp.error_message or "")
