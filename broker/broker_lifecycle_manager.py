@@ -203,7 +203,11 @@ class SameLoopRunner:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
+            # Cancelled again until it ends: 3.11's wait_for (the controller channel's deadline) can swallow
+            # a cancellation that comes as its inner call ends, and the manager would heartbeat on for ever.
+            while not self._task.done():
+                self._task.cancel()
+                await asyncio.wait([self._task], timeout=0.1)
             await asyncio.gather(self._task, return_exceptions=True)
         if self.lifecycle is not None:
             await self.lifecycle.channel.close()

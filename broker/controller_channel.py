@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from protocol.codec import Message
 from protocol.errors import ErrorCode
 from protocol.transport import NETWORK_ERRORS, Transport
 from server_common.time import Time
-
-T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +88,7 @@ class ControllerChannel:
             try:
                 # The deadline bounds the connect too: a transport's connect to a cut-off voter (its SYNs
                 # dropped) waits out the transport's own, longer, connect timeout.
-                response = await _within(
+                response = await asyncio.wait_for(
                     self.transport.send(target, request, max(int(remaining), 1)), max(remaining, 1) / 1000.0
                 )
             except NETWORK_ERRORS as exc:
@@ -109,14 +107,3 @@ class ControllerChannel:
 
     async def close(self) -> None:
         await self.transport.close()
-
-
-async def _within(call: Awaitable[T], timeout_s: float) -> T:
-    """`call`'s result, or TimeoutError after `timeout_s`. In a task, asyncio.timeout: 3.11's wait_for can
-    swallow the task's own cancellation when its inner task ends at the same moment (a lifecycle manager
-    told to stop then heartbeated on for ever). A request handler the socket server steps without a task
-    of its own cannot use asyncio.timeout; wait_for runs the call in a task of its own there."""
-    if asyncio.current_task() is None:
-        return await asyncio.wait_for(call, timeout_s)
-    async with asyncio.timeout(timeout_s):
-        return await call

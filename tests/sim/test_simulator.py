@@ -1148,9 +1148,9 @@ def test_kip903_a_leader_that_records_the_late_fetch_is_named_as_it_records_it(
 @pytest.mark.timeout(60)
 def test_a_broker_stopped_while_its_heartbeat_is_answered_stops() -> None:
     # Seed 41 with every fault kind: broker 2's clean stop cancels its lifecycle manager while a heartbeat's
-    # answer arrives. With the controller channel's deadline as asyncio.wait_for (3.11), the cancellation was
-    # swallowed, the manager heartbeated on, the stop never ended and the run stalled (no_progress, no
-    # settle); with asyncio.timeout it stops and the run converges.
+    # answer arrives. The controller channel's deadline (asyncio.wait_for, 3.11) swallowed the cancellation,
+    # the manager heartbeated on, the stop never ended and the run stalled (no_progress, no settle); the
+    # runner now cancels it again until it ends, and the run converges.
     options = replace(ALL_FAULTS, faults=KINDS)
     result = run_seed(41, options, keep_trace=True)
     assert result.violation is None, result.violation
