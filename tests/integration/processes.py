@@ -200,10 +200,16 @@ def kafka_cluster(
 
 
 @contextlib.asynccontextmanager
-async def three_brokers(cluster_dir: Path, overrides: dict[str, str]) -> AsyncIterator[LocalClusterState]:
-    """A controller and three brokers (msgpack listeners only) on free ports, in a running event loop."""
+async def three_brokers(
+    cluster_dir: Path, overrides: dict[str, str], base_address: str | None = None
+) -> AsyncIterator[LocalClusterState]:
+    """The controllers and three brokers (msgpack listeners only) on free ports, in a running event loop; with
+    `base_address`, each node on an address of its own from it (for faults between nodes)."""
     ports = free_ports(4)
-    state = await start_cluster(cluster_dir, 3, controller_port=ports[3], broker_ports=ports[:3], overrides=overrides)
+    where = {} if base_address is None else {"base_address": base_address}
+    state = await start_cluster(
+        cluster_dir, 3, controller_port=ports[3], broker_ports=ports[:3], overrides=overrides, **where
+    )
     try:
         yield state
     finally:

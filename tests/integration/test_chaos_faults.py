@@ -18,11 +18,11 @@ import pytest
 
 from cluster.chaos import CHAOS_OVERRIDES
 from cluster.chaos_faults import FaultRun
-from cluster.local_cluster import LocalClusterState, free_ports, random_base_address, start_cluster, stop_cluster
+from cluster.local_cluster import LocalClusterState, random_base_address
 from cluster.network_faults import CHAIN_PREFIX, NetworkFaults, leftovers
 from lagapp.dashboard import fault_events
 from metrics.fields import FAULTS_FILE
-from tests.integration.processes import ROOT, default_sigint
+from tests.integration.processes import ROOT, default_sigint, three_brokers
 
 pytestmark = [
     pytest.mark.slow,
@@ -43,19 +43,8 @@ def no_rule_of_ours_is_left() -> Iterator[None]:
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[LocalClusterState]:
-    ports = free_ports(4)
-    state = await start_cluster(
-        tmp_path / "c",
-        3,
-        controller_port=ports[3],
-        broker_ports=ports[:3],
-        overrides=dict(CHAOS_OVERRIDES),
-        base_address=random_base_address(),
-    )
-    try:
+    async with three_brokers(tmp_path / "c", dict(CHAOS_OVERRIDES), random_base_address()) as state:
         yield state
-    finally:
-        stop_cluster(state, timeout_s=10.0)
 
 
 async def run_faults(state: LocalClusterState, faults: str, fault_ms: int = 1500) -> dict[str, Any]:

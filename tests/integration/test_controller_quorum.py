@@ -20,20 +20,17 @@ from client.producer import Producer
 from cluster.chaos import CHAOS_OVERRIDES
 from cluster.local_cluster import (
     LocalClusterState,
-    free_ports,
     log_size,
     random_base_address,
     restart_broker,
     spawn,
-    start_cluster,
-    stop_cluster,
     wait_for_listening,
 )
 from network.connection import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.messages import TopicPartition
 from protocol.record_batch import iter_records
-from tests.integration.processes import active_controller, wait_until
+from tests.integration.processes import active_controller, three_brokers, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -43,19 +40,8 @@ PARTITIONS = 3
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[LocalClusterState]:
-    ports = free_ports(4)
-    state = await start_cluster(
-        tmp_path / "c",
-        3,
-        controller_port=ports[3],
-        broker_ports=ports[:3],
-        overrides=dict(CHAOS_OVERRIDES),
-        base_address=random_base_address(),
-    )
-    try:
+    async with three_brokers(tmp_path / "c", dict(CHAOS_OVERRIDES), random_base_address()) as state:
         yield state
-    finally:
-        stop_cluster(state, timeout_s=10.0)  # SIGCONT first for a paused node
 
 
 async def _async(value: bool) -> bool:
