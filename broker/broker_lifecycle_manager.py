@@ -203,12 +203,7 @@ class SameLoopRunner:
 
     async def stop(self) -> None:
         if self._task is not None:
-            # Cancelled again until it ends: 3.11's wait_for (the controller channel's deadline) can swallow
-            # a cancellation that comes as its inner call ends, and the manager would heartbeat on for ever.
-            while not self._task.done():
-                self._task.cancel()
-                await asyncio.wait([self._task], timeout=0.1)
-            await asyncio.gather(self._task, return_exceptions=True)
+            await _cancel_until_done(self._task)
         if self.lifecycle is not None:
             await self.lifecycle.channel.close()
 
@@ -270,8 +265,7 @@ class ThreadRunner:
 
         async def shutdown() -> None:
             if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await _cancel_until_done(task)
             if self.lifecycle is not None:
                 await self.lifecycle.channel.close()
 
@@ -280,6 +274,15 @@ class ThreadRunner:
         finally:
             loop.call_soon_threadsafe(loop.stop)
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
+
+
+async def _cancel_until_done(task: asyncio.Task[None]) -> None:
+    """Cancel the manager's task, again until it ends: 3.11's wait_for (the controller channel's deadline)
+    can swallow a cancellation that comes as its inner call ends, and the manager would heartbeat on."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=0.1)
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _new_event_loop() -> asyncio.AbstractEventLoop:
