@@ -256,7 +256,11 @@ class BrokerNode:
         publisher.caught_up = raft.caught_up
         raft.on_caught_up = publisher.wake
         self.controller_channel = ControllerChannel(
-            controller, sorted(self.quorum_config.voters), self._leader, self.time
+            controller,
+            sorted(self.quorum_config.voters),
+            self._leader,
+            self.time,
+            request_timeout_ms=self.config["controller.socket.timeout.ms"],
         )
         self.apis.forward_to_controller = self._forward_to_controller
         self.apis.producer_ids = ProducerIdManager(self._metadata_next_producer_id, self._allocate_producer_ids)
@@ -438,11 +442,14 @@ class BrokerNode:
         # "Stuck for good": far longer than any request may hold the loop, and than a busy machine's stalls.
         stall_ms = LOOP_STALL_SESSIONS * self.config["broker.session.timeout.ms"]
         incarnation = f"{self.rng.getrandbits(128):032x}"
+        request_timeout_ms = self.config["controller.socket.timeout.ms"]
 
         def build() -> BrokerLifecycleManager:
             # Runs where the manager will run (a thread of its own in a broker process): its channel, and the
             # connections under it, belong to that event loop.
-            channel = ControllerChannel(make_transport(), voters, lambda: raft.leader_id, self.time)
+            channel = ControllerChannel(
+                make_transport(), voters, lambda: raft.leader_id, self.time, request_timeout_ms=request_timeout_ms
+            )
             lifecycle = BrokerLifecycleManager(
                 self.broker_id,
                 advertised_host,

@@ -299,6 +299,12 @@ BROKER_CONFIG = ConfigDef(
         ConfigKey("replica.lag.time.max.ms", int, 30000, "a follower not caught up for this long leaves the ISR"),
         ConfigKey("replica.socket.timeout.ms", int, 30000, "follower request timeout"),
         ConfigKey(
+            "controller.socket.timeout.ms",
+            int,
+            30000,
+            "how long one request to the active controller waits for its answer before it is sent again",
+        ),
+        ConfigKey(
             "inter.broker.protocol.version",
             str,
             "3.0",

@@ -19,6 +19,10 @@ its leaderships moved away, though the new controller was one quick NOT_CONTROLL
 reason a request to a silent voter, once the others said no, gets half the time left, and the deadline
 bounds the connect as well as the answer.
 
+Each attempt waits at most `request_timeout_ms` (Kafka's `controller.socket.timeout.ms`) within the
+deadline: a request lost on the way (a cut link the simulator drops messages on, a connection that died
+without a reset) is sent again while the deadline lasts, instead of spending all of it on one attempt.
+
 It offers the `Transport` interface, so the ALTER_PARTITION sender and the forwarding of admin requests
 use it as they would a link to one controller: the node id they pass is ignored.
 """
@@ -48,12 +52,14 @@ class ControllerChannel:
         leader: Callable[[], int | None],
         time: Time,
         timeout_ms: int = 30000,
+        request_timeout_ms: int = 30000,
     ) -> None:
         self.transport = transport
         self.voters = sorted(voters)
         self.leader = leader
         self.time = time
         self.timeout_ms = timeout_ms
+        self.request_timeout_ms = request_timeout_ms
         self._next_voter = 0
         self.retries = 0
         self.silent: set[int] = set()  # voters whose last request timed out
@@ -85,6 +91,7 @@ class ControllerChannel:
                 # Silent, and the others already said no this pass: half what is left, so a new leader
                 # elected meanwhile is still asked before the deadline.
                 remaining /= 2
+            remaining = min(remaining, self.request_timeout_ms)
             try:
                 # The deadline bounds the connect too: a transport's connect to a cut-off voter (its SYNs
                 # dropped) waits out the transport's own, longer, connect timeout.

@@ -93,6 +93,9 @@ class LogReadInfo:
 @dataclass(slots=True)
 class PendingIsr:
     proposed: frozenset[int]
+    # The broker epoch each member was proposed with (KIP-903's NewIsrWithEpochs): a refusal is about the
+    # incarnation the proposal named, not one whose fetch arrived while the proposal was in flight.
+    epochs: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -425,7 +428,7 @@ class Partition:
         log.info("%s: proposing ISR %s (%s %s)", self.topic_partition, sorted(new_isr), kind, list(brokers))
         self.observer.isr_change_proposed(self.topic_partition, self.leader_epoch, self.isr, new_isr)
         if kind == "expand":
-            self.pending_isr = PendingIsr(new_isr)
+            self.pending_isr = PendingIsr(new_isr, dict(self.isr_with_epochs(new_isr)))
         else:
             # A shrink takes effect for the HW only once committed; the maximal ISR is still the old one.
             self.pending_isr = PendingIsr(self.isr)
@@ -449,15 +452,14 @@ class Partition:
 
     def isr_change_rejected(self, error_code: int) -> None:
         """The controller refused our proposal: back to the committed ISR. After INELIGIBLE_REPLICA the
-        followers it would have added are not proposed again until their broker epoch changes, the
-        metadata stops (then starts again) listing their broker, or a new partition state arrives; the
-        refusal is logged once, here, instead of on every fetch."""
+        followers it would have added are not proposed again until their broker epoch differs from the one
+        the proposal named, the metadata stops (then starts again) listing their broker, or a new partition
+        state arrives; the refusal is logged once, here, instead of on every fetch."""
         pending, self.pending_isr = self.pending_isr, None
         if error_code != ErrorCode.INELIGIBLE_REPLICA or pending is None:
             return
         for broker_id in sorted(pending.proposed - self.isr):
-            replica = self.remote_replicas.get(broker_id)
-            epoch = replica.broker_epoch if replica is not None else -1
+            epoch = pending.epochs.get(broker_id, -1)
             self.refused_replicas[broker_id] = epoch
             log.info(
                 "%s: the controller refused broker %d (broker epoch %d) for the ISR; not proposing it again "

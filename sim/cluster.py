@@ -216,6 +216,7 @@ class SimCluster:
             "min.insync.replicas": o.min_insync_replicas,
             "replica.lag.time.max.ms": 5000,
             "replica.socket.timeout.ms": 5000,
+            "controller.socket.timeout.ms": 5000,
             "replica.fetch.backoff.ms": 200,
             "broker.heartbeat.interval.ms": 1000,
             "controlled.shutdown.timeout.ms": 5000,

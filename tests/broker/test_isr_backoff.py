@@ -97,3 +97,62 @@ async def test_an_ineligible_follower_is_proposed_once_until_its_broker_epoch_ch
     finally:
         sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)
+
+
+class HeldRefusingController(RefusingController):
+    """Refuses as RefusingController does, but answers only once `answer` is set: the proposal is in flight
+    while the follower goes on fetching."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+        self.asked = asyncio.Event()
+        self.answered = asyncio.Event()
+
+    async def send(self, broker_id: int, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        self.asked.set()
+        await self.answer.wait()
+        try:
+            return await super().send(broker_id, request)
+        finally:
+            self.answered.set()
+
+
+@pytest.mark.timeout(10)
+async def test_a_refusal_holds_back_only_the_incarnation_it_named(broker: LeaderBroker) -> None:
+    controller = HeldRefusingController()
+    manager = AlterPartitionManager(
+        LOCAL_ID,
+        controller,  # type: ignore[arg-type]
+        3000,
+        lambda: 1,
+        broker.replica_manager.on_isr_committed,
+        broker.replica_manager.on_isr_rejected,
+        broker.time,
+    )
+    broker.replica_manager.isr_sink = manager
+    partition = broker.make_leader(isr=[LOCAL_ID])
+    partition.isr_sink = manager
+    await broker.produce(TP0, b"a")
+    sender = asyncio.ensure_future(manager.run())
+    try:
+        # given a proposal naming the follower's broker epoch 3 (a late fetch of an earlier incarnation)
+        await broker.fetch(FOLLOWER_ID, {TP0: partition.log_end_offset}, replica_epoch=3)
+        await asyncio.wait_for(controller.asked.wait(), 5)
+        controller.asked.clear()
+        # when the follower's current incarnation (epoch 4) fetches before the controller refuses epoch 3
+        await broker.fetch(FOLLOWER_ID, {TP0: partition.log_end_offset}, replica_epoch=4)
+        controller.answer.set()
+        await asyncio.wait_for(controller.answered.wait(), 5)
+        for _ in range(5):  # the sender applies the answer
+            await asyncio.sleep(0)
+        assert partition.pending_isr is None
+        # then the refusal is held against epoch 3, and epoch 4's next fetch is proposed: a refusal recorded
+        # against the epoch fetched meanwhile kept a whole follower out of the ISR for good
+        await broker.fetch(FOLLOWER_ID, {TP0: partition.log_end_offset}, replica_epoch=4)
+        await asyncio.wait_for(controller.asked.wait(), 5)
+        assert [m.broker_epoch for m in controller.items[0].new_isr_with_epochs if m.broker_id == FOLLOWER_ID] == [3]
+        assert [m.broker_epoch for m in controller.items[1].new_isr_with_epochs if m.broker_id == FOLLOWER_ID] == [4]
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
