@@ -253,7 +253,11 @@ class BrokerNode:
         )
         raft = self.raft
         publisher.raft = raft
-        publisher.caught_up = raft.caught_up
+        # Kafka's BrokerServer installs its metadata publishers only once the controller has acknowledged the
+        # registration (lifecycleManager.initialCatchUpFuture): a restarted broker's replicas fetch with its
+        # new broker epoch from their first FETCH, never with none (KIP-903 could not tell that FETCH from
+        # a late one of the earlier incarnation's).
+        publisher.caught_up = lambda: raft.caught_up() and self._broker_epoch() >= 0
         raft.on_caught_up = publisher.wake
         self.controller_channel = ControllerChannel(
             controller,
@@ -483,6 +487,8 @@ class BrokerNode:
         """The main loop's proof of life, and the plain values the lifecycle thread sends in heartbeats."""
         self.loop_tick_ms = self.time.milliseconds()
         self._offline_replicas = self.replica_manager.offline_replicas()
+        if self.metadata is not None and not self.metadata.first_publication.is_set() and self._broker_epoch() >= 0:
+            self.metadata.wake()  # registered (on the lifecycle's thread): the first publication may go
         if self.apis.producer_ids is not None and self._broker_epoch() >= 0:
             self.apis.producer_ids.reserve_ahead()
 

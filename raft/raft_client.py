@@ -86,7 +86,7 @@ log = logging.getLogger(__name__)
 
 FETCH_MAX_BYTES = 1 << 20
 SNAPSHOT_CHUNK_BYTES = 1 << 20
-# `_last_leader_contact_ms` of a voter that no longer counts on its leader (gone, or resigned): it grants
+# `_last_leader_contact_ms` of a voter that has not heard its leader answer (gone, resigned, or not yet): it grants
 # pre-votes, and runs once its fetch deadline passes.
 NO_LEADER_CONTACT_MS = -(2**62)
 
@@ -430,11 +430,16 @@ class RaftClient:
         self._election_deadline_ms = self._time.milliseconds() + self._random_election_timeout_ms()
 
     def _to_follower(self, epoch: int, leader_id: int) -> None:
+        # Kafka's QuorumState.transitionToFollower refuses the same: a node never follows itself.
+        assert leader_id != self.node_id, f"node {self.node_id} cannot follow itself (epoch {epoch})"
         voted = self.voted_id if epoch == self.epoch else None
         self._become(Role.FOLLOWER, epoch, leader_id, voted)
-        now = self._time.milliseconds()
-        self._fetch_deadline_ms = now + self.config.fetch_timeout_ms
-        self._last_leader_contact_ms = now
+        self._fetch_deadline_ms = self._time.milliseconds() + self.config.fetch_timeout_ms
+        # Following is not hearing: until a FETCH of ours is answered, this voter grants pre-votes (Kafka's
+        # FollowerState.hasFetchedFromLeader). Counted as contact, a rejected pre-vote that named a leader
+        # was contact enough to reject the next voter's, whose rejection made that one follow again: two
+        # voters kept each other following a leader neither heard from (simulator seed 45).
+        self._last_leader_contact_ms = NO_LEADER_CONTACT_MS
         self._found_gone = None  # counting on it again: the next refused FETCH starts a new random delay
 
     def _to_prospective(self) -> None:
@@ -501,7 +506,9 @@ class RaftClient:
         """A message told us of `leader_id` leading `epoch` (-1: no known leader in that epoch). True if
         that changed our view."""
         if epoch > self.epoch:
-            if leader_id >= 0 and (leader_id in self.voters):
+            # (Ourselves named the leader of a later epoch than we know: our quorum-state was lost. We do not
+            # lead it now either way.)
+            if leader_id >= 0 and leader_id in self.voters and leader_id != self.node_id:
                 self._to_follower(epoch, leader_id)
             elif self.is_voter:
                 self._to_unattached(epoch)
@@ -540,7 +547,7 @@ class RaftClient:
         if role is Role.FOLLOWER:
             if self.is_voter and now >= self._fetch_deadline_ms:
                 if self._last_leader_contact_ms == NO_LEADER_CONTACT_MS:
-                    log.info("node %d: leader %s is gone", self.node_id, self.leader_id)
+                    log.info("node %d: leader %s is gone or never answered", self.node_id, self.leader_id)
                 else:
                     log.info(
                         "node %d heard nothing from leader %s for %d ms",
@@ -657,8 +664,16 @@ class RaftClient:
             self._votes_granted.add(voter)
         else:
             self._votes_rejected.add(voter)
-            if request.pre_vote and response.leader_id >= 0 and response.leader_epoch == self.epoch:
-                # A voter still hears a leader of our epoch: follow it again.
+            if (
+                request.pre_vote
+                and response.leader_id >= 0
+                and response.leader_id != self.node_id
+                and response.leader_epoch == self.epoch
+            ):
+                # A voter still hears a leader of our epoch: follow it again. Not when that leader is us (we
+                # resigned it, and the voter has not yet noticed): a node that followed itself fetched from
+                # no one, answered every FETCH NOT_LEADER as the leader its voters knew, and the quorum
+                # stayed without a leader for good (simulator seed 45 of the controller sweep).
                 self._to_follower(self.epoch, response.leader_id)
         self._changed.set()
 
@@ -710,6 +725,10 @@ class RaftClient:
             return self._begin_answer(ErrorCode.FENCED_LEADER_EPOCH, f"epoch {request.leader_epoch} < {self.epoch}")
         if request.leader_epoch == self.epoch and self.is_leader:
             return self._begin_answer(ErrorCode.INVALID_REQUEST, f"node {self.node_id} leads epoch {self.epoch}")
+        if request.leader_id == self.node_id:
+            return self._begin_answer(
+                ErrorCode.INVALID_REQUEST, f"node {self.node_id} does not lead epoch {self.epoch}"
+            )
         if not (
             self.role is Role.FOLLOWER and self.leader_id == request.leader_id and self.epoch == request.leader_epoch
         ):

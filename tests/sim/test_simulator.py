@@ -728,16 +728,16 @@ def test_a_simulator_error_in_one_seed_is_that_seeds_failure_and_the_sweep_goes_
 ) -> None:
     from sim.cluster import SimCluster
 
-    real = SimCluster.start_controller
+    real = SimCluster.start_controllers
     starts = []
 
-    async def flaky(self: SimCluster) -> None:
+    async def flaky(self: SimCluster) -> None:  # once per run: the quorum's voters start in it
         starts.append(1)
         if len(starts) == 2:
             raise ZeroDivisionError("a bug in the simulator")
         await real(self)
 
-    monkeypatch.setattr(SimCluster, "start_controller", flaky)
+    monkeypatch.setattr(SimCluster, "start_controllers", flaky)
     argv = ["--seeds", "1..3", "--duration", "5", "--partitions", "1", "--producers", "1", "--rate", "5"]
     assert sim_main(argv) == 1
     out = capsys.readouterr().out
@@ -1095,8 +1095,11 @@ def test_a_leader_without_epoch_fencing_is_found_within_10_seeds(
     assert found is not None, "10 seeds never caught a leader serving a fetch that names an older epoch"
     assert found.violation is not None and found.violation.check == "stale_epoch_served", found.violation
     assert "not FENCED_LEADER_EPOCH" in found.violation.message
+    # Without the check, nothing else finds it as early: on the controller quorum one such seed stalls in its
+    # settle (no_progress, 20 virtual s after the writes stop), the others end clean.
     monkeypatch.setattr(Checker, "on_fetch_answered", lambda *args: None)
-    assert run_seed(found.seed, options).violation is None
+    masked = run_seed(found.seed, options)
+    assert masked.violation is None or masked.virtual_s > found.virtual_s + 10, (masked.violation, found.virtual_s)
 
 
 @pytest.mark.timeout(120)
