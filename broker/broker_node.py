@@ -176,6 +176,7 @@ class BrokerNode:
         if self.quorum_config is not None:
             # Live (unfenced, not shutting down) brokers are exactly those the metadata lists.
             self.replica_manager.is_broker_eligible = lambda b: b in self.metadata_cache.brokers
+            self.replica_manager.broker_state = lambda b: self.metadata_cache.broker_states.get(b)
         self.fetcher_config = FetcherConfig.from_kafka_props(set_keys)
         # KIP-73 replication quotas: throttled out-of-sync replicas only (F18 follower side, L13 leader side).
         self.follower_quota = quota_manager_from_kafka_props(set_keys, "follower", time)

@@ -36,12 +36,17 @@ class MetadataCache:
         # Every registered broker's address, live or not: a follower still finds a leader that is shutting
         # down. `brokers` holds only the live ones (what METADATA lists and who may join an ISR).
         self.endpoints: dict[int, BrokerEndpoint] = {}
+        self.broker_states: dict[int, tuple[int, bool, bool]] = {}  # (broker epoch, fenced, shutting down)
 
     def update_from_image(
         self, image: MetadataImage, topic_config_defaults: Mapping[str, str], touched: Iterable[TopicPartition] | None
     ) -> None:
         """Take the image's brokers, topics and configs; the states of the `touched` partitions (None: all)."""
         self.brokers = {b.broker_id: b.endpoint() for b in image.brokers.values() if b.is_active}
+        # Each broker's registration as the image has it: what a refused ISR proposal is held against.
+        self.broker_states = {
+            b.broker_id: (b.broker_epoch, b.fenced, b.in_controlled_shutdown) for b in image.brokers.values()
+        }
         self.endpoints = {b.broker_id: b.endpoint() for b in image.brokers.values()}
         self.topic_configs = {name: dict(t.configs) for name, t in image.topics.items()}
         self.topic_config_defaults = dict(topic_config_defaults)

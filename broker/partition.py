@@ -93,9 +93,10 @@ class LogReadInfo:
 @dataclass(slots=True)
 class PendingIsr:
     proposed: frozenset[int]
-    # The broker epoch each member was proposed with (KIP-903's NewIsrWithEpochs): a refusal is about the
-    # incarnation the proposal named, not one whose fetch arrived while the proposal was in flight.
-    epochs: dict[int, int] = field(default_factory=dict)
+    # Per member, the broker epoch it was proposed with (KIP-903's NewIsrWithEpochs) and its broker's
+    # registration in our metadata then: a refusal is about what the proposal saw, not about a fetch or a
+    # registration that arrived while it was in flight.
+    seen: dict[int, tuple[int, object]] = field(default_factory=dict)
 
 
 @dataclass
@@ -118,10 +119,13 @@ class Partition:
     # KIP-841: a fenced or shutting-down broker may not join the ISR, and a dead follower that was caught
     # up a moment ago must not hold the HW back for replica.lag.time.max.ms. True for all in standalone mode.
     is_broker_eligible: Callable[[int], bool] = field(default=lambda broker_id: True)
-    # Followers the controller refused as INELIGIBLE_REPLICA, with the broker epoch they fetched with then:
-    # not proposed again until that changes (Kafka's Partition.maybeExpandIsr proposes a replica only when
-    # its state says it can join). Cleared by any new partition state from the controller.
-    refused_replicas: dict[int, int] = field(default_factory=dict)
+    # A broker's registration as the metadata has it (any value that changes when the registration does).
+    broker_state: Callable[[int], object] = field(default=lambda broker_id: None)
+    # Followers the controller refused as INELIGIBLE_REPLICA, with the broker epoch they fetched with and
+    # their broker's registration in our metadata when proposed: not proposed again until either changes
+    # (Kafka's Partition.maybeExpandIsr proposes a replica only when its state says it can join). Cleared
+    # by any new partition state from the controller.
+    refused_replicas: dict[int, tuple[int, object]] = field(default_factory=dict)
     # Told of every ISR change this replica proposes as leader (server_common/replication_observer.py).
     observer: ReplicationObserver = NO_OBSERVER
 
@@ -398,9 +402,11 @@ class Partition:
             return
         refused_at = self.refused_replicas.get(replica.broker_id)
         if refused_at is not None:
-            if refused_at == replica.broker_epoch:
+            if refused_at == (replica.broker_epoch, self.broker_state(replica.broker_id)):
                 return
-            del self.refused_replicas[replica.broker_id]  # a new incarnation: its replica may be whole again
+            # A new incarnation (its replica may be whole again), or a registration changed since (fenced
+            # then unfenced, with or without a new epoch: the refusal may have been for the fencing).
+            del self.refused_replicas[replica.broker_id]
         if replica.log_end_offset >= self.high_watermark and replica.log_end_offset >= self.leader_epoch_start_offset:
             self._propose_isr(self.isr | {replica.broker_id}, "expand", replica.broker_id)
 
@@ -428,7 +434,9 @@ class Partition:
         log.info("%s: proposing ISR %s (%s %s)", self.topic_partition, sorted(new_isr), kind, list(brokers))
         self.observer.isr_change_proposed(self.topic_partition, self.leader_epoch, self.isr, new_isr)
         if kind == "expand":
-            self.pending_isr = PendingIsr(new_isr, dict(self.isr_with_epochs(new_isr)))
+            self.pending_isr = PendingIsr(
+                new_isr, {b: (epoch, self.broker_state(b)) for b, epoch in self.isr_with_epochs(new_isr)}
+            )
         else:
             # A shrink takes effect for the HW only once committed; the maximal ISR is still the old one.
             self.pending_isr = PendingIsr(self.isr)
@@ -453,17 +461,17 @@ class Partition:
     def isr_change_rejected(self, error_code: int) -> None:
         """The controller refused our proposal: back to the committed ISR. After INELIGIBLE_REPLICA the
         followers it would have added are not proposed again until their broker epoch differs from the one
-        the proposal named, the metadata stops (then starts again) listing their broker, or a new partition
-        state arrives; the refusal is logged once, here, instead of on every fetch."""
+        the proposal named, their broker's registration in the metadata differs from what it was then, or a
+        new partition state arrives; the refusal is logged once, here, instead of on every fetch."""
         pending, self.pending_isr = self.pending_isr, None
         if error_code != ErrorCode.INELIGIBLE_REPLICA or pending is None:
             return
         for broker_id in sorted(pending.proposed - self.isr):
-            epoch = pending.epochs.get(broker_id, -1)
-            self.refused_replicas[broker_id] = epoch
+            epoch, registration = pending.seen.get(broker_id, (-1, None))
+            self.refused_replicas[broker_id] = (epoch, registration)
             log.info(
                 "%s: the controller refused broker %d (broker epoch %d) for the ISR; not proposing it again "
-                "until its broker epoch or the partition's state changes",
+                "until its broker epoch, its registration or the partition's state changes",
                 self.topic_partition,
                 broker_id,
                 epoch,

@@ -139,6 +139,8 @@ class ReplicaManager:
         self.stats = ReplicaManagerStats()
         self.on_role_change: Callable[[TopicPartition], None] | None = None
         self.is_broker_eligible: Callable[[int], bool] = lambda broker_id: True
+        # A broker's registration as this broker's metadata has it (any value that changes when it does).
+        self.broker_state: Callable[[int], object] = lambda broker_id: None
         self.leader_quota: ReplicationQuotaManager | None = None
 
     # -- lookups ------------------------------------------------------------------------------------
@@ -527,6 +529,7 @@ class ReplicaManager:
             min_insync_replicas=min_isr,
             isr_sink=self.isr_sink,
             is_broker_eligible=lambda broker_id: self.is_broker_eligible(broker_id),
+            broker_state=lambda broker_id: self.broker_state(broker_id),
             observer=self.observer,
         )
         self.partitions[tp] = partition

@@ -156,3 +156,45 @@ async def test_a_refusal_holds_back_only_the_incarnation_it_named(broker: Leader
     finally:
         sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)
+
+
+@pytest.mark.timeout(10)
+async def test_a_refused_follower_is_proposed_again_once_its_registration_changed(broker: LeaderBroker) -> None:
+    # The follower's broker registered again (broker epoch 16) and fetched at once; our metadata still had
+    # its earlier registration (epoch 3, unfenced) when the leader proposed it. The controller refused it as
+    # fenced (the new registration, not yet caught up); our metadata then got the new registration, already
+    # unfenced. Held against the fetch's broker epoch alone (16 throughout), the refusal kept a caught-up
+    # follower out of the ISR for good (simulator seed 280 of the controller sweep).
+    controller = RefusingController()
+    manager = AlterPartitionManager(
+        LOCAL_ID,
+        controller,  # type: ignore[arg-type]
+        3000,
+        lambda: 1,
+        broker.replica_manager.on_isr_committed,
+        broker.replica_manager.on_isr_rejected,
+        broker.time,
+    )
+    registration = {FOLLOWER_ID: (3, False, False)}  # as our metadata had it when the leader proposed
+    broker.replica_manager.broker_state = registration.get
+    broker.replica_manager.isr_sink = manager
+    partition = broker.make_leader(isr=[LOCAL_ID])
+    partition.isr_sink = manager
+    await broker.produce(TP0, b"a")
+    sender = asyncio.ensure_future(manager.run())
+    try:
+
+        async def fetch_and_settle() -> None:
+            await broker.fetch(FOLLOWER_ID, {TP0: partition.log_end_offset}, replica_epoch=16)
+            for _ in range(5):  # let the sender ask the controller and apply its answer
+                await asyncio.sleep(0)
+
+        await fetch_and_settle()
+        await fetch_and_settle()
+        assert len(controller.items) == 1  # refused once, not proposed again while nothing changed
+        registration[FOLLOWER_ID] = (16, False, False)  # the new registration reaches our metadata, unfenced
+        await fetch_and_settle()
+        assert len(controller.items) == 2
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
