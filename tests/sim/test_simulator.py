@@ -1,4 +1,4 @@
-"""The simulator: virtual time, determinism, a 200-seed sweep, the KIP scenarios, a checker that can fail."""
+"""The simulator: virtual time, determinism, a 100-seed sweep, the KIP scenarios, a checker that can fail."""
 
 from __future__ import annotations
 
@@ -231,21 +231,22 @@ def test_a_broker_killed_during_its_controlled_shutdown_is_restarted_once_and_no
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_sweep_of_200_seeds_with_every_fault_kind_finds_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+def test_sweep_of_100_seeds_with_every_fault_kind_finds_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    # The suite's share of the sweep; the longer one is by hand (docs/simulation.md, "Sweeps by hand").
     code = sim_main(
         [
-            "--seeds", "1..200", "--jobs", "2", "--json",
+            "--seeds", "1..100", "--jobs", "2", "--json",
             "--duration", "8", "--partitions", "3", "--producers", "1", "--rate", "20",
             "--faults", ",".join(SWEPT_KINDS), "--fault-rate", "1.5",
         ]
     )  # fmt: skip
     report = json.loads(capsys.readouterr().out)
-    assert report["runs"] == 200
+    assert report["runs"] == 100
     assert report["violations_by_check"] == {}, report["failing_seeds"]
     assert code == 0
     assert set(report["faults_by_kind"]) == set(SWEPT_KINDS), "every kind of fault was injected"
-    assert report["acked"] > 200 * 50  # the load ran
-    assert report["faults_by_kind"]["kill"] >= 80  # one kind of 11: 96 kills when measured
+    assert report["acked"] > 100 * 50  # the load ran
+    assert report["faults_by_kind"]["kill"] >= 35  # one kind of 11
 
 
 @pytest.mark.slow
