@@ -332,9 +332,16 @@ class RaftClient:
         info = self.log.append_as_leader(values, self.epoch)
         self.log.flush()
         self._progress[self.node_id].end_offset = self.log.log_end_offset
-        self._maybe_advance_leader_hw()
+        # Not committed inside append, even where this voter alone is a majority: the caller (the
+        # controller) replays what it appended once append returns, and a commit delivered to it before
+        # that replayed the same records twice (a quorum of one failed its first registration).
+        asyncio.get_running_loop().call_soon(self._advance_if_leading, self.epoch)
         self._wake_fetches()
         return info.last_offset
+
+    def _advance_if_leading(self, epoch: int) -> None:
+        if self.is_leader and self.epoch == epoch:
+            self._maybe_advance_leader_hw()
 
     async def wait_committed(self, offset: int) -> None:
         """Return once `offset` is committed; NotLeaderError if this node stops leading first (the record

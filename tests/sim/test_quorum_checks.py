@@ -143,3 +143,12 @@ def test_a_run_with_controller_faults_kills_and_pauses_the_active_controller_and
     assert result.faults_injected.get("controller", 0) >= 2
     faults = [line for line in result.trace_lines if '"event":"fault"' in line and '"kind":"controller"' in line]
     assert faults and all('"nodes":[300' in line for line in faults), faults
+
+
+@pytest.mark.timeout(30)
+def test_a_quorum_of_one_controller_runs_with_faults_and_converges() -> None:
+    # One voter commits what it appends at once: committed inside its own append, its records reached the
+    # controller's image twice and the first broker registration failed (MetadataReplayError, at 0.3 s).
+    result = run_seed(1, SimOptions(controllers=1, duration_s=8.0, faults=("kill", "restart", "pause"), fault_rate=1.0))
+    assert result.ok and result.converged, result.violation
+    assert result.acked > 0
