@@ -372,7 +372,9 @@ def loop_lag(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> dict[
     """``broker_health`` per broker, re-bucketed to at most ``CHART_POINTS_MAX`` points: the largest
     event-loop wait in each bucket."""
     bucket_ms = chart_bucket_ms(first_ms, last_ms, step_ms)
-    rows = tables.read(s.TABLE_BROKER_HEALTH, [s.BROKER_ID, s.TS_MS, "loop_lag_max_ms"])
+    rows = tables.read(
+        s.TABLE_BROKER_HEALTH, [s.BROKER_ID, s.TS_MS, "loop_lag_max_ms"], ds.field("loop_lag_max_ms").is_valid()
+    )
     grouped = (
         pa.table(
             {

@@ -745,7 +745,9 @@ def test_the_series_are_ordered_even_when_the_tables_hold_their_rows_backwards(t
                     {"broker_id": b, "ts_ms": T0 + 1000 * i, "loop_lag_max_ms": float(100 * b + i)}
                     for i in newest_first
                     for b in (2, 1)
-                ],
+                ]
+                # broker 3 reports the metadata quorum but no loop lag: no loop lag series
+                + [{"broker_id": 3, "ts_ms": T0 + 1000 * i, "metadata_leader_id": 3000} for i in newest_first],
             ),
         }
     )

@@ -504,6 +504,40 @@ def test_the_health_row_counts_under_replicated_under_min_isr_and_offline_partit
     ]
 
 
+def broker(ts_ms: int, broker_id: int, **gauges: Any) -> dict[str, Any]:
+    """A broker record with ``gauges`` (record field names) and no others."""
+    return {s.KIND: s.KIND_BROKER, s.TS_MS: ts_ms, s.BROKER_ID: broker_id, s.BROKER_START_MS: START, **gauges}
+
+
+def quorum(leader_id: int, epoch: int, lag_records: int = 0, lag_ms: int = 0) -> dict[str, int]:
+    """A broker's view of the metadata quorum, as its record carries it."""
+    return {
+        s.METADATA_LEADER_ID: leader_id,
+        s.METADATA_LEADER_EPOCH: epoch,
+        s.METADATA_LAG_RECORDS: lag_records,
+        s.METADATA_LAG_MS: lag_ms,
+    }
+
+
+def test_broker_health_carries_each_brokers_view_of_the_metadata_quorum() -> None:
+    loop = {s.LOOP_LAG_MAX_MS: 2.5, s.LOOP_LAG_AVG_MS: 0.5}
+    rows = [
+        broker(T0, 1, **loop, **quorum(3000, 1)),
+        broker(T0 + 1000, 1, **loop, **quorum(-1, 2)),  # an election: no leader known
+        broker(T0, 2, **loop),  # an older broker, or one that follows no quorum
+        broker(T0, 3, **quorum(3002, 3, lag_records=40, lag_ms=1500)),  # the quorum without the loop lag
+        broker(T0, 4),  # neither
+    ]
+    health = tables(rows)[s.TABLE_BROKER_HEALTH]
+    columns = ("metadata_leader_id", "metadata_leader_epoch", "metadata_lag_records", "metadata_lag_ms")
+    assert table_rows(health, "broker_id", "ts_ms", "loop_lag_max_ms", *columns) == [
+        (1, T0, 2.5, 3000, 1, 0, 0),
+        (1, T0 + 1000, 2.5, -1, 2, 0, 0),
+        (2, T0, 2.5, None, None, None, None),
+        (3, T0, None, 3002, 3, 40, 1500),
+    ]
+
+
 def test_the_catch_up_time_of_a_restart_runs_until_its_last_partition_is_back_in_the_isr(tmp_path: Path) -> None:
     # given broker 2 down after 1 s and restarted at 4 s: back in the ISR of t-0 at 6 s, of t-1 at 8 s;
     # broker 3 down after 1 s, restarted at 4 s, still out of t-0's ISR at the end
