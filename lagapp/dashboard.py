@@ -2,9 +2,10 @@
 
 How this works: ``lagapp.dashboard_data`` collects the page's small aggregates from the written tables
 into a ``DashboardData`` (the worst partitions' summary with the totals and the worst values, the cluster
-health row and each broker's event-loop lag re-bucketed to at most ``CHART_POINTS_MAX`` points, the
-catch-up time of every broker restart, lag bucketed to at most ``CHART_POINTS_MAX`` points per follower
-for the charted partitions, byte rates per broker and window, the worst follower statuses).
+health row, each broker's event-loop lag and the metadata quorum as the brokers follow it, re-bucketed to
+at most ``CHART_POINTS_MAX`` points, the catch-up time of every broker restart, lag bucketed to at most
+``CHART_POINTS_MAX`` points per follower for the charted partitions, byte rates per broker and window, the
+worst follower statuses).
 ``render_dashboard`` is pure Python: data in, one self-contained HTML page out. plotly.js is inlined once,
 with the first figure, so the page opens offline. The worst ``CHART_PARTITIONS_MAX`` partitions are drawn
 at once; the next ``CHART_MORE_MAX`` carry their figure as JSON and are drawn when opened (one chart per
@@ -130,6 +131,31 @@ class Headline:
 
 
 @dataclass
+class MetadataLag:
+    """One broker's copy of the metadata log behind the quorum's committed offset, per chart bucket: the
+    largest ``MetadataLagRecords`` and ``MetadataLagMs`` in the bucket."""
+
+    bucket_start_ms: list[int] = field(default_factory=list)
+    records: list[int | None] = field(default_factory=list)
+    ms: list[int | None] = field(default_factory=list)
+
+
+@dataclass
+class QuorumSeries:
+    """The metadata quorum as the brokers follow it, per chart bucket (``broker_health``; controllers emit
+    no metrics, so this is the brokers' view, not the voters' own)."""
+
+    bucket_start_ms: list[int] = field(default_factory=list)
+    # the highest epoch in which a broker saw a quorum leader, and that leader (the active controller);
+    # None where no broker saw one
+    leader_epoch: list[int | None] = field(default_factory=list)
+    leader_id: list[int | None] = field(default_factory=list)
+    # where no broker saw a leader: the highest epoch they reported (an election under way); None elsewhere
+    no_leader_epoch: list[int | None] = field(default_factory=list)
+    metadata_lag: dict[int, MetadataLag] = field(default_factory=dict)  # per broker
+
+
+@dataclass
 class HealthSeries:
     """``cluster_health`` per chart bucket (the max of each count in the bucket)."""
 
@@ -140,6 +166,7 @@ class HealthSeries:
     leaders: dict[int, list[int]] = field(default_factory=dict)  # broker -> partitions it led
     # broker -> (bucket starts, the largest LoopLagMaxMs in each): ``broker_health``, buckets of its own.
     loop_lag_ms: dict[int, tuple[list[int], list[float]]] = field(default_factory=dict)
+    quorum: QuorumSeries = field(default_factory=QuorumSeries)  # ``broker_health`` too, buckets of its own
 
 
 @dataclass(frozen=True)
@@ -393,7 +420,24 @@ def _health_figure(health: HealthSeries) -> go.Figure:
         "event-loop lag, max (ms)",
     ]
     cols = 5 if health.loop_lag_ms else 4
-    fig = make_subplots(rows=1, cols=cols, shared_xaxes=True, horizontal_spacing=0.04, subplot_titles=titles[:cols])
+    quorum = health.quorum if health.quorum.bucket_start_ms else None
+    if quorum is None:
+        fig = make_subplots(rows=1, cols=cols, horizontal_spacing=0.04, subplot_titles=titles[:cols])
+    else:
+        # A second row, the metadata quorum as the brokers see it: its leader epoch, and their lag behind it.
+        left = cols // 2
+        specs: list[list[dict[str, Any] | None]] = [
+            [{}] * cols,
+            [{"colspan": left}, *[None] * (left - 1), {"colspan": cols - left}, *[None] * (cols - left - 1)],
+        ]
+        fig = make_subplots(
+            rows=2,
+            cols=cols,
+            specs=specs,
+            horizontal_spacing=0.04,
+            vertical_spacing=0.22,
+            subplot_titles=[*titles[:cols], "metadata quorum: leader epoch", "metadata lag (records)"],
+        )
     xs = health.bucket_start_ms
     counts = ((health.under_replicated, "#b58100"), (health.under_min_isr, "#d1242f"), (health.offline, "#57606a"))
     for i, (ys, colour) in enumerate(counts):
@@ -429,6 +473,9 @@ def _health_figure(health: HealthSeries) -> go.Figure:
             row=1,
             col=5,
         )
+    shown = {*health.leaders, *health.loop_lag_ms}
+    if quorum is not None:
+        _add_quorum(fig, quorum, shown, lag_col=cols // 2 + 1)
     fig.update_xaxes(type="date", nticks=4)
     small = max([*health.under_replicated, *health.offline, 1]) < 8
     for col in range(1, 5):
@@ -436,11 +483,75 @@ def _health_figure(health: HealthSeries) -> go.Figure:
     if health.loop_lag_ms:
         fig.update_yaxes(rangemode="tozero", row=1, col=5)
     fig.update_layout(
-        height=260,
+        height=260 if quorum is None else 520,
         margin={"l": 40, "r": 20, "t": 40, "b": 30},
-        legend={"orientation": "h", "y": -0.2},
+        legend={"orientation": "h", "y": -0.2 if quorum is None else -0.1},
     )
     return fig
+
+
+def _add_quorum(fig: go.Figure, quorum: QuorumSeries, shown: set[int], lag_col: int) -> None:
+    """The health row's second row: the quorum's leader epoch over time as the brokers saw it (a step line,
+    broken where no broker saw a leader, those buckets marked "no active controller"), and each broker's
+    metadata lag in records (ms on hover). ``shown``: brokers the legend already names."""
+    xs = quorum.bucket_start_ms
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=quorum.leader_epoch,
+            text=[
+                f"epoch {epoch}: leader {leader}" if leader is not None else "no active controller"
+                for epoch, leader in zip(quorum.leader_epoch, quorum.leader_id, strict=True)
+            ],
+            hovertemplate="%{text}<extra></extra>",
+            mode="lines+markers",  # a bucket alone between two gaps still shows
+            marker={"size": 4},
+            line={"color": "#0969da", "width": 1.6, "shape": "hv"},
+            showlegend=False,
+        ),
+        row=2,
+        col=1,
+    )
+    gaps = [i for i, leader in enumerate(quorum.leader_id) if leader is None]
+    if gaps:
+        fig.add_trace(
+            go.Scatter(
+                x=[xs[i] for i in gaps],
+                y=[quorum.no_leader_epoch[i] for i in gaps],
+                text=[
+                    "no active controller" + ("" if e is None else f" (epoch {e})")
+                    for e in (quorum.no_leader_epoch[i] for i in gaps)
+                ],
+                hovertemplate="%{text}<extra></extra>",
+                mode="markers",
+                marker={"color": "#d1242f", "symbol": "x", "size": 7},
+                showlegend=False,
+            ),
+            row=2,
+            col=1,
+        )
+    for broker, lag in quorum.metadata_lag.items():
+        fig.add_trace(
+            go.Scatter(
+                x=lag.bucket_start_ms,
+                y=lag.records,
+                text=[
+                    f"broker {broker}: {_fmt_int(records)} records, {_fmt_duration(ms)} behind"
+                    for records, ms in zip(lag.records, lag.ms, strict=True)
+                ],
+                hovertemplate="%{text}<extra></extra>",
+                name=f"broker {broker}",
+                legendgroup=f"broker {broker}",
+                showlegend=broker not in shown,
+                mode="lines",
+                line={"color": _colour(broker), "width": 1.6, "shape": "hv"},
+            ),
+            row=2,
+            col=lag_col,
+        )
+    small = max([e for e in quorum.leader_epoch if e is not None] or [1]) < 8
+    fig.update_yaxes(rangemode="tozero", dtick=1 if small else None, row=2, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=lag_col)
 
 
 def _rates_figure(rates: Sequence[BrokerRates]) -> go.Figure:
@@ -712,7 +823,17 @@ def _render_dashboard(data: DashboardData) -> str:
             "<p class=note>Partitions per state over time, from the leaders' samples (the max in each bucket); "
             "offline: no leader reported the partition. Event-loop lag: how long ready work (requests, "
             "fetchers, the heartbeat to the controller) waited for each broker's loop, the largest wait in "
-            "the bucket.</p></section>"
+            "the bucket."
+            + (
+                " Metadata quorum, as the brokers follow it (controllers emit no metrics, so this is the brokers' "
+                "view, not the voters' own lag): the highest epoch in which a broker saw an active controller, "
+                "its id on hover, broken and marked × where no broker saw one (no active controller); and how "
+                "far each broker's copy of the metadata log is behind what the quorum committed, the largest in "
+                "the bucket, in records (ms on hover)."
+                if data.health.quorum.bucket_start_ms
+                else ""
+            )
+            + "</p></section>"
         )
     parts.append(f"<section><h2>Partitions</h2>{_summary_table(data)}</section>")
     if data.lag:

@@ -7,11 +7,12 @@ with the tables' schemas ``schema.TABLE_SCHEMAS``; the charted partitions' rows 
 ``replica_lag`` by a filter, then a semi join) and computes one piece of the page with pyarrow's
 grouping and numpy: the partition summaries with the totals and the headline (``summary``), the worst
 follower statuses (``worst_statuses``), byte rates of the busiest brokers (``byte_rates``), the cluster
-health row and the event-loop lag (``health``, ``loop_lag``), the catch-up time of each broker restart
-(``restarts``), the charted partitions' lag series (``lag``) and their leader changes
-(``leader_changes``). Orders are total: "worst first" and the headline's partition break ties by topic
-and partition, series run in time order, and an empty aggregate is ``None`` (a max over no values), as
-the page has always shown them. Sums of doubles (byte rates) add in file order.
+health row, the event-loop lag and the metadata quorum as the brokers see it (``health``, ``loop_lag``,
+``quorum``), the catch-up time of each broker restart (``restarts``), the charted partitions' lag series
+(``lag``) and their leader changes (``leader_changes``). Orders are total: "worst first" and the
+headline's partition break ties by topic and partition, series run in time order, and an empty aggregate
+is ``None`` (a max over no values), as the page has always shown them. Sums of doubles (byte rates) add
+in file order.
 """
 
 from __future__ import annotations
@@ -372,7 +373,9 @@ def loop_lag(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> dict[
     """``broker_health`` per broker, re-bucketed to at most ``CHART_POINTS_MAX`` points: the largest
     event-loop wait in each bucket."""
     bucket_ms = chart_bucket_ms(first_ms, last_ms, step_ms)
-    rows = tables.read(s.TABLE_BROKER_HEALTH, [s.BROKER_ID, s.TS_MS, "loop_lag_max_ms"])
+    rows = tables.read(
+        s.TABLE_BROKER_HEALTH, [s.BROKER_ID, s.TS_MS, "loop_lag_max_ms"], ds.field("loop_lag_max_ms").is_valid()
+    )
     grouped = (
         pa.table(
             {
@@ -393,6 +396,67 @@ def loop_lag(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> dict[
         xs.append(bucket)
         ys.append(lag)
     return out
+
+
+def quorum(tables: Tables, first_ms: int, last_ms: int, step_ms: int) -> d.QuorumSeries:
+    """The metadata quorum as the brokers follow it (``broker_health``'s metadata columns), re-bucketed to at
+    most ``CHART_POINTS_MAX`` points: per bucket the highest epoch in which a broker saw a quorum leader
+    and that leader (the active controller; of two brokers in one epoch, the larger id, though Raft gives
+    an epoch one leader), or, where no broker saw one, the highest epoch they reported; and per broker
+    the largest metadata lag in the bucket, in records and in ms. Records without the quorum (an older
+    broker, one that follows no quorum) are not read."""
+    bucket_ms = chart_bucket_ms(first_ms, last_ms, step_ms)
+    columns = ["metadata_leader_id", "metadata_leader_epoch", "metadata_lag_records", "metadata_lag_ms"]
+    rows = tables.read(s.TABLE_BROKER_HEALTH, [s.BROKER_ID, s.TS_MS, *columns], ds.field(columns[0]).is_valid())
+    series = d.QuorumSeries()
+    if rows.num_rows == 0:
+        return series
+    b = _bucket_start(rows[s.TS_MS], bucket_ms).to_numpy(zero_copy_only=False)
+    leader = rows[columns[0]].to_numpy().astype(np.int64)
+    epoch, epoch_valid = (
+        pc.fill_null(rows[columns[1]], -1).to_numpy(zero_copy_only=False).astype(np.int64),
+        pc.is_valid(rows[columns[1]]).to_numpy(zero_copy_only=False),
+    )
+    buckets = np.unique(b)
+    slot = np.searchsorted(buckets, b)
+    led = (leader >= 0) & epoch_valid
+    # Per bucket, the last row in (bucket, saw a leader, epoch, leader) order: the highest epoch with a
+    # leader when any broker saw one, else the highest epoch reported without one.
+    order = np.lexsort((leader, epoch, led, slot))
+    last = order[np.append(slot[order][1:] != slot[order][:-1], True)]
+    series.bucket_start_ms = buckets.tolist()
+    for row in last:
+        seen = bool(led[row])
+        shown = int(epoch[row]) if epoch_valid[row] else None
+        series.leader_epoch.append(shown if seen else None)
+        series.leader_id.append(int(leader[row]) if seen else None)
+        series.no_leader_epoch.append(None if seen else shown)
+    lagging = (
+        pa.table(
+            {
+                s.BROKER_ID: rows[s.BROKER_ID],
+                "_b": pa.array(b),
+                "records": rows[columns[2]],
+                "ms": rows[columns[3]],
+            }
+        )
+        .filter(pc.is_valid(rows[columns[2]]))
+        .group_by([s.BROKER_ID, "_b"], use_threads=False)
+        .aggregate([("records", "max"), ("ms", "max")])
+    )
+    lagging = lagging.take(_order(lagging, _ascending(s.BROKER_ID, "_b")))
+    for broker, bucket, records, ms in zip(
+        lagging[s.BROKER_ID].to_pylist(),
+        lagging["_b"].to_pylist(),
+        lagging["records_max"].to_pylist(),
+        lagging["ms_max"].to_pylist(),
+        strict=True,
+    ):
+        one = series.metadata_lag.setdefault(broker, d.MetadataLag())
+        one.bucket_start_ms.append(bucket)
+        one.records.append(records)
+        one.ms.append(ms)
+    return series
 
 
 def restarts(tables: Tables, runs: Sequence[d.BrokerRun], newest_ts_ms: int, window_ms: int) -> list[d.Restart]:
@@ -577,6 +641,7 @@ def collect_dashboard_data(
             data.health = health(tables, first, last, health_bucket_ms)
             if s.TABLE_BROKER_HEALTH in tables:
                 data.health.loop_lag_ms = loop_lag(tables, first, last, health_bucket_ms)
+                data.health.quorum = quorum(tables, first, last, health_bucket_ms)
         if s.TABLE_REPLICA_LAG in tables:
             data.restarts = restarts(tables, runs, last, window_ms)
     return data

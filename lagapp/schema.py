@@ -25,6 +25,10 @@ from metrics.fields import (
     LOG_START_OFFSET,
     LOOP_LAG_AVG_MS,
     LOOP_LAG_MAX_MS,
+    METADATA_LAG_MS,
+    METADATA_LAG_RECORDS,
+    METADATA_LEADER_EPOCH,
+    METADATA_LEADER_ID,
     PARTITION,
     REPLICA_COUNT,
     TIME_SINCE_CAUGHT_UP_MS,
@@ -47,6 +51,13 @@ LAG_JOB_FOLLOWER_SCHEMA = StructType(
         FOLLOWER_SCHEMA[TIME_SINCE_CAUGHT_UP_MS],
     ]
 )
+# A broker's view of the metadata quorum: the record field → its ``broker_health`` column.
+METADATA_COLUMNS: dict[str, str] = {
+    METADATA_LEADER_ID: "metadata_leader_id",
+    METADATA_LEADER_EPOCH: "metadata_leader_epoch",
+    METADATA_LAG_RECORDS: "metadata_lag_records",
+    METADATA_LAG_MS: "metadata_lag_ms",
+}
 _LAG_JOB_UNUSED = frozenset({LOG_START_OFFSET, REPLICA_COUNT})
 LAG_JOB_SCHEMA = StructType(
     [
@@ -54,8 +65,9 @@ LAG_JOB_SCHEMA = StructType(
         for f in PARTITION_RECORD_SCHEMA.fields
         if f.name not in _LAG_JOB_UNUSED
     ]
-    # The broker gauge the health row draws (``broker_health``).
-    + [BROKER_ONLY_FIELDS[LOOP_LAG_MAX_MS], BROKER_ONLY_FIELDS[LOOP_LAG_AVG_MS]]
+    # The broker gauges the health row draws (``broker_health``): the event-loop lag, and the metadata
+    # quorum as the broker follows it (its leader and epoch, how far the broker is behind it).
+    + [BROKER_ONLY_FIELDS[name] for name in (LOOP_LAG_MAX_MS, LOOP_LAG_AVG_MS, *METADATA_COLUMNS)]
 )
 # Under the dashboard's out dir, what --follow keeps between micro-batches (checkpoint, records, state).
 STREAM_DIR = "_stream"
@@ -70,7 +82,7 @@ TABLE_BYTE_RATES = "byte_rates"
 TABLE_FOLLOWER_STATUS = "follower_status"
 TABLE_LEADER_TIMELINE = "leader_timeline"
 TABLE_CLUSTER_HEALTH = "cluster_health"  # partition counts over time: under-replicated, under min ISR, offline
-TABLE_BROKER_HEALTH = "broker_health"  # each broker's event-loop lag over time
+TABLE_BROKER_HEALTH = "broker_health"  # each broker's event-loop lag and metadata quorum view over time
 TABLES: tuple[str, ...] = (
     TABLE_FOLLOWER_LAG,
     TABLE_REPLICA_LAG,
@@ -218,6 +230,12 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
         (TS_MS, _I64),
         ("loop_lag_max_ms", _F64),
         ("loop_lag_avg_ms", _F64),
+        # the broker's view of the metadata quorum (null in a record without it: an older broker, or one
+        # that follows no quorum); the quorum leader is -1 while the broker knows of none
+        ("metadata_leader_id", _I32),
+        ("metadata_leader_epoch", _I32),
+        ("metadata_lag_records", _I64),
+        ("metadata_lag_ms", _I64),
     ),
 }
 

@@ -376,11 +376,17 @@ def replica_lag(r: Rows) -> pa.Table:
 
 def broker_health(r: Rows) -> pa.Table:
     """``broker_health``: one row per broker record, how long ready work waited for that broker's event
-    loop over the interval (``LoopLagMaxMs``, ``LoopLagAvgMs``); a broker too old to report it is left out."""
-    keep = equals(r.t[s.KIND], s.KIND_BROKER) & pc.is_valid(r.t[s.LOOP_LAG_MAX_MS]).to_numpy(zero_copy_only=False)
+    loop over the interval (``LoopLagMaxMs``, ``LoopLagAvgMs``) and the metadata quorum as the broker
+    follows it (``schema.METADATA_COLUMNS``: the quorum leader, -1 when it knows none, its epoch, and how
+    far the broker's copy of the metadata log is behind, in records and ms). A record without a gauge
+    has a null there (an older broker, a broker that follows no quorum); a record with neither the loop
+    lag nor the quorum is left out."""
+    reported = pc.or_(pc.is_valid(r.t[s.LOOP_LAG_MAX_MS]), pc.is_valid(r.t[s.METADATA_LEADER_ID]))
+    keep = equals(r.t[s.KIND], s.KIND_BROKER) & reported.to_numpy(zero_copy_only=False)
     rows = r.t.filter(pa.array(keep))
     columns = {n: rows[n] for n in rows.column_names}
     columns.update({"loop_lag_max_ms": rows[s.LOOP_LAG_MAX_MS], "loop_lag_avg_ms": rows[s.LOOP_LAG_AVG_MS]})
+    columns.update({column: rows[field] for field, column in s.METADATA_COLUMNS.items()})
     return build_table(columns, s.TABLE_SCHEMAS[s.TABLE_BROKER_HEALTH])
 
 

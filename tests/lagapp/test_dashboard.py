@@ -112,6 +112,7 @@ def _partition_record(
 
 
 LOOP_STALL = 12
+QUORUM_ELECTION = 20  # the sample at which no broker sees a controller quorum leader
 
 
 def cluster_records() -> dict[int, list[dict[str, Any]]]:
@@ -250,9 +251,25 @@ def cluster_records() -> dict[int, list[dict[str, Any]]]:
                     # broker 3's loop is held 1.8 s once, at sample LOOP_STALL
                     "LoopLagMaxMs": 1800.0 if (broker, i) == (3, LOOP_STALL) else 2.5,
                     "LoopLagAvgMs": 0.4,
+                    **_metadata_quorum(i, broker),
                 }
             )
     return out
+
+
+def _metadata_quorum(i: int, broker: int) -> dict[str, int]:
+    """A broker's view of the controller quorum at sample ``i``: controller 3000 leads in epoch 1, none
+    leads at QUORUM_ELECTION (epoch 2), then 3001 in epoch 3; broker 3 is 25 records (800 ms) behind right
+    after, and broker 1, back from its restart, 60 records (400 ms) at its first sample."""
+    leader, epoch = (3000, 1) if i < QUORUM_ELECTION else (-1, 2) if i == QUORUM_ELECTION else (3001, 3)
+    behind = {(3, QUORUM_ELECTION + 1): (25, 800), (1, KILLED.stop): (60, 400)}.get((broker, i), (0, 0))
+    return {
+        "MetadataLeaderId": leader,
+        "MetadataLeaderEpoch": epoch,
+        "MetadataOffset": 500 + i,
+        "MetadataLagRecords": behind[0],
+        "MetadataLagMs": behind[1],
+    }
 
 
 def write_metrics_dir(root: Path) -> tuple[int, int]:
@@ -349,6 +366,10 @@ def test_the_page_is_one_self_contained_file_with_the_summary_first_and_the_figu
     )
     # leader changes and broker events, abbreviated so that close ones fit
     assert "e1 L2" in page and "b1 up" in page and "b1 down" in page
+    # the metadata quorum as the brokers saw it: its leaders, the election between them, a broker behind
+    for text in ("epoch 1: leader 3000", "epoch 3: leader 3001", "no active controller (epoch 2)"):
+        assert text in page, text
+    assert "broker 3: 25 records, 800 ms behind" in page
 
 
 @pytest.mark.timeout(300)
@@ -745,7 +766,9 @@ def test_the_series_are_ordered_even_when_the_tables_hold_their_rows_backwards(t
                     {"broker_id": b, "ts_ms": T0 + 1000 * i, "loop_lag_max_ms": float(100 * b + i)}
                     for i in newest_first
                     for b in (2, 1)
-                ],
+                ]
+                # broker 3 reports the metadata quorum but no loop lag: no loop lag series
+                + [{"broker_id": 3, "ts_ms": T0 + 1000 * i, "metadata_leader_id": 3000} for i in newest_first],
             ),
         }
     )

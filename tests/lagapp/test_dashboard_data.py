@@ -82,6 +82,14 @@ def test_the_page_of_the_cluster_run_has_its_restart_leader_change_stall_and_loo
     assert data.health is not None
     assert max(data.health.loop_lag_ms[3][1]) == 1800.0 and max(data.health.loop_lag_ms[1][1]) == 2.5
     assert data.health.loop_lag_ms[3][0][data.health.loop_lag_ms[3][1].index(1800.0)] == T0 + LOOP_STALL * 1000
+    # the controller quorum as the brokers followed it: 3000 in epoch 1, no leader at 20 s, 3001 in epoch 3
+    q = data.health.quorum
+    assert q.bucket_start_ms == [T0 + 1000 * i for i in range(40)]
+    assert q.leader_epoch == [1] * 20 + [None] + [3] * 19
+    assert q.leader_id == [3000] * 20 + [None] + [3001] * 19
+    assert q.metadata_lag[3].records == [0] * 21 + [25] + [0] * 18 and q.metadata_lag[3].ms[21] == 800
+    assert q.metadata_lag[1].bucket_start_ms == [T0 + 1000 * i for i in (*range(20), *range(30, 40))]
+    assert q.metadata_lag[1].records == [0] * 20 + [60] + [0] * 9
     assert [b.broker_id for b in data.byte_rates] == [1, 2, 3]
     assert [(r["partition"], r["follower_id"], r["status"]) for r in data.statuses][:1] == [(1, 3, "STALL")]
 

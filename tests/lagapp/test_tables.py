@@ -504,6 +504,102 @@ def test_the_health_row_counts_under_replicated_under_min_isr_and_offline_partit
     ]
 
 
+def broker(ts_ms: int, broker_id: int, **gauges: Any) -> dict[str, Any]:
+    """A broker record with ``gauges`` (record field names) and no others."""
+    return {s.KIND: s.KIND_BROKER, s.TS_MS: ts_ms, s.BROKER_ID: broker_id, s.BROKER_START_MS: START, **gauges}
+
+
+def quorum(leader_id: int, epoch: int, lag_records: int = 0, lag_ms: int = 0) -> dict[str, int]:
+    """A broker's view of the metadata quorum, as its record carries it."""
+    return {
+        s.METADATA_LEADER_ID: leader_id,
+        s.METADATA_LEADER_EPOCH: epoch,
+        s.METADATA_LAG_RECORDS: lag_records,
+        s.METADATA_LAG_MS: lag_ms,
+    }
+
+
+def test_broker_health_carries_each_brokers_view_of_the_metadata_quorum() -> None:
+    loop = {s.LOOP_LAG_MAX_MS: 2.5, s.LOOP_LAG_AVG_MS: 0.5}
+    rows = [
+        broker(T0, 1, **loop, **quorum(3000, 1)),
+        broker(T0 + 1000, 1, **loop, **quorum(-1, 2)),  # an election: no leader known
+        broker(T0, 2, **loop),  # an older broker, or one that follows no quorum
+        broker(T0, 3, **quorum(3002, 3, lag_records=40, lag_ms=1500)),  # the quorum without the loop lag
+        broker(T0, 4),  # neither
+    ]
+    health = tables(rows)[s.TABLE_BROKER_HEALTH]
+    columns = ("metadata_leader_id", "metadata_leader_epoch", "metadata_lag_records", "metadata_lag_ms")
+    assert table_rows(health, "broker_id", "ts_ms", "loop_lag_max_ms", *columns) == [
+        (1, T0, 2.5, 3000, 1, 0, 0),
+        (1, T0 + 1000, 2.5, -1, 2, 0, 0),
+        (2, T0, 2.5, None, None, None, None),
+        (3, T0, None, 3002, 3, 40, 1500),
+    ]
+
+
+def _quorum_run() -> list[dict[str, Any]]:
+    """Brokers 1 and 3 follow the controller quorum, broker 2 reports no quorum (an older broker); a sample
+    a second from T0 to T0 + 9 s. The quorum's leader is controller 3000 in epoch 1, then none in epoch 2
+    (an election: broker 1 sees it from 3 s, broker 3 from 4 s), then controller 3002 in epoch 3 (broker 1
+    from 5 s, broker 3 from 6 s); broker 3 is then 40 records (1.5 s) and 12 records (2.5 s) behind. So
+    at 3 s one broker still sees 3000 and at 5 s one already sees 3002; at 4 s neither sees a leader.
+    Broker 1 leads t-0."""
+    rows = []
+    for i in range(10):
+        ts = T0 + i * 1000
+        rows.append(leader(ts))
+        for b, election, elected in ((1, 3, 5), (3, 4, 6)):
+            view = quorum(3000, 1) if i < election else quorum(-1, 2) if i < elected else quorum(3002, 3)
+            if b == 3 and i in (6, 7):
+                view = quorum(3002, 3, lag_records=40 if i == 6 else 12, lag_ms=1500 if i == 6 else 2500)
+            rows.append(broker(ts, b, **view))
+        rows.append(broker(ts, 2, **{s.LOOP_LAG_MAX_MS: 2.5, s.LOOP_LAG_AVG_MS: 0.5}))
+    return rows
+
+
+def _written(out: dict[str, pa.Table], root: Path) -> dict[str, str]:
+    """Each table as the job leaves it, a folder of Parquet files under ``root``: the paths by name."""
+    paths = {}
+    for name, table in out.items():
+        (root / name).mkdir()
+        pq.write_table(table, root / name / "part-00000.parquet")
+        paths[name] = str(root / name)
+    return paths
+
+
+def test_the_quorum_row_has_the_leader_epoch_its_gaps_and_each_brokers_metadata_lag(tmp_path: Path) -> None:
+    paths = _written(tables(_quorum_run()), tmp_path)
+    runs = [dashboard.BrokerRun(b, START, 20 if b == 1 else 10, T0, T0 + 9000) for b in (1, 2, 3)]
+    data = dashboard_data.collect_dashboard_data("t", paths, 10_000, runs, health_bucket_ms=1000)
+    assert data.health is not None
+    q = data.health.quorum
+    assert q.bucket_start_ms == [T0 + 1000 * i for i in range(10)]
+    # a bucket in which any broker saw a leader shows it (3 s, 5 s); none did at 4 s: a gap
+    assert q.leader_epoch == [1, 1, 1, 1, None, 3, 3, 3, 3, 3]
+    assert q.leader_id == [3000] * 4 + [None] + [3002] * 5
+    assert q.no_leader_epoch == [None] * 4 + [2] + [None] * 5
+    assert sorted(q.metadata_lag) == [1, 3]  # broker 2 reports no quorum
+    assert q.metadata_lag[1].records == [0] * 10
+    assert q.metadata_lag[3].records == [0] * 6 + [40, 12] + [0] * 2
+    assert q.metadata_lag[3].ms == [0] * 6 + [1500, 2500] + [0] * 2
+    # in 2 s buckets: the highest epoch a broker saw a leader in, and the largest lag of each kind
+    two = dashboard_data.quorum(dashboard_data.Tables(paths), T0, T0 + 9000, 2000)
+    assert (two.leader_epoch, two.leader_id) == ([1, 1, 3, 3, 3], [3000, 3000, 3002, 3002, 3002])
+    assert (two.metadata_lag[3].records, two.metadata_lag[3].ms) == ([0, 0, 0, 40, 0], [0, 0, 0, 2500, 0])
+    page = dashboard.render_dashboard(data)
+    for text in (
+        "metadata quorum: leader epoch",
+        "metadata lag (records)",
+        "epoch 1: leader 3000",
+        "epoch 3: leader 3002",
+        "no active controller (epoch 2)",
+        "broker 3: 40 records, 1.5 s behind",
+        "controllers emit no metrics, so this is the brokers' view",
+    ):
+        assert text in page, text
+
+
 def test_the_catch_up_time_of_a_restart_runs_until_its_last_partition_is_back_in_the_isr(tmp_path: Path) -> None:
     # given broker 2 down after 1 s and restarted at 4 s: back in the ISR of t-0 at 6 s, of t-1 at 8 s;
     # broker 3 down after 1 s, restarted at 4 s, still out of t-0's ISR at the end
