@@ -16,7 +16,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
-# Seeds 1..40 with a kill, a restart or a pause now and then, and truncation to the HW (KIP-101's anomaly)
+# Seeds 1..16 with a kill, a restart or a pause now and then, and truncation to the HW (KIP-101's anomaly:
+# seed 16 fails committed_record_changed). 16, not the 40 this once ran: the suite's time, the same checks.
 LEGACY = ["--duration", "10", "--truncation", "hw", "--acks", "1", "--min-insync-replicas", "1"]
 LEGACY += ["--faults", "kill,restart,pause"]
 
@@ -29,20 +30,20 @@ def sim(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_spark_sweep_matches_the_process_sweep_seed_for_seed_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    # The first 30 seeds, then all 40: the second run runs only the 10 the table lacks.
-    first = sim("--seeds", "1..30", *LEGACY, "--spark", "local[2]", "--out", str(out), "--json")
+    # The first 12 seeds, then all 16: the second run runs only the 4 the table lacks.
+    first = sim("--seeds", "1..12", *LEGACY, "--spark", "local[2]", "--out", str(out), "--json")
     assert first.returncode in (0, 1), first.stderr
-    spark = sim("--seeds", "1..40", *LEGACY, "--spark", "local[2]", "--out", str(out), "--json")
+    spark = sim("--seeds", "1..16", *LEGACY, "--spark", "local[2]", "--out", str(out), "--json")
     assert spark.returncode == 1, spark.stderr  # the legacy rule fails some seeds
     summary = json.loads(spark.stdout)
-    assert (summary["runs"], summary["ran_now"]) == (40, 10)
+    assert (summary["runs"], summary["ran_now"]) == (16, 4)
 
-    processes = sim("--seeds", "1..40", *LEGACY, "--jobs", "2", "--json")
+    processes = sim("--seeds", "1..16", *LEGACY, "--jobs", "2", "--json")
     assert processes.returncode == 1, processes.stderr
     expected = {r["seed"]: r for r in json.loads(processes.stdout)["runs_detail"]}
 
     rows = pq.read_table(out / "seeds").to_pylist()
-    assert sorted(r["seed"] for r in rows) == list(range(1, 41))  # each seed once, none run twice
+    assert sorted(r["seed"] for r in rows) == list(range(1, 17))  # each seed once, none run twice
     assert {r["seed"]: r["trace_hash"] for r in rows} == {s: r["trace_hash"] for s, r in expected.items()}
     assert {r["seed"]: (r["ok"], r["check"], r["acked"]) for r in rows} == {
         s: (r["ok"], r["check"], r["acked"]) for s, r in expected.items()
@@ -53,14 +54,14 @@ def test_a_spark_sweep_matches_the_process_sweep_seed_for_seed_and_resumes(tmp_p
     assert all(json.loads(r["options"])["truncation"] == "hw" for r in rows)
     assert f"replay: minibroker sim --seed {failing[0]}" not in spark.stdout  # --json prints JSON only
 
-    text = sim("--seeds", "1..40", *LEGACY, "--spark", "local[2]", "--out", str(out))
+    text = sim("--seeds", "1..16", *LEGACY, "--spark", "local[2]", "--out", str(out))
     assert f"seed {failing[0]}: committed_record_changed" in text.stdout
     assert f"replay: minibroker sim --seed {failing[0]} " in text.stdout
 
     # Other options on the same table: refused before anything runs
-    other = sim("--seeds", "1..40", "--duration", "10", "--spark", "local[2]", "--out", str(out))
+    other = sim("--seeds", "1..16", "--duration", "10", "--spark", "local[2]", "--out", str(out))
     assert other.returncode == 2 and "holds a sweep with other options" in other.stderr
-    assert len(pq.read_table(out / "seeds")) == 40
+    assert len(pq.read_table(out / "seeds")) == 16
 
 
 def test_spark_and_out_go_together_with_seeds(tmp_path: Path) -> None:
