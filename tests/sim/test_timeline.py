@@ -88,7 +88,11 @@ def test_a_shrunk_run_gets_the_page_of_its_smallest_schedule(tmp_path: Path) -> 
     args += ["--faults", "kill,restart,pause", "--truncation", "hw", "--shrink", "--html", str(page)]
     done = subprocess.run(
         # 17 s on a quiet machine; the suite's workers and a busy machine have made it 120 s and more.
-        [sys.executable, "-m", "cluster", "sim", *args], capture_output=True, text=True, cwd=ROOT, timeout=220
+        [sys.executable, "-m", "cluster", "sim", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=220,
     )
     assert done.returncode == 1, done.stderr
     assert "differs" not in done.stderr  # the recorded rerun is the shrink's smallest run, hash for hash
