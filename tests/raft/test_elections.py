@@ -477,3 +477,103 @@ def test_if_following_counted_as_hearing_a_resigned_leaders_quorum_stays_leaderl
     # The rule off: B, back to following L on each refusal, refuses L's pre-vote as one that hears its
     # leader, for good (simulator seed 45 of the controller sweep, where L also came to follow itself).
     assert _resigned_leader_scenario(tmp_path, seed=1, following_is_hearing=True) == 30_000
+
+
+def _earlier_epoch_commit_scenario(tmp_path: Path, epoch_start_rule: bool) -> tuple[list[bytes], list[bytes]]:
+    """Raft's figure 8 on three voters. A, cut off, appends r (epoch 1) alone. N wins epoch 2 with O's
+    vote and is cut off at once, so O never gets N's LeaderChange (epoch 2) at r's offset. A and O hear each
+    other again: A wins epoch 3 and sends O r alone (r is over a FETCH's 1 MiB; its own LeaderChange comes
+    in the next answer). O fetches from past r: a majority holds r now, but nothing of epoch 3 yet. That
+    answer, and A, are lost to O; N and O hear each other: N, whose log ends in epoch 2, wins epoch 4 and O
+    truncates r. What A took as committed, and what the quorum ends with."""
+
+    async def scenario() -> tuple[list[bytes], list[bytes]]:
+        quorum = Quorum(tmp_path)
+        net = quorum.network
+
+        def isolate(node: int) -> None:
+            for other in quorum.node_ids:
+                if other != node:
+                    net.cut(node, other)
+                    net.cut(other, node)
+
+        def join(x: int, y: int) -> None:
+            net.uncut(x, y)
+            net.uncut(y, x)
+
+        cut_off_epoch_2: list[int] = []
+
+        def patch(client: RaftClient) -> None:
+            honest_to_leader = client._to_leader
+
+            def to_leader() -> None:
+                honest_to_leader()
+                if client.epoch == 2:  # N: cut off as it wins, before anything of epoch 2 leaves it
+                    cut_off_epoch_2.append(client.node_id)
+                    for other in quorum.node_ids:
+                        if other != client.node_id:
+                            net.cut(client.node_id, other)
+                            net.cut(other, client.node_id)
+
+            client._to_leader = to_leader  # type: ignore[method-assign]
+            if not epoch_start_rule:
+
+                def commit_on_majority() -> None:  # the rule off: a majority suffices, whatever the epoch
+                    offsets = sorted((client._progress[v].end_offset for v in client.voters), reverse=True)
+                    majority = offsets[len(client.voters) // 2]
+                    if majority > client.high_watermark:
+                        client._set_high_watermark(majority)
+                        client._wake_fetches()
+
+                client._maybe_advance_leader_hw = commit_on_majority  # type: ignore[method-assign]
+
+        quorum.patch = patch
+        quorum.start_all()
+        a = await quorum.leader()
+        assert a.epoch == 1
+        await quorum.append([b"base"])
+        await quorum.wait_for(lambda: all(n.high_watermark == a.high_watermark for n in quorum.nodes.values()))
+        isolate(a.node_id)
+        r = b"r" * (1_200_000)
+        r_offset = a.append([r])
+        await quorum.wait_for(lambda: bool(cut_off_epoch_2), what="a leader of epoch 2")
+        n = cut_off_epoch_2[0]
+        o = next(x for x in quorum.node_ids if x not in (a.node_id, n))
+        assert quorum.nodes[o].log.log_end_offset == r_offset  # O never got N's LeaderChange
+
+        honest_record = a._record_fetch
+
+        def record_fetch(replica_id: int, fetch_offset: int) -> Any:
+            progress = honest_record(replica_id, fetch_offset)
+            if replica_id == o and fetch_offset == r_offset + 1:  # O holds r: its answer and A are lost
+                isolate(a.node_id)
+            return progress
+
+        a._record_fetch = record_fetch  # type: ignore[method-assign]
+        join(a.node_id, o)
+        await quorum.wait_for(lambda: quorum.nodes[o].log.log_end_offset == r_offset + 1, what="O fetched r")
+        join(n, o)
+        await quorum.wait_for(
+            lambda: quorum.nodes[n].is_leader and quorum.nodes[o].high_watermark == quorum.nodes[n].high_watermark,
+            what="N leads again and O follows it",
+        )
+        committed_on_a = quorum.recorders[a.node_id].values()
+        final = quorum.recorders[o].values()
+        await quorum.close()
+        return committed_on_a, final
+
+    return run(scenario())  # type: ignore[no-any-return]
+
+
+@pytest.mark.timeout(60)
+def test_a_leader_commits_an_earlier_epochs_record_only_with_one_of_its_own(tmp_path: Path) -> None:
+    committed_on_a, final = _earlier_epoch_commit_scenario(tmp_path, epoch_start_rule=True)
+    assert committed_on_a == [b"base"]  # r was on a majority, but nothing of A's epoch was
+    assert final == [b"base"]
+
+
+@pytest.mark.timeout(60)
+def test_without_the_epoch_start_rule_a_committed_record_is_lost(tmp_path: Path) -> None:
+    committed_on_a, final = _earlier_epoch_commit_scenario(tmp_path, epoch_start_rule=False)
+    assert len(committed_on_a) == 2 and committed_on_a[1].startswith(b"rrr")  # A took r as committed ...
+    assert final == [b"base"]  # ... and the quorum went on without it
