@@ -6,12 +6,14 @@ each of its fetches used to cost an ALTER_PARTITION round trip and a log line, 2
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from broker.alter_partition_manager import AlterPartitionManager
+from broker.partition import Partition
 from protocol.errors import ErrorCode
 from protocol.messages import (
     AlterPartitionItem,
@@ -53,8 +55,10 @@ def broker(tmp_path: Path) -> Iterator[LeaderBroker]:
     b.close()
 
 
-async def test_an_ineligible_follower_is_proposed_once_until_its_broker_epoch_changes(broker: LeaderBroker) -> None:
-    controller = RefusingController()
+@contextlib.asynccontextmanager
+async def leading(broker: LeaderBroker, controller: RefusingController) -> AsyncIterator[Partition]:
+    """The broker leads TP0 alone with one record, its ISR proposals going to `controller` through a
+    running AlterPartitionManager."""
     manager = AlterPartitionManager(
         LOCAL_ID,
         controller,  # type: ignore[arg-type]
@@ -70,6 +74,15 @@ async def test_an_ineligible_follower_is_proposed_once_until_its_broker_epoch_ch
     await broker.produce(TP0, b"a")
     sender = asyncio.ensure_future(manager.run())
     try:
+        yield partition
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+
+
+async def test_an_ineligible_follower_is_proposed_once_until_its_broker_epoch_changes(broker: LeaderBroker) -> None:
+    controller = RefusingController()
+    async with leading(broker, controller) as partition:
 
         async def fetch_for(ms: int, broker_epoch: int) -> None:
             for _ in range(ms // FETCH_INTERVAL_MS):
@@ -94,9 +107,6 @@ async def test_an_ineligible_follower_is_proposed_once_until_its_broker_epoch_ch
         broker.make_leader(isr=[LOCAL_ID], leader_epoch=2)
         await fetch_for(2_000, broker_epoch=8)
         assert len(controller.items) == 3
-    finally:
-        sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
 
 
 class HeldRefusingController(RefusingController):
@@ -121,21 +131,7 @@ class HeldRefusingController(RefusingController):
 @pytest.mark.timeout(10)
 async def test_a_refusal_holds_back_only_the_incarnation_it_named(broker: LeaderBroker) -> None:
     controller = HeldRefusingController()
-    manager = AlterPartitionManager(
-        LOCAL_ID,
-        controller,  # type: ignore[arg-type]
-        3000,
-        lambda: 1,
-        broker.replica_manager.on_isr_committed,
-        broker.replica_manager.on_isr_rejected,
-        broker.time,
-    )
-    broker.replica_manager.isr_sink = manager
-    partition = broker.make_leader(isr=[LOCAL_ID])
-    partition.isr_sink = manager
-    await broker.produce(TP0, b"a")
-    sender = asyncio.ensure_future(manager.run())
-    try:
+    async with leading(broker, controller) as partition:
         # given a proposal naming the follower's broker epoch 3 (a late fetch of an earlier incarnation)
         await broker.fetch(FOLLOWER_ID, {TP0: partition.log_end_offset}, replica_epoch=3)
         await asyncio.wait_for(controller.asked.wait(), 5)
@@ -153,9 +149,6 @@ async def test_a_refusal_holds_back_only_the_incarnation_it_named(broker: Leader
         await asyncio.wait_for(controller.asked.wait(), 5)
         assert [m.broker_epoch for m in controller.items[0].new_isr_with_epochs if m.broker_id == FOLLOWER_ID] == [3]
         assert [m.broker_epoch for m in controller.items[1].new_isr_with_epochs if m.broker_id == FOLLOWER_ID] == [4]
-    finally:
-        sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
 
 
 @pytest.mark.timeout(10)
@@ -166,23 +159,9 @@ async def test_a_refused_follower_is_proposed_again_once_its_registration_change
     # unfenced. Held against the fetch's broker epoch alone (16 throughout), the refusal kept a caught-up
     # follower out of the ISR for good (simulator seed 280 of the controller sweep).
     controller = RefusingController()
-    manager = AlterPartitionManager(
-        LOCAL_ID,
-        controller,  # type: ignore[arg-type]
-        3000,
-        lambda: 1,
-        broker.replica_manager.on_isr_committed,
-        broker.replica_manager.on_isr_rejected,
-        broker.time,
-    )
     registration = {FOLLOWER_ID: (3, False, False)}  # as our metadata had it when the leader proposed
     broker.replica_manager.broker_state = registration.get
-    broker.replica_manager.isr_sink = manager
-    partition = broker.make_leader(isr=[LOCAL_ID])
-    partition.isr_sink = manager
-    await broker.produce(TP0, b"a")
-    sender = asyncio.ensure_future(manager.run())
-    try:
+    async with leading(broker, controller) as partition:
 
         async def fetch_and_settle() -> None:
             await broker.fetch(FOLLOWER_ID, {TP0: partition.log_end_offset}, replica_epoch=16)
@@ -195,6 +174,3 @@ async def test_a_refused_follower_is_proposed_again_once_its_registration_change
         registration[FOLLOWER_ID] = (16, False, False)  # the new registration reaches our metadata, unfenced
         await fetch_and_settle()
         assert len(controller.items) == 2
-    finally:
-        sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
