@@ -44,10 +44,12 @@ FOUND_WITH_KINDS = tuple(k for k in KINDS if k not in ("bounce", "controller"))
 # options with it found nothing, where 4 of 60 had failed.
 SWEPT_KINDS = KINDS
 # A scenario its pinned seed found before the controller quorum and no longer reaches on it (the quorum's
-# timing changed every schedule's course), nor any seed of 1..53 searched with its options: kept, expected
-# to fail on reaching nothing, until a seed or a scripted scenario reaches it again.
+# timing changed every schedule's course), nor any seed of 1..53 searched with its options. Not run (its
+# seed took 60 s of the suite to reach nothing), and reported as such, until a seed or a scripted scenario
+# reaches it again; the checker's rule it tested is unchanged.
 SEED_NO_LONGER_REACHES = pytest.mark.xfail(
-    reason="its pinned seed no longer reaches the scenario on the controller quorum", strict=False
+    reason="its pinned seed no longer reaches the scenario on the controller quorum (seeds 1..53 searched)",
+    run=False,
 )
 
 # The brokers of a test's metadata image: registered, unfenced and not shutting down.
