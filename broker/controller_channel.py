@@ -95,9 +95,16 @@ class ControllerChannel:
             try:
                 # The deadline bounds the connect too: a transport's connect to a cut-off voter (its SYNs
                 # dropped) waits out the transport's own, longer, connect timeout.
-                response = await asyncio.wait_for(
-                    self.transport.send(target, request, max(int(remaining), 1)), max(remaining, 1) / 1000.0
-                )
+                attempt = asyncio.ensure_future(self.transport.send(target, request, max(int(remaining), 1)))
+                try:
+                    response = await asyncio.wait_for(attempt, max(remaining, 1) / 1000.0)
+                except asyncio.CancelledError:
+                    # Our caller was cancelled (its broker stops) as the attempt failed: wait_for waited for
+                    # the attempt to end and re-raises the cancellation; the attempt's own error (its sender
+                    # died) is seen here, or the event loop reports it as never retrieved.
+                    if attempt.done() and not attempt.cancelled():
+                        attempt.exception()
+                    raise
             except NETWORK_ERRORS as exc:
                 if isinstance(exc, TimeoutError):
                     self.silent.add(target)

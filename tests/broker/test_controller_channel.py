@@ -7,6 +7,7 @@ request time out after its whole deadline, as a paused controller does."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
@@ -87,3 +88,49 @@ def test_a_silent_leader_that_answers_again_is_asked_first_again() -> None:
         assert [n for _, n in voters.asked] == [3001]
 
     asyncio.run(scenario())
+
+
+class DyingSender:
+    """A transport whose request fails (its sender died) at the moment its caller is cancelled: a broker
+    killed while a request of its own is on the way to the controller."""
+
+    def __init__(self) -> None:
+        self.sent = asyncio.Event()
+        self.answer: asyncio.Future[Any] | None = None
+
+    async def send(self, node_id: int, request: Message, timeout_ms: int | None = None) -> Any:
+        self.answer = asyncio.get_running_loop().create_future()
+        self.sent.set()
+        try:
+            return await asyncio.shield(self.answer)
+        except asyncio.CancelledError:
+            raise ConnectionResetError("the sender died before the answer came") from None
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_request_cancelled_as_it_fails_leaves_no_unretrieved_exception() -> None:
+    """The caller is cancelled (its broker stops) while the attempt under it fails instead of ending
+    cancelled. Nobody waits for that failure any more; left unretrieved, the event loop reported it (the
+    simulator counts that as an unhandled exception and fails the run: seen in a fresh-clone suite run)."""
+
+    async def scenario() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        reported: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        transport = DyingSender()
+        channel = ControllerChannel(transport, [3000], lambda: 3000, ManualTime())  # type: ignore[arg-type]
+        caller = asyncio.ensure_future(channel.send(-1, HEARTBEAT, 1000))
+        await transport.sent.wait()
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()  # an unretrieved task exception is reported when the task is collected
+        await asyncio.sleep(0)
+        return reported
+
+    reported = asyncio.run(scenario())
+    assert [c.get("message") for c in reported] == []
