@@ -202,6 +202,31 @@ def test_a_seed_gives_the_same_history_in_any_process() -> None:
     assert len(hashes) == 1 and "" not in hashes, hashes
 
 
+_RUN_SEED_3_GC = (
+    "import gc; from sim.cluster import SimOptions; from sim.runner import run_seed; "
+    "options = SimOptions(duration_s=8.0, partitions=3, producers=1, rate=20.0, faults=('kill', 'pause', "
+    "'partition'), fault_rate=1.0, unclean_leader_election=True); "
+    "gc.disable(); never = run_seed(3, options); gc.enable(); gc.set_threshold(10); "
+    "often = run_seed(3, options); "
+    "print(never.trace_hash, often.trace_hash, never.violation is None, often.violation is None)"
+)
+
+
+@pytest.mark.timeout(180)
+def test_a_seeds_history_does_not_depend_on_when_the_garbage_collector_runs() -> None:
+    # A quorum member stopped in the turn its FETCH failed left the FETCH's error unretrieved; the event loop
+    # reported it when the garbage collector freed the task, and the simulator counts a report as an
+    # unhandled exception. So a run's course hung on when collection ran: a fresh-clone suite run failed
+    # this seed (trace ad099c99...) that passes alone. With collection off and with it very frequent, the
+    # run must be the same.
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_SEED_3_GC], cwd=root, capture_output=True, text=True, timeout=150, check=True
+    )
+    never, often, never_ok, often_ok = done.stdout.split()
+    assert (never, never_ok, often_ok) == (often, "True", "True"), done.stdout
+
+
 @pytest.mark.timeout(180)
 def test_a_broker_killed_during_its_controlled_shutdown_is_restarted_once_and_not_stopped_again() -> None:
     # A clean restart waits for the controller (cut off here) to accept the controlled shutdown; the broker is
