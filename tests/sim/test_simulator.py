@@ -171,6 +171,20 @@ def test_same_seed_same_trace_other_seed_other_trace() -> None:
     assert other.trace_hash != first.trace_hash
 
 
+def _in_a_fresh_process(script: str, timeout_s: float, **env: str) -> str:
+    """What `script` prints, run by a new interpreter from the repository root (its own hash salt, its own
+    garbage collector history)."""
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **env},
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=True,
+    ).stdout
+
+
 _RUN_SEED_18 = (
     "from sim.cluster import SimOptions; from sim.faults import KINDS; from sim.runner import run_seed; "
     "options = SimOptions(faults=tuple(k for k in KINDS if k != 'controller'), fault_rate=0.5, "
@@ -186,19 +200,7 @@ def test_a_seed_gives_the_same_history_in_any_process() -> None:
     # the order matters makes a replay in another process (the printed replay command, a sweep's worker)
     # take another history. Seed 18 did: a failed fetch delayed its partitions in set order, and delaying
     # moves each to the end of the fetch order.
-    root = Path(__file__).resolve().parents[2]
-    hashes = {
-        subprocess.run(
-            [sys.executable, "-c", _RUN_SEED_18],
-            env={**os.environ, "PYTHONHASHSEED": salt},
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=100,
-            check=True,
-        ).stdout.strip()
-        for salt in ("0", "7", "11")
-    }
+    hashes = {_in_a_fresh_process(_RUN_SEED_18, 100, PYTHONHASHSEED=salt).strip() for salt in ("0", "7", "11")}
     assert len(hashes) == 1 and "" not in hashes, hashes
 
 
@@ -219,12 +221,9 @@ def test_a_seeds_history_does_not_depend_on_when_the_garbage_collector_runs() ->
     # unhandled exception. So a run's course hung on when collection ran: a fresh-clone suite run failed
     # this seed (trace ad099c99...) that passes alone. With collection off and with it very frequent, the
     # run must be the same.
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN_SEED_3_GC], cwd=root, capture_output=True, text=True, timeout=150, check=True
-    )
-    never, often, never_ok, often_ok = done.stdout.split()
-    assert (never, never_ok, often_ok) == (often, "True", "True"), done.stdout
+    out = _in_a_fresh_process(_RUN_SEED_3_GC, 150)
+    never, often, never_ok, often_ok = out.split()
+    assert (never, never_ok, often_ok) == (often, "True", "True"), out
 
 
 @pytest.mark.timeout(180)
